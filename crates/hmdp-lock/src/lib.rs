@@ -1,0 +1,166 @@
+//! Distributed locks on Redis for async Rust, modelled on Redisson's `RLock`.
+//!
+//! `hmdp-lock` runs on [redis-rs](https://docs.rs/redis) and tokio. It
+//! offers:
+//!
+//! * a **reentrant lock** ([`LockKind::Reentrant`], the default) with
+//!   Redisson's data layout — a hash at the lock key, one field per owner,
+//!   the value counting re-entries;
+//! * a **simple lock** ([`LockKind::Simple`]): `SET key token NX PX lease`,
+//!   compare-and-delete on release;
+//! * **waiting without polling**: waiters sleep until an unlock message
+//!   arrives on the lock's channel or the holder's lease would run out;
+//! * a **watchdog** that keeps renewing a lock taken without a lease, and
+//!   makes a lost lock observable ([`LockGuard::is_lost`], [`LockGuard::lost`]);
+//! * optional **fencing tokens** ([`LockOptions::fencing`]);
+//! * [`MultiLock`] (all of several locks) and [`RedLock`] (majority of
+//!   independent nodes).
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use hmdp_lock::LockClient;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let redis = redis::Client::open("redis://127.0.0.1:6379")?;
+//! let conn = redis.get_connection_manager().await?;
+//! let locks = LockClient::builder(conn)
+//!     .subscriber(redis)          // one shared pub/sub connection for waiters
+//!     .key_prefix("hmdp:")        // keys become hmdp:lock:{name}
+//!     .build()?;
+//!
+//! let lock = locks.lock("order:user:1001")?;
+//! // Wait at most 200 ms; no lease given, so the watchdog keeps it alive.
+//! if let Some(guard) = lock.try_lock(Duration::from_millis(200), None).await? {
+//!     // ... critical section ...
+//!     guard.unlock().await?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Leases and the watchdog
+//!
+//! Every acquisition takes an optional lease:
+//!
+//! * `Some(lease)` — the lock expires after `lease` unless you call
+//!   [`LockGuard::extend`]. [`LockGuard::is_lost`] turns true when the lease
+//!   has run out.
+//! * `None` — the lease is the client's watchdog timeout (30 s by default,
+//!   [`LockClientBuilder::watchdog_timeout`]) and a background task renews it
+//!   every third of that, checking ownership first. Renewal stops when the
+//!   guard is released or dropped. If a renewal finds the lock gone or owned
+//!   by someone else — or renewals keep failing for a whole lease — the guard
+//!   is marked lost; await [`LockGuard::lost`] next to your work to stop
+//!   early.
+//!
+//! A process that dies while holding a lock leaves it behind for at most one
+//! lease.
+//!
+//! # Ownership and re-entry
+//!
+//! Async tasks move between threads, so ownership is not tied to a thread.
+//! Each acquisition gets its own owner token, `<client uuid>:<counter>`,
+//! stored in Redis. The [`LockGuard`] *is* the ownership: only it can
+//! release, extend or re-enter. Calling [`Lock::lock`] again from inside the
+//! critical section would wait for yourself; instead call
+//! [`LockGuard::reenter`] to get a second guard for the same ownership. The
+//! lock is free once every guard has been released.
+//!
+//! [`LockGuard::unlock`] returns `Ok(true)` if we still held the lock and
+//! `Ok(false)` if it had expired or been taken over meanwhile — never a
+//! panic. Dropping a guard without unlocking releases it in the background
+//! (`tokio::spawn`) if a runtime is available; otherwise it expires.
+//!
+//! # Waiting
+//!
+//! [`Lock::try_lock`] makes one attempt; if the lock is held, it subscribes
+//! to the lock's unlock channel (through one subscriber connection shared by
+//! the whole [`LockClient`], managed by a background task), retries, and
+//! then sleeps until an unlock message arrives or the holder's remaining
+//! lease (returned by the acquire script) runs out, always within the wait
+//! budget. Without a subscriber (see [`LockClientBuilder::subscriber`]) or
+//! while it reconnects, waiters retry every
+//! [`retry_interval`](LockClientBuilder::retry_interval) instead.
+//!
+//! Waiters are not queued: on an unlock all of them retry and one wins
+//! (no fairness).
+//!
+//! # Fencing tokens
+//!
+//! A lease-based lock cannot stop a holder that was paused (GC, swapping,
+//! a stalled VM) past its lease from writing afterwards. With
+//! [`LockOptions::fencing`] each fresh acquisition also increments a counter
+//! in the same script and returns it via [`LockGuard::fencing_token`]. The
+//! tokens of one lock name strictly increase, so the protected storage can
+//! remember the highest token it has seen and reject older ones, e.g.
+//! `UPDATE ... SET fence = ? WHERE id = ? AND fence < ?`.
+//!
+//! # Keys, channels and Redis Cluster
+//!
+//! For a lock named `name` and prefix `p`:
+//!
+//! | what | name |
+//! |---|---|
+//! | lock (string or hash) | `p` `lock:{name}` |
+//! | fencing counter | `p` `lock:{name}:fence` |
+//! | unlock channel | `p` `lock:{name}:ch` |
+//!
+//! The braces are literal: `{name}` is the cluster hash tag, so all names of
+//! one lock map to one slot, and every script receives them through `KEYS`.
+//! Scripts are sent with `EVALSHA` and reloaded on `NOSCRIPT`.
+//!
+//! Any [`redis::aio::ConnectionLike`] that is `Clone + Send + Sync + 'static`
+//! works as the command connection ([`LockConnection`]):
+//! `ConnectionManager`, `MultiplexedConnection` and
+//! `cluster_async::ClusterConnection`. Unlock messages use plain `PUBLISH`,
+//! which Redis Cluster broadcasts to every node, so in a cluster the
+//! subscriber may be a plain [`redis::Client`] for any single node. (Sharded
+//! `SPUBLISH` would be cheaper for large clusters but needs a subscriber per
+//! shard; it is not used.) If that node goes away the subscriber reconnects
+//! to the same address; meanwhile waiters fall back to timed retries.
+//!
+//! Do not use the same lock name with both a simple and a reentrant lock:
+//! the key types differ and the scripts fail with a `WRONGTYPE` error.
+//!
+//! # MultiLock and RedLock
+//!
+//! [`MultiLock`] acquires several locks in the given order and releases what
+//! it took if any cannot be had, retrying within the wait budget.
+//!
+//! [`RedLock`] implements the Redlock algorithm over independent masters
+//! (quorum `n/2 + 1`, validity = lease − elapsed − (1 % of lease + 2 ms)).
+//! Redisson has deprecated its RedLock; read the discussion on [`RedLock`]
+//! before choosing it — in most cases a single-node lock plus fencing tokens
+//! is the better tool.
+//!
+//! # Caveats
+//!
+//! * Redis expires keys by wall-clock time; a clock jump on the server can
+//!   shorten a lease.
+//! * With asynchronous replication, a failover can lose a freshly acquired
+//!   lock. Use fencing tokens when a double holder would corrupt data.
+
+#![warn(missing_docs)]
+
+mod client;
+mod error;
+mod keys;
+mod lock;
+mod multi;
+mod redlock;
+mod scripts;
+mod subscriber;
+
+pub use client::{
+    DEFAULT_RETRY_INTERVAL, DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockClientBuilder,
+    LockConnection, LockKind, LockOptions,
+};
+pub use error::{Error, ErrorKind, Result};
+pub use lock::{Lock, LockGuard};
+pub use multi::{MultiLock, MultiLockGuard};
+pub use redlock::{
+    DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_JITTER, RedLock, RedLockGuard, clock_drift,
+    redlock_validity,
+};

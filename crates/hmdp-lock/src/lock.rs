@@ -1,0 +1,789 @@
+//! [`Lock`] handles and the [`LockGuard`] returned on acquisition.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::client::{LockClient, LockConnection, LockKind, LockOptions};
+use crate::keys::LockKeys;
+use crate::scripts;
+use crate::{Error, ErrorKind, Result};
+
+/// Outcome of one acquisition attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    Acquired { fence: Option<u64> },
+    Held { ttl: Option<Duration> },
+}
+
+pub(crate) fn lease_ms(lease: Duration) -> u64 {
+    u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// A named distributed lock. Cheap to clone; create it with
+/// [`LockClient::lock`] or [`LockClient::lock_with`].
+///
+/// Every acquisition creates a new owner token, so calling `lock()` twice
+/// from the same task *waits for itself*. To re-enter a lock you already hold,
+/// use [`LockGuard::reenter`].
+///
+/// ```no_run
+/// # async fn demo(locks: hmdp_lock::LockClient) -> hmdp_lock::Result<()> {
+/// use std::time::Duration;
+/// let lock = locks.lock("voucher:7")?;
+/// // Wait up to 1 s; hold for at most 10 s (no watchdog).
+/// if let Some(guard) = lock.try_lock(Duration::from_secs(1), Some(Duration::from_secs(10))).await? {
+///     // ... critical section ...
+///     guard.unlock().await?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub struct Lock<C = redis::aio::ConnectionManager> {
+    pub(crate) client: LockClient<C>,
+    pub(crate) keys: Arc<LockKeys>,
+    options: LockOptions,
+}
+
+impl<C> Clone for Lock<C> {
+    fn clone(&self) -> Self {
+        Lock {
+            client: self.client.clone(),
+            keys: self.keys.clone(),
+            options: self.options,
+        }
+    }
+}
+
+impl<C> std::fmt::Debug for Lock<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("key", &self.keys.lock)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: LockConnection> Lock<C> {
+    pub(crate) fn new(client: LockClient<C>, keys: LockKeys, options: LockOptions) -> Self {
+        Lock {
+            client,
+            keys: Arc::new(keys),
+            options,
+        }
+    }
+
+    /// The lock name as given to [`LockClient::lock`].
+    ///
+    /// ```no_run
+    /// # fn f(locks: hmdp_lock::LockClient) -> hmdp_lock::Result<()> {
+    /// assert_eq!(locks.lock("a")?.name(), "a");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// The Redis key holding the lock: `{prefix}lock:{name}`.
+    ///
+    /// ```no_run
+    /// # fn f(locks: hmdp_lock::LockClient) -> hmdp_lock::Result<()> {
+    /// assert!(locks.lock("a")?.key().ends_with("lock:{a}"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn key(&self) -> &str {
+        &self.keys.lock
+    }
+
+    /// The fencing counter key: `{prefix}lock:{name}:fence`.
+    ///
+    /// ```no_run
+    /// # fn f(locks: hmdp_lock::LockClient) -> hmdp_lock::Result<()> {
+    /// assert!(locks.lock("a")?.fence_key().ends_with("lock:{a}:fence"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fence_key(&self) -> &str {
+        &self.keys.fence
+    }
+
+    /// The unlock notification channel: `{prefix}lock:{name}:ch`.
+    ///
+    /// ```no_run
+    /// # fn f(locks: hmdp_lock::LockClient) -> hmdp_lock::Result<()> {
+    /// assert!(locks.lock("a")?.channel().ends_with("lock:{a}:ch"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn channel(&self) -> &str {
+        &self.keys.channel
+    }
+
+    /// The options this lock was created with.
+    ///
+    /// ```no_run
+    /// # fn f(locks: hmdp_lock::LockClient) -> hmdp_lock::Result<()> {
+    /// assert!(!locks.lock("a")?.options().fencing_enabled());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn options(&self) -> LockOptions {
+        self.options
+    }
+
+    /// Waits as long as it takes, then holds the lock with the watchdog on
+    /// (lease = watchdog timeout, renewed every third of it).
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
+    /// let guard = lock.lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn lock(&self) -> Result<LockGuard<C>> {
+        match self.acquire(None, None).await? {
+            Some(g) => Ok(g),
+            None => unreachable!("an unbounded wait cannot time out"),
+        }
+    }
+
+    /// Waits as long as it takes, then holds the lock for `lease` without
+    /// renewal.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
+    /// let guard = lock.lock_with_lease(std::time::Duration::from_secs(5)).await?;
+    /// guard.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard<C>> {
+        match self.acquire(None, Some(lease)).await? {
+            Some(g) => Ok(g),
+            None => unreachable!("an unbounded wait cannot time out"),
+        }
+    }
+
+    /// Tries to acquire the lock, waiting at most `wait` (zero = one attempt).
+    ///
+    /// `lease`: `Some(d)` holds for `d` without renewal; `None` turns the
+    /// watchdog on. While waiting, the task sleeps until an unlock message
+    /// arrives on the lock's channel or the holder's lease runs out —
+    /// whichever comes first — so no busy polling. Returns `Ok(None)` when
+    /// the wait budget is spent.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
+    /// use std::time::Duration;
+    /// match lock.try_lock(Duration::from_millis(500), None).await? {
+    ///     Some(guard) => { guard.unlock().await?; }
+    ///     None => println!("busy, try later"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard<C>>> {
+        self.acquire(Some(wait), lease).await
+    }
+
+    /// Whether anyone holds the lock right now (`EXISTS`).
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
+    /// if lock.is_locked().await? { println!("busy"); }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn is_locked(&self) -> Result<bool> {
+        let mut conn = self.client.inner.conn.clone();
+        let n: i64 = redis::cmd("EXISTS")
+            .arg(&self.keys.lock)
+            .query_async(&mut conn)
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// Deletes the lock regardless of owner and wakes waiters. Returns
+    /// whether it was held. Meant for administration and tests.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
+    /// lock.force_unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn force_unlock(&self) -> Result<bool> {
+        let mut conn = self.client.inner.conn.clone();
+        let n: i64 = scripts::FORCE_RELEASE
+            .key(&self.keys.lock)
+            .key(&self.keys.channel)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(n == 1)
+    }
+
+    fn resolve_lease(&self, lease: Option<Duration>) -> Result<(Duration, bool)> {
+        let (lease, watchdog) = match lease {
+            Some(l) => (l, false),
+            None => (self.client.inner.watchdog_timeout, true),
+        };
+        if lease < Duration::from_millis(1) {
+            return Err(Error::invalid("lease must be at least 1 ms"));
+        }
+        Ok((lease, watchdog))
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard<C>>> {
+        let (lease, watchdog) = self.resolve_lease(lease)?;
+        let inner = &self.client.inner;
+        let start = Instant::now();
+        let deadline = wait.and_then(|w| start.checked_add(w));
+        let unbounded = wait.is_none() || deadline.is_none();
+        let token = inner.next_token();
+        let mut sub = None;
+        let mut tried_subscribe = false;
+        loop {
+            let sent_at = Instant::now();
+            let ttl = match self.attempt(&token, lease).await? {
+                Attempt::Acquired { fence } => {
+                    return Ok(Some(LockGuard::new(
+                        self.clone(),
+                        token,
+                        lease,
+                        watchdog,
+                        fence,
+                        sent_at,
+                    )));
+                }
+                Attempt::Held { ttl } => ttl,
+            };
+            let now = Instant::now();
+            let remaining = match deadline {
+                Some(d) if !unbounded && now >= d => return Ok(None),
+                Some(d) if !unbounded => Some(d - now),
+                _ => None,
+            };
+            if !tried_subscribe {
+                tried_subscribe = true;
+                if let Some(hub) = &inner.hub {
+                    let subscribe = hub.subscribe(&self.keys.channel);
+                    sub = match remaining {
+                        Some(r) => tokio::time::timeout(r, subscribe).await.ok().flatten(),
+                        None => subscribe.await,
+                    };
+                    if sub.is_some() {
+                        // Listening now; retry at once so an unlock that
+                        // happened before the subscription is not missed.
+                        continue;
+                    }
+                }
+            }
+            let mut pause = ttl.unwrap_or(inner.retry_interval);
+            if sub.is_none() {
+                pause = pause.min(inner.retry_interval);
+            }
+            if let Some(r) = remaining {
+                pause = pause.min(r);
+            }
+            let pause = pause.max(Duration::from_millis(1));
+            match sub.as_mut() {
+                Some(s) => {
+                    let _ = tokio::time::timeout(pause, s.notified()).await;
+                }
+                None => tokio::time::sleep(pause).await,
+            }
+        }
+    }
+
+    /// One acquire script call with a caller-chosen token.
+    pub(crate) async fn attempt(&self, token: &str, lease: Duration) -> Result<Attempt> {
+        let script = match self.options.lock_kind() {
+            LockKind::Simple => &*scripts::SIMPLE_ACQUIRE,
+            LockKind::Reentrant => &*scripts::REENTRANT_ACQUIRE,
+        };
+        let mut conn = self.client.inner.conn.clone();
+        let reply: Vec<i64> = script
+            .key(&self.keys.lock)
+            .key(&self.keys.fence)
+            .arg(token)
+            .arg(lease_ms(lease))
+            .arg(if self.options.fencing_enabled() {
+                "1"
+            } else {
+                "0"
+            })
+            .invoke_async(&mut conn)
+            .await?;
+        match reply.as_slice() {
+            [1, _, fence] => Ok(Attempt::Acquired {
+                fence: self
+                    .options
+                    .fencing_enabled()
+                    .then(|| u64::try_from(*fence).unwrap_or(0)),
+            }),
+            [0, ttl, _] => Ok(Attempt::Held {
+                ttl: u64::try_from(*ttl)
+                    .ok()
+                    .filter(|&t| t > 0)
+                    .map(Duration::from_millis),
+            }),
+            other => Err(Error::reply(format!("acquire script returned {other:?}"))),
+        }
+    }
+
+    /// One release script call: -1 not held, 0 released, n>0 still held n times.
+    pub(crate) async fn release_token(&self, token: &str, lease: Duration) -> Result<i64> {
+        let mut conn = self.client.inner.conn.clone();
+        let n: i64 = match self.options.lock_kind() {
+            LockKind::Simple => {
+                scripts::SIMPLE_RELEASE
+                    .key(&self.keys.lock)
+                    .key(&self.keys.channel)
+                    .arg(token)
+                    .invoke_async(&mut conn)
+                    .await?
+            }
+            LockKind::Reentrant => {
+                scripts::REENTRANT_RELEASE
+                    .key(&self.keys.lock)
+                    .key(&self.keys.channel)
+                    .arg(token)
+                    .arg(lease_ms(lease))
+                    .invoke_async(&mut conn)
+                    .await?
+            }
+        };
+        Ok(n)
+    }
+
+    /// Owner-checked `PEXPIRE`.
+    pub(crate) async fn extend_token(&self, token: &str, lease: Duration) -> Result<bool> {
+        let script = match self.options.lock_kind() {
+            LockKind::Simple => &*scripts::SIMPLE_EXTEND,
+            LockKind::Reentrant => &*scripts::REENTRANT_EXTEND,
+        };
+        let mut conn = self.client.inner.conn.clone();
+        let n: i64 = script
+            .key(&self.keys.lock)
+            .arg(token)
+            .arg(lease_ms(lease))
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(n == 1)
+    }
+}
+
+/// State shared between a hold and its watchdog task.
+struct HoldState {
+    lost: watch::Sender<bool>,
+    released: AtomicBool,
+}
+
+impl HoldState {
+    fn mark_lost(&self) {
+        if !self.released.load(Ordering::SeqCst) {
+            self.lost.send_replace(true);
+        }
+    }
+}
+
+/// One ownership of a lock (one owner token), shared by the guard that
+/// acquired it and every guard obtained from it by re-entry.
+struct Hold<C: LockConnection> {
+    lock: Lock<C>,
+    token: String,
+    lease: Duration,
+    watchdog: bool,
+    fence: Option<u64>,
+    state: Arc<HoldState>,
+    /// For explicit leases: when the lease runs out unless extended.
+    deadline: Mutex<Option<Instant>>,
+    renewer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl<C: LockConnection> Hold<C> {
+    fn stop_renewal(&self) {
+        if let Some(h) = self
+            .renewer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            h.abort();
+        }
+    }
+
+    fn set_deadline(&self, at: Instant) {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn release(&self) -> Result<bool> {
+        let n = self.lock.release_token(&self.token, self.lease).await?;
+        if n <= 0 {
+            if n < 0 {
+                self.state.mark_lost();
+            }
+            self.state.released.store(true, Ordering::SeqCst);
+            self.stop_renewal();
+        } else if !self.watchdog {
+            self.set_deadline(Instant::now() + self.lease);
+        }
+        Ok(n >= 0)
+    }
+}
+
+impl<C: LockConnection> Drop for Hold<C> {
+    fn drop(&mut self) {
+        self.stop_renewal();
+    }
+}
+
+async fn watchdog<C: LockConnection>(
+    lock: Lock<C>,
+    token: String,
+    lease: Duration,
+    state: Arc<HoldState>,
+    acquired_at: Instant,
+) {
+    let period = lease / 3;
+    let mut last_ok = acquired_at;
+    loop {
+        tokio::time::sleep(period).await;
+        let sent_at = Instant::now();
+        match tokio::time::timeout(period, lock.extend_token(&token, lease)).await {
+            Ok(Ok(true)) => last_ok = sent_at,
+            Ok(Ok(false)) => {
+                tracing::warn!(key = %lock.key(), "lock lost: renewal found another owner or no key");
+                state.mark_lost();
+                return;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(key = %lock.key(), error = %e, "lock renewal failed");
+            }
+            Err(_) => tracing::warn!(key = %lock.key(), "lock renewal timed out"),
+        }
+        if last_ok.elapsed() >= lease {
+            tracing::warn!(key = %lock.key(), "lock lost: no successful renewal within the lease");
+            state.mark_lost();
+            return;
+        }
+    }
+}
+
+/// Proof that you hold a lock.
+///
+/// * [`unlock`](Self::unlock) releases it and tells you whether you still
+///   held it.
+/// * Dropping a guard that was not unlocked releases it in the background
+///   (`tokio::spawn` on the current runtime); with no runtime, the lock simply
+///   expires after its lease.
+/// * With the watchdog on, a background task renews the lease every third of
+///   it until the guard is released; if renewal fails, [`is_lost`](Self::is_lost)
+///   turns true and [`lost`](Self::lost) resolves.
+///
+/// ```no_run
+/// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
+/// let guard = lock.lock().await?;
+/// tokio::select! {
+///     _ = guard.lost() => eprintln!("lock lost, abort the work"),
+///     _ = async { /* critical section */ } => {}
+/// }
+/// let still_held = guard.unlock().await?;
+/// # let _ = still_held;
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "dropping the guard releases the lock"]
+pub struct LockGuard<C: LockConnection = redis::aio::ConnectionManager> {
+    hold: Arc<Hold<C>>,
+    released: bool,
+}
+
+impl<C: LockConnection> std::fmt::Debug for LockGuard<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.hold.lock.key())
+            .field("token", &self.hold.token)
+            .field("fence", &self.hold.fence)
+            .field("watchdog", &self.hold.watchdog)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: LockConnection> LockGuard<C> {
+    fn new(
+        lock: Lock<C>,
+        token: String,
+        lease: Duration,
+        watchdog: bool,
+        fence: Option<u64>,
+        sent_at: Instant,
+    ) -> Self {
+        let state = Arc::new(HoldState {
+            lost: watch::channel(false).0,
+            released: AtomicBool::new(false),
+        });
+        let renewer = watchdog.then(|| {
+            tokio::spawn(self::watchdog(
+                lock.clone(),
+                token.clone(),
+                lease,
+                state.clone(),
+                sent_at,
+            ))
+        });
+        let hold = Hold {
+            lock,
+            token,
+            lease,
+            watchdog,
+            fence,
+            state,
+            deadline: Mutex::new((!watchdog).then(|| sent_at + lease)),
+            renewer: Mutex::new(renewer),
+        };
+        LockGuard {
+            hold: Arc::new(hold),
+            released: false,
+        }
+    }
+
+    /// The lock this guard holds.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
+    /// let guard = lock.lock().await?;
+    /// println!("holding {}", guard.lock().key());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lock(&self) -> &Lock<C> {
+        &self.hold.lock
+    }
+
+    /// The owner token stored in Redis (`<client uuid>:<counter>`).
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
+    /// let guard = lock.lock().await?;
+    /// println!("owner {}", guard.token());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn token(&self) -> &str {
+        &self.hold.token
+    }
+
+    /// The fencing token issued at acquisition, if the lock was created with
+    /// [`LockOptions::fencing`]. Strictly increasing per lock name; pass it
+    /// to the storage you protect and let it reject writes carrying a token
+    /// lower than the highest it has seen. Re-entered guards share the token
+    /// of the original acquisition.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: hmdp_lock::LockClient) -> hmdp_lock::Result<()> {
+    /// let lock = locks.lock_with("stock:1", hmdp_lock::LockOptions::new().fencing(true))?;
+    /// let guard = lock.lock().await?;
+    /// let token = guard.fencing_token().expect("fencing is on");
+    /// // UPDATE stock SET n = n - 1, fence = ? WHERE id = 1 AND fence < ?
+    /// # let _ = token;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.hold.fence
+    }
+
+    /// Whether the watchdog renews this lock.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
+    /// assert!(lock.lock().await?.has_watchdog());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn has_watchdog(&self) -> bool {
+        self.hold.watchdog
+    }
+
+    /// True once the lock is known to be lost: a renewal or re-entry found
+    /// another owner (or no key), renewals kept failing for a whole lease,
+    /// or — for an explicit lease — the lease has run out.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
+    /// let guard = lock.lock().await?;
+    /// if guard.is_lost() { return Ok(()); }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        *self.hold.state.lost.borrow() || self.hold.deadline().is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Resolves when the lock is lost (see [`is_lost`](Self::is_lost)).
+    /// Pending forever while the lock is safely held.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
+    /// let guard = lock.lock().await?;
+    /// tokio::select! {
+    ///     _ = guard.lost() => { /* stop writing */ }
+    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn lost(&self) {
+        let mut rx = self.hold.state.lost.subscribe();
+        loop {
+            let deadline = self.hold.deadline();
+            tokio::select! {
+                _ = rx.wait_for(|lost| *lost) => return,
+                _ = async {
+                    match deadline {
+                        Some(d) => tokio::time::sleep_until(d).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if self.hold.deadline().is_some_and(|d| Instant::now() >= d) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Owner-checked extension: sets the remaining lease to `lease` if we
+    /// still own the lock. Returns `Ok(false)` (and marks the guard lost) if
+    /// we do not. With the watchdog on, the next renewal resets the lease
+    /// to the watchdog timeout again.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
+    /// let guard = lock.lock_with_lease(std::time::Duration::from_secs(5)).await?;
+    /// assert!(guard.extend(std::time::Duration::from_secs(30)).await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn extend(&self, lease: Duration) -> Result<bool> {
+        if lease < Duration::from_millis(1) {
+            return Err(Error::invalid("lease must be at least 1 ms"));
+        }
+        let sent_at = Instant::now();
+        let ok = self.hold.lock.extend_token(&self.hold.token, lease).await?;
+        if ok {
+            if !self.hold.watchdog {
+                self.hold.set_deadline(sent_at + lease);
+            }
+        } else {
+            self.hold.state.mark_lost();
+        }
+        Ok(ok)
+    }
+
+    /// Re-enters the lock: increments the hold count in Redis and returns a
+    /// second guard for the same ownership. The lock is free again only after
+    /// every guard has been released. The lease is reset to this hold's lease.
+    ///
+    /// Returns `Ok(None)` if the lock was lost meanwhile, and an error of kind
+    /// [`ErrorKind::NotReentrant`] for a [`LockKind::Simple`] lock.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
+    /// let outer = lock.lock().await?;
+    /// let inner = outer.reenter().await?.expect("still held");
+    /// inner.unlock().await?;           // count 2 -> 1, still locked
+    /// assert!(lock.is_locked().await?);
+    /// outer.unlock().await?;           // count 1 -> 0, free
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn reenter(&self) -> Result<Option<LockGuard<C>>> {
+        let hold = &self.hold;
+        if hold.lock.options().lock_kind() != LockKind::Reentrant {
+            return Err(Error::new(
+                ErrorKind::NotReentrant,
+                format!("{} is a simple lock", hold.lock.key()),
+            ));
+        }
+        let sent_at = Instant::now();
+        let mut conn = hold.lock.client.inner.conn.clone();
+        let n: i64 = scripts::REENTRANT_REENTER
+            .key(hold.lock.key())
+            .arg(&hold.token)
+            .arg(lease_ms(hold.lease))
+            .invoke_async(&mut conn)
+            .await?;
+        if n <= 0 {
+            hold.state.mark_lost();
+            return Ok(None);
+        }
+        if !hold.watchdog {
+            hold.set_deadline(sent_at + hold.lease);
+        }
+        Ok(Some(LockGuard {
+            hold: self.hold.clone(),
+            released: false,
+        }))
+    }
+
+    /// Releases this guard's hold. `Ok(true)`: we still held the lock (it is
+    /// now free, or still held by a re-entered guard). `Ok(false)`: the lock
+    /// had already expired or been taken over — the critical section may not
+    /// have been exclusive.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
+    /// let guard = lock.lock().await?;
+    /// if !guard.unlock().await? {
+    ///     eprintln!("lease expired before unlock");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn unlock(mut self) -> Result<bool> {
+        self.released = true;
+        self.hold.release().await
+    }
+}
+
+impl<C: LockConnection> Drop for LockGuard<C> {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let hold = self.hold.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    if let Err(e) = hold.release().await {
+                        tracing::warn!(key = %hold.lock.key(), error = %e, "background unlock failed");
+                    }
+                });
+            }
+            Err(_) => {
+                tracing::debug!(key = %hold.lock.key(), "guard dropped outside a runtime; lock will expire");
+            }
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! One shared pub/sub connection per [`LockClient`](crate::LockClient).
+//!
+//! A background task owns the subscriber connection. Waiters register
+//! interest in a channel and get a `watch` receiver whose value is bumped on
+//! every message; the first waiter of a channel makes the task `SUBSCRIBE`,
+//! the last one leaving makes it `UNSUBSCRIBE`. If the connection breaks the
+//! task reconnects, resubscribes and wakes every waiter (a message may have
+//! been missed), while waiters fall back to the holder's TTL in the meantime.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, oneshot, watch};
+
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+enum Cmd {
+    Subscribe(String, oneshot::Sender<bool>),
+    Unsubscribe(String),
+}
+
+struct Entry {
+    refs: usize,
+    tx: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+struct Shared {
+    channels: Mutex<HashMap<String, Entry>>,
+}
+
+impl Shared {
+    fn bump(&self, channel: &str) {
+        let map = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = map.get(channel) {
+            entry.tx.send_modify(|v| *v = v.wrapping_add(1));
+        }
+    }
+
+    fn bump_all(&self) {
+        let map = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        for entry in map.values() {
+            entry.tx.send_modify(|v| *v = v.wrapping_add(1));
+        }
+    }
+
+    fn has(&self, channel: &str) -> bool {
+        let map = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        map.contains_key(channel)
+    }
+
+    fn names(&self) -> Vec<String> {
+        let map = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        map.keys().cloned().collect()
+    }
+}
+
+pub(crate) struct Hub {
+    client: redis::Client,
+    shared: Arc<Shared>,
+    task: Mutex<Option<mpsc::UnboundedSender<Cmd>>>,
+}
+
+impl Hub {
+    pub(crate) fn new(client: redis::Client) -> Self {
+        Hub {
+            client,
+            shared: Arc::default(),
+            task: Mutex::new(None),
+        }
+    }
+
+    /// The command channel of the background task, (re)starting it if it is
+    /// not running (e.g. its runtime was shut down).
+    fn sender(&self) -> mpsc::UnboundedSender<Cmd> {
+        let mut slot = self.task.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = slot.as_ref().filter(|tx| !tx.is_closed()) {
+            return tx.clone();
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(self.client.clone(), self.shared.clone(), rx));
+        *slot = Some(tx.clone());
+        tx
+    }
+
+    /// Registers interest in `channel` and waits until the subscription is
+    /// confirmed by the server. Returns `None` if the subscriber connection
+    /// is unavailable; callers then fall back to timed retries.
+    pub(crate) async fn subscribe(&self, channel: &str) -> Option<Subscription> {
+        let rx = {
+            let mut map = self
+                .shared
+                .channels
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let entry = map.entry(channel.to_owned()).or_insert_with(|| Entry {
+                refs: 0,
+                tx: watch::channel(0).0,
+            });
+            entry.refs += 1;
+            entry.tx.subscribe()
+        };
+        let sender = self.sender();
+        let sub = Subscription {
+            shared: self.shared.clone(),
+            sender: sender.clone(),
+            channel: channel.to_owned(),
+            rx,
+        };
+        let (reply_tx, reply_rx) = oneshot::channel();
+        if sender
+            .send(Cmd::Subscribe(channel.to_owned(), reply_tx))
+            .is_err()
+        {
+            return None;
+        }
+        match tokio::time::timeout(SUBSCRIBE_TIMEOUT, reply_rx).await {
+            Ok(Ok(true)) => Some(sub),
+            _ => None,
+        }
+    }
+}
+
+/// A registered interest in one channel. Dropping it unregisters.
+pub(crate) struct Subscription {
+    shared: Arc<Shared>,
+    sender: mpsc::UnboundedSender<Cmd>,
+    channel: String,
+    rx: watch::Receiver<u64>,
+}
+
+impl Subscription {
+    /// Resolves when a message arrived since the last call (or since
+    /// registration). Never resolves if the hub went away.
+    pub(crate) async fn notified(&mut self) {
+        if self.rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut map = self
+            .shared
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = map.get_mut(&self.channel) {
+            entry.refs -= 1;
+            if entry.refs == 0 {
+                map.remove(&self.channel);
+                let _ = self.sender.send(Cmd::Unsubscribe(self.channel.clone()));
+            }
+        }
+    }
+}
+
+async fn run(client: redis::Client, shared: Arc<Shared>, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let connected = tokio::time::timeout(SUBSCRIBE_TIMEOUT, client.get_async_pubsub()).await;
+        let pubsub = match connected {
+            Ok(Ok(p)) => p,
+            other => {
+                let err = match other {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "timed out".to_owned(),
+                };
+                tracing::warn!(error = %err, "lock subscriber connection failed; retrying");
+                // Refuse subscriptions until the connection is back.
+                let sleep = tokio::time::sleep(backoff);
+                tokio::pin!(sleep);
+                loop {
+                    tokio::select! {
+                        _ = &mut sleep => break,
+                        cmd = cmds.recv() => match cmd {
+                            None => return,
+                            Some(Cmd::Subscribe(_, reply)) => { let _ = reply.send(false); }
+                            Some(Cmd::Unsubscribe(_)) => {}
+                        },
+                    }
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        };
+        let (mut sink, mut stream) = pubsub.split();
+        let mut subscribed = HashSet::new();
+        let mut healthy = true;
+        for ch in shared.names() {
+            match tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.subscribe(&ch)).await {
+                Ok(Ok(())) => {
+                    subscribed.insert(ch);
+                }
+                _ => healthy = false,
+            }
+        }
+        // Anything published while we were (re)connecting is lost: wake all.
+        shared.bump_all();
+        if healthy {
+            backoff = Duration::from_millis(50);
+        }
+        while healthy {
+            tokio::select! {
+                cmd = cmds.recv() => match cmd {
+                    None => return,
+                    Some(Cmd::Subscribe(ch, reply)) => {
+                        if subscribed.contains(&ch) {
+                            let _ = reply.send(true);
+                            continue;
+                        }
+                        match tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.subscribe(&ch)).await {
+                            Ok(Ok(())) => {
+                                subscribed.insert(ch);
+                                let _ = reply.send(true);
+                            }
+                            _ => {
+                                let _ = reply.send(false);
+                                healthy = false;
+                            }
+                        }
+                    }
+                    Some(Cmd::Unsubscribe(ch)) => {
+                        // Skip if a new waiter registered in the meantime.
+                        if !shared.has(&ch) && subscribed.remove(&ch) {
+                            let unsub = sink.unsubscribe(&ch);
+                            if !matches!(tokio::time::timeout(SUBSCRIBE_TIMEOUT, unsub).await, Ok(Ok(()))) {
+                                healthy = false;
+                            }
+                        }
+                    }
+                },
+                msg = stream.next() => match msg {
+                    Some(msg) => shared.bump(msg.get_channel_name()),
+                    None => healthy = false,
+                },
+            }
+        }
+        tracing::warn!("lock subscriber connection lost; reconnecting");
+        shared.bump_all();
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
