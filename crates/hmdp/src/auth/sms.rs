@@ -1,0 +1,37 @@
+use futures_util::future::BoxFuture;
+
+/// Where login codes go. The default, [`LogSmsSender`], writes them to the log as the original
+/// does; a deployment plugs in its SMS gateway here.
+pub trait SmsSender: Send + Sync + 'static {
+    /// Delivers `code` to `phone` (the full number).
+    fn send_code<'a>(
+        &'a self,
+        phone: &'a str,
+        code: &'a str,
+    ) -> BoxFuture<'a, Result<(), SmsError>>;
+}
+
+/// An SMS could not be delivered.
+#[derive(Debug, thiserror::Error)]
+#[error("SMS delivery failed: {0}")]
+pub struct SmsError(pub String);
+
+/// Logs the code at INFO level instead of sending an SMS (development and demos).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LogSmsSender;
+
+impl SmsSender for LogSmsSender {
+    fn send_code<'a>(
+        &'a self,
+        phone: &'a str,
+        code: &'a str,
+    ) -> BoxFuture<'a, Result<(), SmsError>> {
+        Box::pin(async move {
+            // The full message on one line, so `grep 'login code'` finds it in the log.
+            tracing::info!(
+                "SMS (simulated, HMDP logs instead of sending): login code for {phone} is {code}"
+            );
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,535 @@
+//! Configuration: built-in defaults < optional TOML file (`--config FILE`) < environment.
+//!
+//! The `HMDP_*` variable names are a contract: scripts, CI and tests outside the code set them, so
+//! they never change meaning. Every setting has a default that makes `hmdp` run with no
+//! configuration at all (SQLite file under the data directory, Redis on localhost or a managed
+//! child `redis-server`).
+//!
+//! The TOML file uses the same names in lower case without the `HMDP_` prefix
+//! (`HMDP_REDIS_URL` → `redis_url`); unknown keys are rejected so typos do not pass silently.
+
+use std::{
+    collections::HashMap,
+    fmt,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use serde::Deserialize;
+
+/// Errors found while reading the configuration; each names the setting at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The `--config` file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The `--config` file is not valid TOML or has unknown keys.
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    /// A value (from the file or the environment) does not parse.
+    #[error("invalid value for {name}: {message}")]
+    Invalid { name: &'static str, message: String },
+}
+
+/// When to start a private `redis-server` child instead of using `redis_url`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ManagedRedis {
+    /// Only when `HMDP_REDIS_URL` is unset and nothing answers at the default URL.
+    Auto,
+    /// Always start one (tests, demos on a machine with a busy Redis).
+    Always,
+    /// Never: fail if Redis does not answer.
+    Never,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// A secret string that never shows up in `Debug`/`Display` output or logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself; call only where it is really needed.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"***\"")
+    }
+}
+
+/// Limits on how often and how many login codes a phone can get and try.
+#[derive(Debug, Clone)]
+pub struct CodePolicy {
+    /// How long a code stays valid (the original: 2 minutes).
+    pub ttl: Duration,
+    /// Minimum time between two codes for one phone.
+    pub min_interval: Duration,
+    /// Codes per phone per rolling 24 hours.
+    pub daily_limit: u32,
+    /// Wrong tries after which the code is void.
+    pub max_attempts: u32,
+}
+
+/// The effective configuration of one `hmdp` process.
+///
+/// `Debug` prints [`Config::redacted_summary`], so logging a `Config` never leaks a secret.
+#[derive(Clone)]
+pub struct Config {
+    /// `HMDP_LISTEN`: address to serve on.
+    pub listen: SocketAddr,
+    /// `HMDP_DATABASE_URL`: `sqlite://FILE` or `mysql://…`. Defaults to `sqlite://{data_dir}/hmdp.db`.
+    pub database_url: String,
+    /// `HMDP_DB_MAX_CONNECTIONS`: database pool size.
+    pub db_max_connections: u32,
+    /// `HMDP_REDIS_URL`: one `redis://` URL, or several comma-separated for a Redis Cluster.
+    /// `None` means "the default", which may be replaced by a managed child (see `redis_managed`).
+    pub redis_url: Option<String>,
+    /// `HMDP_REDIS_PREFIX`: prepended to every Redis key.
+    pub redis_prefix: String,
+    /// `HMDP_REDIS_MANAGED`: auto | always | never.
+    pub redis_managed: ManagedRedis,
+    /// `HMDP_ADMIN_TOKEN`: admin credential; generated and stored under `data_dir` when unset.
+    pub admin_token: Option<Secret>,
+    /// `HMDP_STATIC_DIR`: a folder served at `/` (e.g. the original front-end pages).
+    pub static_dir: Option<PathBuf>,
+    /// `HMDP_DATA_DIR`: where the embedded defaults keep their files.
+    pub data_dir: PathBuf,
+    /// `HMDP_SESSION_TTL_SECS`: sliding session lifetime.
+    pub session_ttl: Duration,
+    /// `HMDP_CODE_TTL_SECS`, `HMDP_CODE_MIN_INTERVAL_SECS`, `HMDP_CODE_DAILY_LIMIT`, `HMDP_CODE_MAX_ATTEMPTS`.
+    pub code: CodePolicy,
+    /// `HMDP_BODY_LIMIT_BYTES`: largest accepted request body.
+    pub body_limit: usize,
+    /// `HMDP_REQUEST_TIMEOUT_MS`: a request taking longer is answered 503.
+    pub request_timeout: Duration,
+    /// `HMDP_LOG`: a tracing filter such as `info` or `hmdp=debug` (falls back to `RUST_LOG`).
+    pub log_filter: String,
+    /// `HMDP_LOG_FORMAT`: text | json.
+    pub log_format: LogFormat,
+}
+
+/// The default Redis URL, used when `HMDP_REDIS_URL` is unset.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+impl Default for Config {
+    fn default() -> Self {
+        let data_dir = PathBuf::from("data");
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            database_url: default_database_url(&data_dir),
+            db_max_connections: 10,
+            redis_url: None,
+            redis_prefix: String::new(),
+            redis_managed: ManagedRedis::Auto,
+            admin_token: None,
+            static_dir: None,
+            data_dir,
+            session_ttl: Duration::from_secs(30 * 60),
+            code: CodePolicy {
+                ttl: Duration::from_secs(120),
+                min_interval: Duration::from_secs(60),
+                daily_limit: 10,
+                max_attempts: 5,
+            },
+            body_limit: 64 * 1024,
+            request_timeout: Duration::from_secs(10),
+            log_filter: "info".to_owned(),
+            log_format: LogFormat::Text,
+        }
+    }
+}
+
+fn default_database_url(data_dir: &Path) -> String {
+    format!("sqlite://{}/hmdp.db", data_dir.display())
+}
+
+/// The TOML file's shape: every field optional, unknown keys rejected.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<String>,
+    database_url: Option<String>,
+    db_max_connections: Option<u32>,
+    redis_url: Option<String>,
+    redis_prefix: Option<String>,
+    redis_managed: Option<ManagedRedis>,
+    admin_token: Option<String>,
+    static_dir: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+    session_ttl_secs: Option<u64>,
+    code_ttl_secs: Option<u64>,
+    code_min_interval_secs: Option<u64>,
+    code_daily_limit: Option<u32>,
+    code_max_attempts: Option<u32>,
+    body_limit_bytes: Option<usize>,
+    request_timeout_ms: Option<u64>,
+    log: Option<String>,
+    log_format: Option<LogFormat>,
+}
+
+impl Config {
+    /// Loads the configuration from an optional TOML file and the process environment.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let env: HashMap<String, String> = std::env::vars().collect();
+        Self::from_sources(file, &env)
+    }
+
+    /// Like [`Config::load`], with the environment given explicitly (tests).
+    pub fn from_sources(
+        file: Option<&Path>,
+        env: &HashMap<String, String>,
+    ) -> Result<Self, ConfigError> {
+        let file_cfg = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                toml::from_str::<FileConfig>(&text).map_err(|e| ConfigError::Parse {
+                    path: path.to_owned(),
+                    message: e.message().to_owned(),
+                })?
+            }
+            None => FileConfig::default(),
+        };
+        let mut c = Config::default();
+        let var = |name: &str| env.get(name).filter(|v| !v.trim().is_empty()).cloned();
+
+        // Each setting: environment first, then the file, then the default.
+        if let Some(v) = var("HMDP_LISTEN").or(file_cfg.listen) {
+            c.listen = parse_value("HMDP_LISTEN", &v)?;
+        }
+        if let Some(v) = var("HMDP_DATA_DIR")
+            .map(PathBuf::from)
+            .or(file_cfg.data_dir)
+        {
+            c.data_dir = v;
+        }
+        c.database_url = var("HMDP_DATABASE_URL")
+            .or(file_cfg.database_url)
+            .unwrap_or_else(|| default_database_url(&c.data_dir));
+        if let Some(v) = var("HMDP_DB_MAX_CONNECTIONS") {
+            c.db_max_connections = parse_value("HMDP_DB_MAX_CONNECTIONS", &v)?;
+        } else if let Some(v) = file_cfg.db_max_connections {
+            c.db_max_connections = v;
+        }
+        if c.db_max_connections == 0 {
+            return Err(invalid("HMDP_DB_MAX_CONNECTIONS", "must be at least 1"));
+        }
+        c.redis_url = var("HMDP_REDIS_URL").or(file_cfg.redis_url);
+        c.redis_prefix = env
+            .get("HMDP_REDIS_PREFIX")
+            .cloned()
+            .or(file_cfg.redis_prefix)
+            .unwrap_or_default();
+        if c.redis_prefix.contains(['{', '}']) {
+            // Keys derive their Redis Cluster hash tags from their own parts; braces in the prefix
+            // would silently move every key into one slot.
+            return Err(invalid("HMDP_REDIS_PREFIX", "must not contain '{' or '}'"));
+        }
+        if let Some(v) = var("HMDP_REDIS_MANAGED") {
+            c.redis_managed = match v.to_ascii_lowercase().as_str() {
+                "auto" => ManagedRedis::Auto,
+                "always" => ManagedRedis::Always,
+                "never" => ManagedRedis::Never,
+                _ => {
+                    return Err(invalid(
+                        "HMDP_REDIS_MANAGED",
+                        "expected auto, always or never",
+                    ));
+                }
+            };
+        } else if let Some(v) = file_cfg.redis_managed {
+            c.redis_managed = v;
+        }
+        c.admin_token = var("HMDP_ADMIN_TOKEN")
+            .or(file_cfg.admin_token)
+            .map(Secret::new);
+        if let Some(t) = &c.admin_token
+            && t.expose().len() < 16
+        {
+            return Err(invalid(
+                "HMDP_ADMIN_TOKEN",
+                "must be at least 16 characters long",
+            ));
+        }
+        c.static_dir = var("HMDP_STATIC_DIR")
+            .map(PathBuf::from)
+            .or(file_cfg.static_dir);
+
+        let secs =
+            |name: &'static str, env_v: Option<String>, file_v: Option<u64>, dflt: Duration| {
+                match env_v {
+                    Some(v) => parse_value::<u64>(name, &v).map(Duration::from_secs),
+                    None => Ok(file_v.map(Duration::from_secs).unwrap_or(dflt)),
+                }
+            };
+        c.session_ttl = secs(
+            "HMDP_SESSION_TTL_SECS",
+            var("HMDP_SESSION_TTL_SECS"),
+            file_cfg.session_ttl_secs,
+            c.session_ttl,
+        )?;
+        c.code.ttl = secs(
+            "HMDP_CODE_TTL_SECS",
+            var("HMDP_CODE_TTL_SECS"),
+            file_cfg.code_ttl_secs,
+            c.code.ttl,
+        )?;
+        c.code.min_interval = secs(
+            "HMDP_CODE_MIN_INTERVAL_SECS",
+            var("HMDP_CODE_MIN_INTERVAL_SECS"),
+            file_cfg.code_min_interval_secs,
+            c.code.min_interval,
+        )?;
+        if let Some(v) = var("HMDP_CODE_DAILY_LIMIT") {
+            c.code.daily_limit = parse_value("HMDP_CODE_DAILY_LIMIT", &v)?;
+        } else if let Some(v) = file_cfg.code_daily_limit {
+            c.code.daily_limit = v;
+        }
+        if let Some(v) = var("HMDP_CODE_MAX_ATTEMPTS") {
+            c.code.max_attempts = parse_value("HMDP_CODE_MAX_ATTEMPTS", &v)?;
+        } else if let Some(v) = file_cfg.code_max_attempts {
+            c.code.max_attempts = v;
+        }
+        if c.session_ttl.is_zero() {
+            return Err(invalid("HMDP_SESSION_TTL_SECS", "must be at least 1"));
+        }
+        if c.code.ttl.is_zero() || c.code.daily_limit == 0 || c.code.max_attempts == 0 {
+            return Err(invalid(
+                "HMDP_CODE_*",
+                "code TTL, daily limit and max attempts must be at least 1",
+            ));
+        }
+        if let Some(v) = var("HMDP_BODY_LIMIT_BYTES") {
+            c.body_limit = parse_value("HMDP_BODY_LIMIT_BYTES", &v)?;
+        } else if let Some(v) = file_cfg.body_limit_bytes {
+            c.body_limit = v;
+        }
+        if let Some(v) = var("HMDP_REQUEST_TIMEOUT_MS") {
+            c.request_timeout = Duration::from_millis(parse_value("HMDP_REQUEST_TIMEOUT_MS", &v)?);
+        } else if let Some(v) = file_cfg.request_timeout_ms {
+            c.request_timeout = Duration::from_millis(v);
+        }
+        if c.request_timeout.is_zero() {
+            return Err(invalid("HMDP_REQUEST_TIMEOUT_MS", "must be at least 1"));
+        }
+        c.log_filter = var("HMDP_LOG")
+            .or(file_cfg.log)
+            .or_else(|| var("RUST_LOG"))
+            .unwrap_or(c.log_filter);
+        if let Some(v) = var("HMDP_LOG_FORMAT") {
+            c.log_format = match v.to_ascii_lowercase().as_str() {
+                "text" => LogFormat::Text,
+                "json" => LogFormat::Json,
+                _ => return Err(invalid("HMDP_LOG_FORMAT", "expected text or json")),
+            };
+        } else if let Some(v) = file_cfg.log_format {
+            c.log_format = v;
+        }
+        Ok(c)
+    }
+
+    /// The Redis URL in effect (the configured one or the default).
+    pub fn redis_url_or_default(&self) -> &str {
+        self.redis_url.as_deref().unwrap_or(DEFAULT_REDIS_URL)
+    }
+
+    /// A one-line summary for the start-up log, with secrets and passwords redacted.
+    pub fn redacted_summary(&self) -> String {
+        format!(
+            "listen={} database_url={} redis_url={} redis_prefix={:?} redis_managed={:?} \
+             admin_token={} static_dir={} data_dir={} session_ttl={}s code_ttl={}s \
+             code_min_interval={}s code_daily_limit={} code_max_attempts={} body_limit={}B \
+             request_timeout={}ms db_max_connections={}",
+            self.listen,
+            redact_url(&self.database_url),
+            self.redis_url
+                .as_deref()
+                .map(redact_url)
+                .unwrap_or_else(|| format!("{DEFAULT_REDIS_URL} (default)")),
+            self.redis_prefix,
+            self.redis_managed,
+            if self.admin_token.is_some() {
+                "set"
+            } else {
+                "generated"
+            },
+            self.static_dir
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "-".into()),
+            self.data_dir.display(),
+            self.session_ttl.as_secs(),
+            self.code.ttl.as_secs(),
+            self.code.min_interval.as_secs(),
+            self.code.daily_limit,
+            self.code.max_attempts,
+            self.body_limit,
+            self.request_timeout.as_millis(),
+            self.db_max_connections,
+        )
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Config {{ {} }}", self.redacted_summary())
+    }
+}
+
+fn invalid(name: &'static str, message: &str) -> ConfigError {
+    ConfigError::Invalid {
+        name,
+        message: message.to_owned(),
+    }
+}
+
+fn parse_value<T: std::str::FromStr>(name: &'static str, v: &str) -> Result<T, ConfigError>
+where
+    T::Err: fmt::Display,
+{
+    v.trim().parse().map_err(|e: T::Err| ConfigError::Invalid {
+        name,
+        message: format!("{v:?}: {e}"),
+    })
+}
+
+/// Replaces the password of every `scheme://user:password@host` part with `***`.
+pub fn redact_url(url: &str) -> String {
+    url.split(',')
+        .map(|part| {
+            let Some(scheme_end) = part.find("://") else {
+                return part.to_owned();
+            };
+            let rest = &part[scheme_end + 3..];
+            let authority_end = rest.find('/').unwrap_or(rest.len());
+            match rest[..authority_end].rfind('@') {
+                Some(at) => {
+                    let userinfo = &rest[..at];
+                    let user = userinfo.split(':').next().unwrap_or("");
+                    let masked = if userinfo.contains(':') {
+                        format!("{user}:***")
+                    } else {
+                        user.to_owned()
+                    };
+                    format!("{}{}{}", &part[..scheme_end + 3], masked, &rest[at..])
+                }
+                None => part.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn no_configuration_gives_the_documented_defaults() {
+        let c = Config::from_sources(None, &env(&[])).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8081");
+        assert_eq!(c.database_url, "sqlite://data/hmdp.db");
+        assert_eq!(c.redis_url_or_default(), "redis://127.0.0.1:6379");
+        assert!(c.redis_url.is_none());
+        assert_eq!(c.redis_prefix, "");
+        assert_eq!(c.data_dir, PathBuf::from("data"));
+        assert_eq!(c.session_ttl, Duration::from_secs(1800));
+        assert_eq!(c.code.ttl, Duration::from_secs(120));
+    }
+
+    #[test]
+    fn the_environment_overrides_the_file_which_overrides_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("hmdp.toml");
+        std::fs::write(
+            &file,
+            "listen = \"0.0.0.0:9000\"\nredis_prefix = \"file:\"\nsession_ttl_secs = 60\n",
+        )
+        .unwrap();
+        let c = Config::from_sources(Some(&file), &env(&[("HMDP_REDIS_PREFIX", "env:")])).unwrap();
+        assert_eq!(c.listen.to_string(), "0.0.0.0:9000");
+        assert_eq!(c.redis_prefix, "env:");
+        assert_eq!(c.session_ttl, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn the_data_dir_moves_the_default_database() {
+        let c = Config::from_sources(None, &env(&[("HMDP_DATA_DIR", "/var/lib/hmdp")])).unwrap();
+        assert_eq!(c.database_url, "sqlite:///var/lib/hmdp/hmdp.db");
+    }
+
+    #[test]
+    fn unknown_file_keys_are_rejected_with_the_file_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bad.toml");
+        std::fs::write(&file, "lisen = \"x\"\n").unwrap();
+        let err = Config::from_sources(Some(&file), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("bad.toml"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        let err = Config::from_sources(None, &env(&[("HMDP_LISTEN", "nope")])).unwrap_err();
+        assert!(err.to_string().contains("HMDP_LISTEN"), "{err}");
+        let err = Config::from_sources(None, &env(&[("HMDP_REDIS_PREFIX", "{x}")])).unwrap_err();
+        assert!(err.to_string().contains("HMDP_REDIS_PREFIX"), "{err}");
+        let err = Config::from_sources(None, &env(&[("HMDP_ADMIN_TOKEN", "short")])).unwrap_err();
+        assert!(err.to_string().contains("HMDP_ADMIN_TOKEN"), "{err}");
+    }
+
+    #[test]
+    fn secrets_never_show_in_debug_output_or_the_summary() {
+        let c = Config::from_sources(
+            None,
+            &env(&[
+                ("HMDP_ADMIN_TOKEN", "super-secret-admin-token"),
+                ("HMDP_DATABASE_URL", "mysql://root:hunter2@db:3306/hmdp"),
+            ]),
+        )
+        .unwrap();
+        let shown = format!("{c:?} {}", c.redacted_summary());
+        assert!(!shown.contains("super-secret-admin-token"));
+        assert!(!shown.contains("hunter2"));
+        assert!(shown.contains("mysql://root:***@db:3306/hmdp"));
+    }
+
+    #[test]
+    fn urls_without_passwords_are_left_alone() {
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
+        assert_eq!(
+            redact_url("redis://:pw@a:1,redis://:pw@b:2"),
+            "redis://:***@a:1,redis://:***@b:2"
+        );
+    }
+}

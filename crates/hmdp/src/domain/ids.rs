@@ -1,0 +1,87 @@
+use std::{fmt, str::FromStr};
+
+use serde::{Deserialize, Serialize};
+
+/// Why a string is not a valid id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("id must be a positive integer")]
+pub struct IdError;
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(try_from = "i64", into = "i64")]
+        pub struct $name(i64);
+
+        impl $name {
+            /// Wraps a positive database id.
+            pub fn new(v: i64) -> Result<Self, IdError> {
+                if v > 0 { Ok(Self(v)) } else { Err(IdError) }
+            }
+
+            pub fn get(self) -> i64 {
+                self.0
+            }
+        }
+
+        impl TryFrom<i64> for $name {
+            type Error = IdError;
+            fn try_from(v: i64) -> Result<Self, IdError> {
+                Self::new(v)
+            }
+        }
+
+        impl From<$name> for i64 {
+            fn from(v: $name) -> i64 {
+                v.0
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = IdError;
+            fn from_str(s: &str) -> Result<Self, IdError> {
+                s.parse::<i64>().map_err(|_| IdError).and_then(Self::new)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A `tb_user.id`.
+    UserId
+);
+id_type!(
+    /// A `tb_shop.id`.
+    ShopId
+);
+id_type!(
+    /// A `tb_voucher.id`.
+    VoucherId
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_must_be_positive_integers() {
+        assert_eq!("42".parse::<UserId>().unwrap().get(), 42);
+        for bad in ["0", "-1", "", "1.5", "abc", "99999999999999999999"] {
+            assert!(bad.parse::<UserId>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ids_serialize_as_json_numbers() {
+        let id = ShopId::new(7).unwrap();
+        assert_eq!(serde_json::to_string(&id).unwrap(), "7");
+        assert!(serde_json::from_str::<ShopId>("0").is_err());
+    }
+}

@@ -1,0 +1,16 @@
+//! Domain newtypes: values that are checked once, at the edge, and trusted everywhere after.
+//!
+//! "Parse, don't validate": a [`Phone`] can only exist if it passed the phone rule, a
+//! [`SessionToken`] only if it has the token shape, so the rest of the code never re-checks.
+
+mod code;
+mod ids;
+mod phone;
+mod token;
+mod user;
+
+pub use code::{LoginCode, LoginCodeError};
+pub use ids::{IdError, ShopId, UserId, VoucherId};
+pub use phone::{Phone, PhoneError};
+pub use token::SessionToken;
+pub use user::{NickName, UserDto};

@@ -1,0 +1,338 @@
+//! The response envelope and the HTTP error type.
+//!
+//! Every answer is the original's `Result` JSON — `{success, errorMsg, data, total}` with null
+//! fields omitted — plus, on failures, a stable machine-readable `code`. Status codes:
+//! business refusals are HTTP 200 with `success:false` (as the original, so its pages show the
+//! message); malformed input 400; missing or expired login 401; admin token missing 403;
+//! rate limited 429 (with `Retry-After`); Redis or the database away 503; anything else 500 with
+//! a generic message while the cause goes to the log, never to the client.
+
+use std::{borrow::Cow, time::Duration};
+
+use axum::{
+    Json,
+    extract::rejection::{JsonRejection, PathRejection, QueryRejection},
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use serde::Serialize;
+
+use crate::storage::StorageError;
+
+/// The JSON body of every response.
+#[derive(Debug, Serialize)]
+pub struct Envelope<T: Serialize> {
+    pub success: bool,
+    #[serde(rename = "errorMsg", skip_serializing_if = "Option::is_none")]
+    pub error_msg: Option<Cow<'static, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<T>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<&'static str>,
+}
+
+/// A successful answer: `{"success":true}` plus `data` when there is some.
+#[derive(Debug)]
+pub struct Reply<T: Serialize>(pub Option<T>);
+
+impl<T: Serialize> IntoResponse for Reply<T> {
+    fn into_response(self) -> Response {
+        Json(Envelope {
+            success: true,
+            error_msg: None,
+            data: self.0,
+            total: None,
+            code: None,
+        })
+        .into_response()
+    }
+}
+
+/// What handlers return.
+pub type ApiResult<T> = Result<Reply<T>, ApiError>;
+
+/// `ok(data)`: success with data.
+pub fn ok<T: Serialize>(data: T) -> ApiResult<T> {
+    Ok(Reply(Some(data)))
+}
+
+/// `ok()`: success without data (`{"success":true}`).
+pub fn ok_empty() -> ApiResult<()> {
+    Ok(Reply(None))
+}
+
+macro_rules! error_codes {
+    ($($(#[$doc:meta])* $variant:ident => ($code:literal, $status:ident),)*) => {
+        /// Stable, machine-readable error codes. The strings never change meaning.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub enum ErrorCode {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl ErrorCode {
+            /// The `code` field of the envelope.
+            pub fn as_str(self) -> &'static str {
+                match self { $(ErrorCode::$variant => $code,)* }
+            }
+
+            /// The HTTP status this code is answered with.
+            pub fn status(self) -> StatusCode {
+                match self { $(ErrorCode::$variant => StatusCode::$status,)* }
+            }
+
+            /// Every code, for documentation and tests.
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant,)*];
+        }
+    };
+}
+
+error_codes! {
+    /// The phone number does not follow the phone rule ("手机号格式错误").
+    InvalidPhone => ("invalid_phone", OK),
+    /// The login code is not six digits.
+    InvalidCode => ("invalid_code", OK),
+    /// The login code is wrong ("验证码错误").
+    WrongCode => ("wrong_code", OK),
+    /// There is no code for this phone: never sent, expired or already used.
+    CodeExpired => ("code_expired", OK),
+    /// Too many wrong tries: the code is void, ask for a new one.
+    CodeVoid => ("code_void", OK),
+    /// Password login is not offered (the original never implemented it).
+    PasswordLoginUnsupported => ("password_login_unsupported", OK),
+    /// A shop update without an id ("店铺id不能为空").
+    ShopIdRequired => ("shop_id_required", OK),
+    /// No such shop ("店铺不存在！").
+    ShopNotFound => ("shop_not_found", OK),
+    /// Malformed input: bad JSON, a missing field, a wrong type, a bad path or query value.
+    InvalidRequest => ("invalid_request", BAD_REQUEST),
+    /// No or expired login on a route that needs one.
+    Unauthorized => ("unauthorized", UNAUTHORIZED),
+    /// A catalogue-changing route without the right `x-admin-token`.
+    AdminRequired => ("admin_required", FORBIDDEN),
+    /// No such route.
+    NotFound => ("not_found", NOT_FOUND),
+    /// The route exists but not with this method.
+    MethodNotAllowed => ("method_not_allowed", METHOD_NOT_ALLOWED),
+    /// The request body is larger than the configured limit.
+    PayloadTooLarge => ("payload_too_large", PAYLOAD_TOO_LARGE),
+    /// Too many requests of this kind (e.g. login codes for one phone).
+    RateLimited => ("rate_limited", TOO_MANY_REQUESTS),
+    /// Redis or the database cannot be reached right now; retry later.
+    Unavailable => ("unavailable", SERVICE_UNAVAILABLE),
+    /// The request took longer than the configured timeout.
+    Timeout => ("timeout", SERVICE_UNAVAILABLE),
+    /// A bug or unexpected failure; details are in the server log.
+    Internal => ("internal", INTERNAL_SERVER_ERROR),
+}
+
+/// An error answer: a code, a message for people, and (for 5xx) the logged cause.
+#[derive(Debug)]
+pub struct ApiError {
+    code: ErrorCode,
+    message: Cow<'static, str>,
+    retry_after: Option<Duration>,
+    source: Option<anyhow::Error>,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<Cow<'static, str>>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            retry_after: None,
+            source: None,
+        }
+    }
+
+    /// 400 with a message naming what is wrong.
+    pub fn invalid(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorCode::InvalidRequest, message)
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(ErrorCode::Unauthorized, "请先登录 (login required)")
+    }
+
+    pub fn rate_limited(message: impl Into<Cow<'static, str>>, retry_after: Duration) -> Self {
+        Self {
+            retry_after: Some(retry_after),
+            ..Self::new(ErrorCode::RateLimited, message)
+        }
+    }
+
+    /// 500; the cause is logged, the client sees only "服务器异常".
+    pub fn internal(source: impl Into<anyhow::Error>) -> Self {
+        Self {
+            source: Some(source.into()),
+            ..Self::new(ErrorCode::Internal, "服务器异常 (internal error)")
+        }
+    }
+
+    /// 503; the cause is logged.
+    pub fn unavailable(what: &'static str, source: impl Into<anyhow::Error>) -> Self {
+        Self {
+            source: Some(source.into()),
+            ..Self::new(
+                ErrorCode::Unavailable,
+                format!("服务暂时不可用，请稍后重试 ({what} unavailable, retry later)"),
+            )
+        }
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        self.code
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.code.status();
+        match (&self.source, status.is_server_error()) {
+            (Some(cause), true) if self.code == ErrorCode::Internal => {
+                tracing::error!(code = self.code.as_str(), cause = ?cause, "request failed")
+            }
+            (Some(cause), _) => {
+                tracing::warn!(code = self.code.as_str(), cause = %cause, "request failed")
+            }
+            _ => {}
+        }
+        let mut response = (
+            status,
+            Json(Envelope::<()> {
+                success: false,
+                error_msg: Some(self.message),
+                data: None,
+                total: None,
+                code: Some(self.code.as_str()),
+            }),
+        )
+            .into_response();
+        if let Some(after) = self.retry_after {
+            let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+            if let Ok(v) = HeaderValue::from_str(&secs.max(1).to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        response
+    }
+}
+
+impl From<StorageError> for ApiError {
+    fn from(e: StorageError) -> Self {
+        if e.is_unavailable() {
+            ApiError::unavailable("database", e)
+        } else {
+            ApiError::internal(e)
+        }
+    }
+}
+
+impl From<redis::RedisError> for ApiError {
+    fn from(e: redis::RedisError) -> Self {
+        if is_redis_unavailable(&e) {
+            ApiError::unavailable("redis", e)
+        } else {
+            ApiError::internal(e)
+        }
+    }
+}
+
+/// True for Redis errors that mean "Redis is away" rather than "the command was wrong".
+pub fn is_redis_unavailable(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_cluster_error()
+        || matches!(
+            e.kind(),
+            redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
+                | redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+                | redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown)
+                | redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
+        )
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            return ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                "请求体过大 (request body too large)",
+            );
+        }
+        let detail = match &r {
+            JsonRejection::MissingJsonContentType(_) => {
+                "expected a JSON body with `Content-Type: application/json`".to_owned()
+            }
+            other => other.body_text(),
+        };
+        ApiError::invalid(format!("请求体格式错误 (invalid JSON body: {detail})"))
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> Self {
+        ApiError::invalid(format!("请求参数错误 (invalid query: {})", r.body_text()))
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(r: PathRejection) -> Self {
+        ApiError::invalid(format!("路径参数错误 (invalid path: {})", r.body_text()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_codes_are_unique_snake_case_strings() {
+        let mut seen = std::collections::HashSet::new();
+        for c in ErrorCode::ALL {
+            let s = c.as_str();
+            assert!(seen.insert(s), "duplicate code {s}");
+            assert!(
+                s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{s}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_envelope_omits_null_fields() {
+        let ok = serde_json::to_value(Envelope::<()> {
+            success: true,
+            error_msg: None,
+            data: None,
+            total: None,
+            code: None,
+        })
+        .unwrap();
+        assert_eq!(ok, serde_json::json!({"success": true}));
+    }
+
+    #[tokio::test]
+    async fn internal_errors_do_not_leak_their_cause() {
+        let resp =
+            ApiError::internal(anyhow::anyhow!("password=hunter2 at db:3306")).into_response();
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains("\"code\":\"internal\""), "{text}");
+    }
+
+    #[tokio::test]
+    async fn rate_limits_carry_retry_after() {
+        let resp = ApiError::rate_limited("slow down", Duration::from_millis(1500)).into_response();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "2");
+    }
+}

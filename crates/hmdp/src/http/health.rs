@@ -1,0 +1,57 @@
+//! `GET /health`: is the service able to serve? Checks Redis and the database.
+
+use std::time::Duration;
+
+use axum::{Json, Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
+use serde::Serialize;
+
+use super::{AppState, Envelope};
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/health", get(health))
+}
+
+#[derive(Debug, Serialize)]
+struct Health {
+    status: &'static str,
+    redis: &'static str,
+    database: &'static str,
+}
+
+const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+async fn health(State(state): State<AppState>) -> impl IntoResponse {
+    let (redis, db) = tokio::join!(
+        tokio::time::timeout(CHECK_TIMEOUT, state.redis.ping()),
+        tokio::time::timeout(CHECK_TIMEOUT, state.db.ping()),
+    );
+    let redis_ok = matches!(redis, Ok(Ok(())));
+    let db_ok = matches!(db, Ok(Ok(())));
+    if !redis_ok {
+        tracing::warn!(?redis, "health: redis check failed");
+    }
+    if !db_ok {
+        tracing::warn!(?db, "health: database check failed");
+    }
+    let healthy = redis_ok && db_ok;
+    let body = Health {
+        status: if healthy { "ok" } else { "degraded" },
+        redis: if redis_ok { "ok" } else { "down" },
+        database: if db_ok { "ok" } else { "down" },
+    };
+    let status = if healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(Envelope {
+            success: healthy,
+            error_msg: (!healthy).then_some("服务暂时不可用 (a dependency is down)".into()),
+            data: Some(body),
+            total: None,
+            code: (!healthy).then_some("unavailable"),
+        }),
+    )
+}

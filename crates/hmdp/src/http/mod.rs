@@ -1,0 +1,158 @@
+//! The HTTP API, compatible with the original front-end.
+//!
+//! One module per resource, each with its own `router()`; [`app`] merges them, mounts the
+//! whole API both at `/…` and at `/api/…` (the original pages call `/api`, which nginx used to
+//! strip), and wraps it in the cross-cutting layers: request tracing, panic catching, a request
+//! timeout, a body size limit and the session refresh (the original's RefreshTokenInterceptor).
+//! Login-required routes are the ones whose handlers take a [`CurrentUser`].
+
+mod error;
+mod extract;
+mod health;
+mod shop;
+mod user;
+mod voucher;
+
+use std::sync::Arc;
+
+use axum::{
+    Router,
+    body::Body,
+    extract::{DefaultBodyLimit, Request, State},
+    http::{StatusCode, header},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+};
+use tower_http::{
+    catch_panic::CatchPanicLayer,
+    services::ServeDir,
+    trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer},
+};
+use tracing::Level;
+
+pub use error::{ApiError, ApiResult, Envelope, ErrorCode, Reply, ok, ok_empty};
+pub use extract::{Admin, AppJson, AppPath, AppQuery, CurrentUser};
+
+use crate::{
+    auth::{CodeIssuer, SessionStore, SmsSender},
+    config::{Config, Secret},
+    domain::SessionToken,
+    kv::{Keys, RedisConn},
+    storage::Db,
+};
+
+/// Everything a handler may need. Cloned per request, so every field is a cheap handle.
+#[derive(Clone)]
+pub struct AppState {
+    pub db: Db,
+    pub redis: RedisConn,
+    pub keys: Keys,
+    pub sessions: SessionStore,
+    pub codes: CodeIssuer,
+    pub sms: Arc<dyn SmsSender>,
+    pub admin_token: Arc<Secret>,
+    pub config: Arc<Config>,
+}
+
+/// The API routes, without layers or prefix.
+fn api() -> Router<AppState> {
+    Router::new()
+        .merge(health::router())
+        .merge(user::router())
+        .merge(shop::router())
+        .merge(voucher::router())
+}
+
+/// The complete application: the API at `/` and `/api`, the layers, and the static files.
+pub fn app(state: AppState) -> Router {
+    let api = api();
+    let mut router = Router::new()
+        .merge(api.clone())
+        .nest("/api", api)
+        .method_not_allowed_fallback(method_not_allowed);
+    router = match &state.config.static_dir {
+        // Unknown paths fall through to the files; a missing file is a 404 envelope.
+        Some(dir) => router.fallback_service(
+            ServeDir::new(dir)
+                .append_index_html_on_directories(true)
+                .not_found_service(axum::routing::any(not_found).with_state(())),
+        ),
+        None => router.fallback(not_found),
+    };
+    router
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            refresh_session,
+        ))
+        .layer(DefaultBodyLimit::max(state.config.body_limit))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            request_timeout,
+        ))
+        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(DefaultMakeSpan::new().level(Level::INFO))
+                .on_response(DefaultOnResponse::new().level(Level::DEBUG)),
+        )
+        .with_state(state)
+}
+
+/// Reads the `authorization` header and, for a live session, puts the user into the request
+/// and slides the session's TTL. Requests without a valid session pass through anonymous;
+/// the routes that need login refuse them (see [`CurrentUser`]).
+async fn refresh_session(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let token = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(SessionToken::parse);
+    if let Some(token) = token {
+        match state.sessions.touch(&token).await {
+            Ok(Some(user)) => {
+                req.extensions_mut().insert(user);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "session lookup failed");
+                req.extensions_mut().insert(extract::SessionLookupFailed);
+            }
+        }
+    }
+    next.run(req).await
+}
+
+/// Answers 503 in the envelope when a request takes longer than `HMDP_REQUEST_TIMEOUT_MS`.
+async fn request_timeout(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let limit = state.config.request_timeout;
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => ApiError::new(
+            ErrorCode::Timeout,
+            format!(
+                "请求超时，请稍后重试 (request took longer than {} ms)",
+                limit.as_millis()
+            ),
+        )
+        .into_response(),
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(ErrorCode::NotFound, "接口不存在 (no such route)")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        ErrorCode::MethodNotAllowed,
+        "请求方法不支持 (method not allowed on this route)",
+    )
+}
+
+fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response<Body> {
+    tracing::error!("a request handler panicked");
+    let mut resp =
+        ApiError::new(ErrorCode::Internal, "服务器异常 (internal error)").into_response();
+    *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    resp
+}

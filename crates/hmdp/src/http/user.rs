@@ -1,0 +1,169 @@
+//! `/user/*`: SMS code, login, logout, me, and public user lookups.
+
+use axum::{
+    Router,
+    routing::{get, post},
+};
+use serde::Deserialize;
+
+use super::{
+    ApiError, ApiResult, AppState, ErrorCode,
+    extract::{AppJson, AppPath, AppQuery, CurrentUser},
+    ok, ok_empty,
+};
+use crate::{
+    auth::{CodeError, CodeVerdict},
+    domain::{LoginCode, NickName, Phone, UserDto, UserId},
+    storage::users::{self, UserInfo},
+};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/user/code", post(send_code))
+        .route("/user/login", post(login))
+        .route("/user/logout", post(logout))
+        .route("/user/me", get(me))
+        .route("/user/info/{id}", get(info))
+        .route("/user/{id}", get(user_by_id))
+}
+
+#[derive(Debug, Deserialize)]
+struct CodeParams {
+    phone: String,
+}
+
+/// `POST /user/code?phone=`: sends a login code (by default: writes it to the log).
+async fn send_code(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    AppQuery(params): AppQuery<CodeParams>,
+) -> ApiResult<()> {
+    let phone = Phone::parse(&params.phone)
+        .map_err(|e| ApiError::new(ErrorCode::InvalidPhone, e.to_string()))?;
+    let code = state.codes.issue(&phone).await.map_err(|e| match e {
+        CodeError::Cooldown { retry_after } => ApiError::rate_limited(
+            format!(
+                "验证码发送过于频繁，请 {} 秒后再试 (too many codes: retry in {} s)",
+                ceil_secs(retry_after),
+                ceil_secs(retry_after)
+            ),
+            retry_after,
+        ),
+        CodeError::DailyLimit { retry_after } => ApiError::rate_limited(
+            format!(
+                "今日验证码次数已用完 (daily code limit reached: retry in {} s)",
+                ceil_secs(retry_after)
+            ),
+            retry_after,
+        ),
+        CodeError::Redis(e) => e.into(),
+    })?;
+    if let Err(e) = state.sms.send_code(phone.as_str(), code.as_str()).await {
+        // Let the user ask again at once: the code they never received must not cost a minute.
+        if let Err(re) = state.codes.cancel_cooldown(&phone).await {
+            tracing::warn!(error = %re, "could not lift the code cooldown after an SMS failure");
+        }
+        return Err(ApiError::unavailable("sms", e));
+    }
+    tracing::debug!(%phone, "login code issued");
+    ok_empty()
+}
+
+fn ceil_secs(d: std::time::Duration) -> u64 {
+    (d.as_millis().div_ceil(1000) as u64).max(1)
+}
+
+#[derive(Debug, Deserialize)]
+struct LoginForm {
+    phone: String,
+    code: Option<String>,
+    password: Option<String>,
+}
+
+/// `POST /user/login {phone, code}`: the session token.
+async fn login(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    AppJson(form): AppJson<LoginForm>,
+) -> ApiResult<String> {
+    let phone = Phone::parse(&form.phone)
+        .map_err(|e| ApiError::new(ErrorCode::InvalidPhone, e.to_string()))?;
+    let code = match (form.code.as_deref(), form.password.as_deref()) {
+        (Some(c), _) if !c.is_empty() => c,
+        (_, Some(_)) => {
+            return Err(ApiError::new(
+                ErrorCode::PasswordLoginUnsupported,
+                "暂不支持密码登录，请使用验证码登录 (password login is not offered: use an SMS code)",
+            ));
+        }
+        _ => return Err(ApiError::invalid("缺少验证码 (missing field `code`)")),
+    };
+    let code =
+        LoginCode::parse(code).map_err(|e| ApiError::new(ErrorCode::InvalidCode, e.to_string()))?;
+
+    match state.codes.check(&phone, &code).await? {
+        CodeVerdict::Match => {}
+        CodeVerdict::Wrong { tries_left } => {
+            return Err(ApiError::new(
+                ErrorCode::WrongCode,
+                format!("验证码错误 (wrong code: {tries_left} tries left)"),
+            ));
+        }
+        CodeVerdict::Void => {
+            return Err(ApiError::new(
+                ErrorCode::CodeVoid,
+                "验证码错误次数过多，请重新获取 (too many wrong tries: request a new code)",
+            ));
+        }
+        CodeVerdict::Missing => {
+            return Err(ApiError::new(
+                ErrorCode::CodeExpired,
+                "验证码已失效，请重新获取 (no valid code for this phone: request one)",
+            ));
+        }
+    }
+    // The database work comes before the code is used up, so a database failure here leaves
+    // the code valid for a retry instead of burning it.
+    let user = users::find_or_create(&state.db, &phone, &NickName::random()).await?;
+    if !state.codes.consume(&phone, &code).await? {
+        // A concurrent login with the same code won: single use means one of them only.
+        return Err(ApiError::new(
+            ErrorCode::CodeExpired,
+            "验证码已失效，请重新获取 (the code was just used)",
+        ));
+    }
+    let token = state.sessions.create(&user.dto()).await?;
+    tracing::info!(user_id = %user.id, %phone, "user logged in");
+    ok(token.as_str().to_owned())
+}
+
+/// `POST /user/logout`: ends the current session.
+async fn logout(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    CurrentUser(session): CurrentUser,
+) -> ApiResult<()> {
+    state.sessions.delete(&session.token).await?;
+    ok_empty()
+}
+
+/// `GET /user/me`: the logged-in user.
+async fn me(CurrentUser(session): CurrentUser) -> ApiResult<UserDto> {
+    ok(session.user)
+}
+
+/// `GET /user/{id}`: a user's public fields, or `{"success":true}` when there is none.
+async fn user_by_id(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    _: CurrentUser,
+    AppPath(id): AppPath<UserId>,
+) -> ApiResult<UserDto> {
+    let user = users::find_by_id(&state.db, id).await?;
+    Ok(super::Reply(user.map(|u| u.dto())))
+}
+
+/// `GET /user/info/{id}`: a user's profile, or `{"success":true}` when there is none.
+async fn info(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    _: CurrentUser,
+    AppPath(id): AppPath<UserId>,
+) -> ApiResult<UserInfo> {
+    Ok(super::Reply(users::find_info(&state.db, id).await?))
+}

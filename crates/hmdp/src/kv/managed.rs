@@ -1,0 +1,163 @@
+//! A private `redis-server` child for the embedded defaults.
+//!
+//! When no Redis answers at the default URL (and `HMDP_REDIS_URL` is unset), `hmdp` starts one
+//! itself: loopback only, a free port, data under `$HMDP_DATA_DIR/redis` with AOF on (so
+//! accepted orders survive a restart), and stops it on exit. On Linux the child also gets
+//! `SIGTERM` if `hmdp` dies without cleaning up, so it never outlives its parent.
+
+use std::{
+    net::{SocketAddr, TcpListener},
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use tokio::process::{Child, Command};
+
+/// Why a managed Redis could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagedRedisError {
+    #[error(
+        "redis-server was not found on PATH: install it (Debian/Ubuntu: `apt-get install redis-server`) \
+         or point HMDP_REDIS_URL at a running Redis"
+    )]
+    NotInstalled,
+    #[error("cannot prepare {path}: {source}")]
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start redis-server: {0}")]
+    Spawn(std::io::Error),
+    #[error("redis-server did not answer within {0:?}; see {1}")]
+    NotReady(Duration, PathBuf),
+}
+
+/// A running child `redis-server`. Stop it with [`ManagedRedis::stop`]; dropping it kills it.
+#[derive(Debug)]
+pub struct ManagedRedis {
+    child: Child,
+    url: String,
+    dir: PathBuf,
+}
+
+impl ManagedRedis {
+    /// Starts `redis-server` with its files in `dir` and waits until it answers `PING`.
+    pub async fn start(dir: &Path) -> Result<Self, ManagedRedisError> {
+        let binary = find_on_path("redis-server").ok_or(ManagedRedisError::NotInstalled)?;
+        std::fs::create_dir_all(dir).map_err(|source| ManagedRedisError::DataDir {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let dir = std::fs::canonicalize(dir).map_err(|source| ManagedRedisError::DataDir {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let port = free_port().map_err(ManagedRedisError::Spawn)?;
+        let log = dir.join("redis.log");
+        let mut cmd = Command::new(binary);
+        cmd.arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--port")
+            .arg(port.to_string())
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--appendonly")
+            .arg("yes")
+            .arg("--appendfsync")
+            .arg("everysec")
+            .arg("--save")
+            .arg("")
+            .arg("--daemonize")
+            .arg("no")
+            .arg("--protected-mode")
+            .arg("yes")
+            .arg("--logfile")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        #[cfg(target_os = "linux")]
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                // Deliver SIGTERM to the child when the parent thread dies.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(ManagedRedisError::Spawn)?;
+        let url = format!("redis://127.0.0.1:{port}");
+        let mut me = Self { child, url, dir };
+        let deadline = Duration::from_secs(10);
+        let started = Instant::now();
+        loop {
+            if answers_ping(&me.url, Duration::from_millis(500)).await {
+                break;
+            }
+            if started.elapsed() > deadline || me.child.try_wait().ok().flatten().is_some() {
+                let _ = me.child.start_kill();
+                return Err(ManagedRedisError::NotReady(deadline, log));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tracing::info!(url = %me.url, dir = %me.dir.display(), "started a managed redis-server (AOF on)");
+        Ok(me)
+    }
+
+    /// The URL to connect to.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Asks the server to shut down (flushing the AOF), then waits for it to exit.
+    pub async fn stop(mut self) {
+        if let Ok(client) = redis::Client::open(self.url.as_str())
+            && let Ok(Ok(mut conn)) = tokio::time::timeout(
+                Duration::from_secs(2),
+                client.get_multiplexed_async_connection(),
+            )
+            .await
+        {
+            // The server closes the connection instead of answering; that is success.
+            let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").query_async(&mut conn).await;
+        }
+        match tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await {
+            Ok(_) => tracing::info!("managed redis-server stopped"),
+            Err(_) => {
+                tracing::warn!("managed redis-server did not stop in time; killing it");
+                let _ = self.child.kill().await;
+            }
+        }
+    }
+}
+
+/// True if a Redis server at `url` answers `PING` within `timeout`.
+pub async fn answers_ping(url: &str, timeout: Duration) -> bool {
+    let Ok(client) = redis::Client::open(url) else {
+        return false;
+    };
+    let attempt = async {
+        let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+        redis::cmd("PING")
+            .query_async::<String>(&mut conn)
+            .await
+            .ok()
+    };
+    matches!(tokio::time::timeout(timeout, attempt).await, Ok(Some(_)))
+}
+
+fn free_port() -> std::io::Result<u16> {
+    let l = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    Ok(l.local_addr()?.port())
+}
+
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}

@@ -1,0 +1,244 @@
+//! Redis access: one connection type for a single node and for a Redis Cluster.
+//!
+//! [`RedisConn`] implements redis-rs's `ConnectionLike`, so every command helper
+//! (`AsyncCommands`, `Script::invoke_async`, pipelines) runs on it unchanged, whichever
+//! topology is behind it. `HMDP_REDIS_URL` with one URL means a single node (reached through a
+//! reconnecting `ConnectionManager`); several comma-separated URLs mean a cluster.
+//!
+//! Key names come from [`Keys`], which adds the deployment prefix and keeps the original's
+//! names (`login:code:{phone}`, `login:token:{token}`, …). Keys that one Lua script touches
+//! together are built as *slot mates* ([`slot_mate`]) so that the script stays legal on a
+//! cluster, where all keys of one script must hash to one slot.
+
+pub mod managed;
+
+use std::time::Duration;
+
+use redis::{
+    Cmd, RedisFuture, Value,
+    aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig},
+    cluster::ClusterClient,
+    cluster_async::ClusterConnection,
+};
+
+/// A Redis connection to a single node or to a cluster. Cheap to clone; clones share the
+/// underlying multiplexed connection(s), so there is no pool to size.
+#[derive(Clone)]
+pub enum RedisConn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for RedisConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RedisConn::Single(_) => f.write_str("RedisConn::Single"),
+            RedisConn::Cluster(_) => f.write_str("RedisConn::Cluster"),
+        }
+    }
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_command(cmd),
+            RedisConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConn::Single(c) => c.get_db(),
+            RedisConn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// How long a command may take before it fails (so a hung Redis answers fast instead of
+/// holding requests until the HTTP timeout).
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl RedisConn {
+    /// Connects to `url`: one `redis://` URL for a single node, several comma-separated
+    /// for a cluster.
+    pub async fn connect(url: &str) -> redis::RedisResult<Self> {
+        let nodes: Vec<&str> = url
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        if nodes.len() > 1 {
+            let client = ClusterClient::builder(nodes)
+                .connection_timeout(CONNECT_TIMEOUT)
+                .response_timeout(RESPONSE_TIMEOUT)
+                .build()?;
+            Ok(RedisConn::Cluster(client.get_async_connection().await?))
+        } else {
+            let client = redis::Client::open(nodes.first().copied().unwrap_or(url))?;
+            let cfg = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                .set_number_of_retries(2)
+                .set_max_delay(Duration::from_millis(500));
+            Ok(RedisConn::Single(
+                ConnectionManager::new_with_config(client, cfg).await?,
+            ))
+        }
+    }
+
+    /// One `PING` (health checks).
+    pub async fn ping(&self) -> redis::RedisResult<()> {
+        let mut c = self.clone();
+        let pong: String = redis::cmd("PING").query_async(&mut c).await?;
+        debug_assert_eq!(pong, "PONG");
+        Ok(())
+    }
+}
+
+/// Builds every Redis key the service uses, with the deployment prefix in front.
+#[derive(Debug, Clone, Default)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    /// `prefix` must not contain `{` or `}` (the configuration checks this).
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+        }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// `login:code:{phone}`: the current SMS code of a phone (the original's key).
+    pub fn login_code(&self, phone: &str) -> String {
+        format!("{}login:code:{phone}", self.prefix)
+    }
+
+    /// Wrong tries against the current code; a slot mate of [`Keys::login_code`].
+    pub fn login_code_attempts(&self, phone: &str) -> String {
+        slot_mate(&self.login_code(phone), "attempts")
+    }
+
+    /// Present while a phone must wait before the next code; a slot mate of the code key.
+    pub fn login_code_cooldown(&self, phone: &str) -> String {
+        slot_mate(&self.login_code(phone), "cooldown")
+    }
+
+    /// Codes sent to a phone in the current 24-hour window; a slot mate of the code key.
+    pub fn login_code_daily(&self, phone: &str) -> String {
+        slot_mate(&self.login_code(phone), "daily")
+    }
+
+    /// `login:token:{token}`: the session hash (id, nickName, icon) (the original's key).
+    pub fn login_token(&self, token: &str) -> String {
+        format!("{}login:token:{token}", self.prefix)
+    }
+}
+
+/// A key that hashes to the same Redis Cluster slot as `key`, named `key` + `:` + `suffix`.
+///
+/// A key without a hash tag hashes as a whole, so wrapping it in braces (`{key}:suffix`) makes
+/// the new key hash exactly like `key`. A key that already has a hash tag keeps it.
+///
+/// ```
+/// use hmdp::kv::{key_slot, slot_mate};
+/// let mate = slot_mate("login:code:13812345678", "attempts");
+/// assert_eq!(mate, "{login:code:13812345678}:attempts");
+/// assert_eq!(key_slot(&mate), key_slot("login:code:13812345678"));
+/// ```
+pub fn slot_mate(key: &str, suffix: &str) -> String {
+    if hash_tag(key).is_some() {
+        format!("{key}:{suffix}")
+    } else {
+        format!("{{{key}}}:{suffix}")
+    }
+}
+
+/// The part of `key` that Redis Cluster hashes, if the key has a non-empty `{…}` tag.
+fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let close = key[open + 1..].find('}')?;
+    let tag = &key[open + 1..open + 1 + close];
+    (!tag.is_empty()).then_some(tag)
+}
+
+/// The Redis Cluster slot (0..16384) of a key: CRC16/XMODEM of the key or its hash tag.
+pub fn key_slot(key: &str) -> u16 {
+    let hashed = hash_tag(key).unwrap_or(key);
+    crc16_xmodem(hashed.as_bytes()) % 16384
+}
+
+fn crc16_xmodem(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in data {
+        crc ^= (b as u16) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_slot_matches_the_cluster_specification() {
+        // Reference values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(crc16_xmodem(b"123456789"), 0x31C3);
+        assert_eq!(key_slot("foo"), 12182);
+        assert_eq!(key_slot("{user1000}.following"), key_slot("user1000"));
+        // An empty tag does not count: the whole key is hashed.
+        assert_eq!(hash_tag("foo{}{bar}"), None);
+    }
+
+    #[test]
+    fn slot_mates_share_the_slot_of_their_key() {
+        let keys = Keys::new("t1:");
+        let code = keys.login_code("13812345678");
+        assert_eq!(code, "t1:login:code:13812345678");
+        for mate in [
+            keys.login_code_attempts("13812345678"),
+            keys.login_code_cooldown("13812345678"),
+            keys.login_code_daily("13812345678"),
+        ] {
+            assert_eq!(key_slot(&mate), key_slot(&code), "{mate}");
+            assert_ne!(mate, code);
+        }
+        let tagged = "seckill:{v:1}:stock";
+        assert_eq!(slot_mate(tagged, "x"), "seckill:{v:1}:stock:x");
+        assert_eq!(key_slot(&slot_mate(tagged, "x")), key_slot(tagged));
+    }
+
+    #[test]
+    fn keys_keep_the_original_names_after_the_prefix() {
+        let keys = Keys::new("");
+        assert_eq!(keys.login_code("13812345678"), "login:code:13812345678");
+        assert_eq!(
+            keys.login_token("0123456789abcdef0123456789abcdef"),
+            "login:token:0123456789abcdef0123456789abcdef"
+        );
+    }
+}

@@ -1,0 +1,28 @@
+//! # hmdp
+//!
+//! The hm-dianping (黑马点评) local-life review backend, rebuilt in Rust: SMS-code login with
+//! Redis sessions, a shop cache that cannot be knocked over, globally unique order ids and a
+//! flash sale that never oversells. The HTTP API is the original's, so its pages run unchanged.
+//!
+//! ## Layout
+//! - [`config`]: defaults < TOML file < `HMDP_*` environment.
+//! - [`domain`]: newtypes parsed at the edge (phone, login code, session token, ids).
+//! - [`storage`]: SQLite or MySQL/MariaDB behind one [`storage::Db`], with embedded migrations.
+//! - [`kv`]: Redis for a single node or a cluster behind one [`kv::RedisConn`]; key names;
+//!   the managed `redis-server` of the embedded defaults.
+//! - [`auth`]: login codes, sessions, SMS sending.
+//! - [`http`]: axum routers by resource, the envelope, errors and extractors.
+//! - [`startup`]: wiring it all together; [`cli`]: the `hmdp` command.
+
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod domain;
+pub mod http;
+pub mod kv;
+pub mod startup;
+pub mod storage;
+pub mod telemetry;
+
+pub use config::Config;
+pub use startup::{Application, Dependencies};

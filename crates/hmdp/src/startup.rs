@@ -1,0 +1,248 @@
+//! Building and running the service: configuration → database → Redis → HTTP.
+//!
+//! [`Application::build`] does all the fallible set-up and binds the listener, so tests can
+//! start the real service on port 0 and read [`Application::local_addr`] before it runs.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use anyhow::Context;
+use rand::RngCore;
+use tokio::net::TcpListener;
+
+use crate::{
+    auth::{CodeIssuer, LogSmsSender, SessionStore, SmsSender},
+    config::{Config, DEFAULT_REDIS_URL, ManagedRedis as ManagedMode, Secret},
+    http::{self, AppState},
+    kv::{
+        Keys, RedisConn,
+        managed::{ManagedRedis, answers_ping},
+    },
+    storage::{self, Db},
+};
+
+/// Things a deployment (or a test) may swap out.
+#[derive(Clone)]
+pub struct Dependencies {
+    pub sms: Arc<dyn SmsSender>,
+}
+
+impl Default for Dependencies {
+    fn default() -> Self {
+        Self {
+            sms: Arc::new(LogSmsSender),
+        }
+    }
+}
+
+/// A built, bound, not yet running service.
+pub struct Application {
+    listener: TcpListener,
+    router: axum::Router,
+    state: AppState,
+    managed_redis: Option<ManagedRedis>,
+}
+
+impl Application {
+    /// Builds the service with default dependencies.
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        Self::build_with(config, Dependencies::default()).await
+    }
+
+    /// Builds the service: connects and migrates the database, connects Redis (starting a
+    /// managed `redis-server` if so configured), settles the admin token and binds the
+    /// listener.
+    pub async fn build_with(config: Config, deps: Dependencies) -> anyhow::Result<Self> {
+        let db = connect_database(&config).await?;
+        let (redis_url, managed_redis) = resolve_redis(&config).await?;
+        let redis = RedisConn::connect(&redis_url).await.with_context(|| {
+            format!(
+                "cannot connect to Redis at {}",
+                crate::config::redact_url(&redis_url)
+            )
+        })?;
+        let admin_token = settle_admin_token(&config)?;
+        let keys = Keys::new(config.redis_prefix.clone());
+        let state = AppState {
+            sessions: SessionStore::new(redis.clone(), keys.clone(), config.session_ttl),
+            codes: CodeIssuer::new(redis.clone(), keys.clone(), config.code.clone()),
+            db,
+            redis,
+            keys,
+            sms: deps.sms,
+            admin_token: Arc::new(admin_token),
+            config: Arc::new(config),
+        };
+        let listener = TcpListener::bind(state.config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", state.config.listen))?;
+        Ok(Self {
+            router: http::app(state.clone()),
+            listener,
+            state,
+            managed_redis,
+        })
+    }
+
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// The shared state (tests reach the database and Redis through it).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until `shutdown` completes, then drains in-flight requests and releases
+    /// everything (database pool, managed Redis).
+    pub async fn run_until(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        tracing::info!(addr = %self.local_addr(), "hmdp listening");
+        let served = axum::serve(
+            self.listener,
+            self.router
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(shutdown)
+        .await;
+        tracing::info!("http server stopped; closing connections");
+        self.state.db.close().await;
+        if let Some(redis) = self.managed_redis {
+            redis.stop().await;
+        }
+        served.context("http server failed")
+    }
+
+    /// Serves until SIGINT or SIGTERM.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        self.run_until(shutdown_signal()).await
+    }
+}
+
+/// Connects to the configured database and brings its schema up to date.
+pub async fn connect_database(config: &Config) -> anyhow::Result<Db> {
+    let db = Db::connect(&config.database_url, config.db_max_connections)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot open the database {}",
+                crate::config::redact_url(&config.database_url)
+            )
+        })?;
+    let report = storage::migrate(&db)
+        .await
+        .context("database migration failed")?;
+    if report.applied.is_empty() {
+        tracing::info!(backend = ?db.backend(), "database schema is up to date");
+    } else {
+        tracing::info!(backend = ?db.backend(), applied = ?report.applied, "database migrated");
+    }
+    Ok(db)
+}
+
+/// Decides which Redis to use, starting a managed one when configured or needed.
+async fn resolve_redis(config: &Config) -> anyhow::Result<(String, Option<ManagedRedis>)> {
+    let start_managed = match (config.redis_managed, &config.redis_url) {
+        (ManagedMode::Always, _) => true,
+        (ManagedMode::Never, _) | (ManagedMode::Auto, Some(_)) => false,
+        (ManagedMode::Auto, None) => {
+            let up = answers_ping(DEFAULT_REDIS_URL, std::time::Duration::from_secs(1)).await;
+            if !up {
+                tracing::info!(
+                    "no Redis answers at {DEFAULT_REDIS_URL}; starting a managed redis-server"
+                );
+            }
+            !up
+        }
+    };
+    if start_managed {
+        let managed = ManagedRedis::start(&config.data_dir.join("redis")).await?;
+        Ok((managed.url().to_owned(), Some(managed)))
+    } else {
+        Ok((config.redis_url_or_default().to_owned(), None))
+    }
+}
+
+/// The admin token: configured, or read from / generated into `$HMDP_DATA_DIR/admin-token`.
+fn settle_admin_token(config: &Config) -> anyhow::Result<Secret> {
+    if let Some(t) = &config.admin_token {
+        return Ok(t.clone());
+    }
+    let path = config.data_dir.join("admin-token");
+    if let Ok(existing) = std::fs::read_to_string(&path) {
+        let existing = existing.trim();
+        if existing.len() >= 16 {
+            tracing::info!(file = %path.display(), "admin token read from file (HMDP_ADMIN_TOKEN unset)");
+            return Ok(Secret::new(existing));
+        }
+    }
+    let mut bytes = [0u8; 24];
+    rand::rng().fill_bytes(&mut bytes);
+    let token = hex::encode(bytes);
+    write_private(&path, &token)
+        .with_context(|| format!("cannot write the admin token to {}", path.display()))?;
+    // Printed once, on purpose: an operator who did not set HMDP_ADMIN_TOKEN needs to learn it.
+    tracing::warn!(
+        file = %path.display(),
+        token = %token,
+        "HMDP_ADMIN_TOKEN is unset: generated an admin token (send it as the x-admin-token header)"
+    );
+    Ok(Secret::new(token))
+}
+
+fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // `mode` applies only when the file is created; tighten an existing one too.
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    std::io::Write::write_all(&mut f, contents.as_bytes())?;
+    std::io::Write::write_all(&mut f, b"\n")
+}
+
+/// Completes on SIGINT (Ctrl-C) or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => tracing::info!("SIGINT received; shutting down"),
+        _ = term => tracing::info!("SIGTERM received; shutting down"),
+    }
+}
+
+/// Where the data directory is, for messages.
+pub fn data_dir_display(config: &Config) -> PathBuf {
+    std::fs::canonicalize(&config.data_dir).unwrap_or_else(|_| config.data_dir.clone())
+}

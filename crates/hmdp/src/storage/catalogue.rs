@@ -1,0 +1,276 @@
+//! The catalogue: `tb_shop_type`, `tb_shop`, `tb_voucher` and `tb_seckill_voucher`.
+//!
+//! Plain database access; caching sits above this layer.
+
+use chrono::NaiveDateTime;
+use serde::{Deserialize, Serialize};
+
+use super::{Db, Result, datetime_format, impl_from_row, last_id};
+use crate::domain::{ShopId, VoucherId};
+
+/// A shop type, as the original serialises it (no time stamps).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ShopType {
+    pub id: i64,
+    pub name: Option<String>,
+    pub icon: Option<String>,
+    pub sort: Option<i64>,
+}
+
+impl_from_row!(ShopType, |row| {
+    Ok(ShopType {
+        id: row.try_get_unchecked("id")?,
+        name: row.try_get_unchecked("name")?,
+        icon: row.try_get_unchecked("icon")?,
+        sort: row.try_get_unchecked("sort")?,
+    })
+});
+
+/// A shop, field for field the original's `Shop` JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Shop {
+    pub id: i64,
+    pub name: String,
+    pub type_id: i64,
+    pub images: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub area: Option<String>,
+    pub address: String,
+    pub x: f64,
+    pub y: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub avg_price: Option<i64>,
+    pub sold: i64,
+    pub comments: i64,
+    pub score: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_hours: Option<String>,
+    #[serde(
+        with = "datetime_format::option",
+        skip_serializing_if = "Option::is_none",
+        skip_deserializing,
+        default
+    )]
+    pub create_time: Option<NaiveDateTime>,
+    #[serde(
+        with = "datetime_format::option",
+        skip_serializing_if = "Option::is_none",
+        skip_deserializing,
+        default
+    )]
+    pub update_time: Option<NaiveDateTime>,
+    /// Metres from the caller's position, set only by the nearby search.
+    #[serde(skip_serializing_if = "Option::is_none", skip_deserializing, default)]
+    pub distance: Option<f64>,
+}
+
+impl_from_row!(Shop, |row| {
+    Ok(Shop {
+        id: row.try_get_unchecked("id")?,
+        name: row.try_get_unchecked("name")?,
+        type_id: row.try_get_unchecked("type_id")?,
+        images: row.try_get_unchecked("images")?,
+        area: row.try_get_unchecked("area")?,
+        address: row.try_get_unchecked("address")?,
+        x: row.try_get_unchecked("x")?,
+        y: row.try_get_unchecked("y")?,
+        avg_price: row.try_get_unchecked("avg_price")?,
+        sold: row.try_get_unchecked("sold")?,
+        comments: row.try_get_unchecked("comments")?,
+        score: row.try_get_unchecked("score")?,
+        open_hours: row.try_get_unchecked("open_hours")?,
+        create_time: row.try_get_unchecked("create_time")?,
+        update_time: row.try_get_unchecked("update_time")?,
+        distance: None,
+    })
+});
+
+/// The fields of a shop that a client may set.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShopInput {
+    pub name: String,
+    pub type_id: i64,
+    #[serde(default)]
+    pub images: String,
+    pub area: Option<String>,
+    #[serde(default)]
+    pub address: String,
+    pub x: f64,
+    pub y: f64,
+    pub avg_price: Option<i64>,
+    #[serde(default)]
+    pub sold: i64,
+    #[serde(default)]
+    pub comments: i64,
+    #[serde(default)]
+    pub score: i64,
+    pub open_hours: Option<String>,
+}
+
+/// A voucher of a shop joined with its flash-sale fields (the original's `queryVoucherOfShop`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Voucher {
+    pub id: i64,
+    pub shop_id: Option<i64>,
+    pub title: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sub_title: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rules: Option<String>,
+    pub pay_value: i64,
+    pub actual_value: i64,
+    #[serde(rename = "type")]
+    pub kind: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stock: Option<i64>,
+    #[serde(
+        with = "datetime_format::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub begin_time: Option<NaiveDateTime>,
+    #[serde(
+        with = "datetime_format::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub end_time: Option<NaiveDateTime>,
+}
+
+impl_from_row!(Voucher, |row| {
+    Ok(Voucher {
+        id: row.try_get_unchecked("id")?,
+        shop_id: row.try_get_unchecked("shop_id")?,
+        title: row.try_get_unchecked("title")?,
+        sub_title: row.try_get_unchecked("sub_title")?,
+        rules: row.try_get_unchecked("rules")?,
+        pay_value: row.try_get_unchecked("pay_value")?,
+        actual_value: row.try_get_unchecked("actual_value")?,
+        kind: row.try_get_unchecked("type")?,
+        stock: row.try_get_unchecked("stock")?,
+        begin_time: row.try_get_unchecked("begin_time")?,
+        end_time: row.try_get_unchecked("end_time")?,
+    })
+});
+
+/// All shop types, by `sort` ascending.
+pub async fn shop_types(db: &Db) -> Result<Vec<ShopType>> {
+    Ok(crate::on_pool!(db, pool => {
+        sqlx::query_as::<_, ShopType>("SELECT id, name, icon, sort FROM tb_shop_type ORDER BY sort ASC, id ASC")
+            .fetch_all(pool)
+            .await?
+    }))
+}
+
+const SHOP_COLUMNS: &str = "SELECT id, name, type_id, images, area, address, x, y, avg_price, \
+    sold, comments, score, open_hours, create_time, update_time FROM tb_shop";
+
+/// One shop by id.
+pub async fn shop(db: &Db, id: ShopId) -> Result<Option<Shop>> {
+    let sql = format!("{SHOP_COLUMNS} WHERE id = ?");
+    Ok(crate::on_pool!(db, pool => {
+        sqlx::query_as::<_, Shop>(&sql).bind(id.get()).fetch_optional(pool).await?
+    }))
+}
+
+/// Inserts a shop and returns its id.
+pub async fn insert_shop(db: &Db, s: &ShopInput) -> Result<ShopId> {
+    let id = crate::on_pool!(db, pool => {
+        let r = sqlx::query(
+            "INSERT INTO tb_shop (name, type_id, images, area, address, x, y, avg_price, sold, \
+             comments, score, open_hours) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&s.name)
+        .bind(s.type_id)
+        .bind(&s.images)
+        .bind(&s.area)
+        .bind(&s.address)
+        .bind(s.x)
+        .bind(s.y)
+        .bind(s.avg_price)
+        .bind(s.sold)
+        .bind(s.comments)
+        .bind(s.score)
+        .bind(&s.open_hours)
+        .execute(pool)
+        .await?;
+        last_id(&r)
+    });
+    Ok(ShopId::new(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?)
+}
+
+/// Updates a shop; returns false when there is no shop with that id.
+pub async fn update_shop(db: &Db, id: ShopId, s: &ShopInput) -> Result<bool> {
+    let affected = crate::on_pool!(db, pool => {
+        sqlx::query(
+            "UPDATE tb_shop SET name = ?, type_id = ?, images = ?, area = ?, address = ?, x = ?, \
+             y = ?, avg_price = ?, sold = ?, comments = ?, score = ?, open_hours = ?, \
+             update_time = CURRENT_TIMESTAMP WHERE id = ?",
+        )
+        .bind(&s.name)
+        .bind(s.type_id)
+        .bind(&s.images)
+        .bind(&s.area)
+        .bind(&s.address)
+        .bind(s.x)
+        .bind(s.y)
+        .bind(s.avg_price)
+        .bind(s.sold)
+        .bind(s.comments)
+        .bind(s.score)
+        .bind(&s.open_hours)
+        .bind(id.get())
+        .execute(pool)
+        .await?
+        .rows_affected()
+    });
+    Ok(affected > 0)
+}
+
+/// The vouchers on sale (`status = 1`) of a shop, with flash-sale stock and window if any.
+pub async fn vouchers_of_shop(db: &Db, shop: ShopId) -> Result<Vec<Voucher>> {
+    Ok(crate::on_pool!(db, pool => {
+        sqlx::query_as::<_, Voucher>(
+            "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value, \
+             v.type, sv.stock, sv.begin_time, sv.end_time \
+             FROM tb_voucher v LEFT JOIN tb_seckill_voucher sv ON v.id = sv.voucher_id \
+             WHERE v.shop_id = ? AND v.status = 1 ORDER BY v.id",
+        )
+        .bind(shop.get())
+        .fetch_all(pool)
+        .await?
+    }))
+}
+
+/// A plain (non flash-sale) voucher to create.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VoucherInput {
+    pub shop_id: i64,
+    pub title: String,
+    pub sub_title: Option<String>,
+    pub rules: Option<String>,
+    pub pay_value: i64,
+    pub actual_value: i64,
+}
+
+/// Inserts a plain voucher (`type = 0`, on sale) and returns its id.
+pub async fn insert_voucher(db: &Db, v: &VoucherInput) -> Result<VoucherId> {
+    let id = crate::on_pool!(db, pool => {
+        let r = sqlx::query(
+            "INSERT INTO tb_voucher (shop_id, title, sub_title, rules, pay_value, actual_value, type, status) \
+             VALUES (?, ?, ?, ?, ?, ?, 0, 1)",
+        )
+        .bind(v.shop_id)
+        .bind(&v.title)
+        .bind(&v.sub_title)
+        .bind(&v.rules)
+        .bind(v.pay_value)
+        .bind(v.actual_value)
+        .execute(pool)
+        .await?;
+        last_id(&r)
+    });
+    Ok(VoucherId::new(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?)
+}

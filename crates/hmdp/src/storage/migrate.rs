@@ -1,0 +1,467 @@
+//! Schema migrations, embedded in the binary and run at start (and by `hmdp migrate`).
+//!
+//! Why not `sqlx::migrate!`: hmdp must adopt a database that the original project created from
+//! `hmdp.sql`, with no record of any migration. So every step here is idempotent on its own —
+//! `CREATE TABLE IF NOT EXISTS`, and indexes created only after checking the catalogue (MySQL
+//! has no `CREATE INDEX IF NOT EXISTS`) — and the `hmdp_schema_migrations` table only records
+//! what ran, for operators. Running the migrations twice, or against the original database, is
+//! harmless by construction.
+
+use super::{Db, Result, StorageError, seed};
+
+/// One schema change, with its SQL for each dialect.
+struct Migration {
+    version: i64,
+    name: &'static str,
+    steps: &'static [Step],
+}
+
+enum Step {
+    /// Idempotent SQL for SQLite and for MySQL.
+    Sql {
+        sqlite: &'static str,
+        mysql: &'static str,
+    },
+    /// A unique index, created only if no index of that name exists on the table.
+    UniqueIndex {
+        table: &'static str,
+        name: &'static str,
+        columns: &'static str,
+    },
+    /// An ordinary index, created only if missing.
+    Index {
+        table: &'static str,
+        name: &'static str,
+        columns: &'static str,
+    },
+    /// The demo catalogue, inserted only into an empty catalogue.
+    SeedDemoCatalogue,
+}
+
+/// What a migration run did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct MigrationReport {
+    /// Versions applied by this run (empty when the schema was up to date).
+    pub applied: Vec<i64>,
+    /// True when the demo catalogue was inserted.
+    pub seeded_demo: bool,
+}
+
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "original hm-dianping tables",
+        steps: &[
+            Step::Sql {
+                sqlite: "CREATE TABLE IF NOT EXISTS tb_user (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT,
+                    phone TEXT NOT NULL,
+                    password TEXT DEFAULT '',
+                    nick_name TEXT DEFAULT '',
+                    icon TEXT DEFAULT '',
+                    create_time TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                    update_time TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
+                mysql: "CREATE TABLE IF NOT EXISTS tb_user (
+                    id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+                    phone VARCHAR(11) NOT NULL,
+                    password VARCHAR(128) NULL DEFAULT '',
+                    nick_name VARCHAR(32) NULL DEFAULT '',
+                    icon VARCHAR(255) NULL DEFAULT '',
+                    create_time TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                    update_time TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+                    PRIMARY KEY (id)
+                ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+            },
+            Step::UniqueIndex {
+                table: "tb_user",
+                name: "uniqe_key_phone",
+                columns: "phone",
+            },
+            Step::Sql {
+                sqlite: "CREATE TABLE IF NOT EXISTS tb_user_info (
+                    user_id INTEGER PRIMARY KEY,
+                    city TEXT DEFAULT '',
+                    introduce TEXT NULL,
+                    fans INTEGER DEFAULT 0,
+                    followee INTEGER DEFAULT 0,
+                    gender INTEGER DEFAULT 0,
+                    birthday TEXT NULL,
+                    credits INTEGER DEFAULT 0,
+                    level INTEGER DEFAULT 0,
+                    create_time TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                    update_time TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
+                mysql: "CREATE TABLE IF NOT EXISTS tb_user_info (
+                    user_id BIGINT UNSIGNED NOT NULL,
+                    city VARCHAR(64) NULL DEFAULT '',
+                    introduce VARCHAR(128) NULL,
+                    fans INT UNSIGNED NULL DEFAULT 0,
+                    followee INT UNSIGNED NULL DEFAULT 0,
+                    gender TINYINT(1) UNSIGNED NULL DEFAULT 0,
+                    birthday DATE NULL,
+                    credits INT UNSIGNED NULL DEFAULT 0,
+                    level TINYINT(1) UNSIGNED NULL DEFAULT 0,
+                    create_time TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                    update_time TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+                    PRIMARY KEY (user_id)
+                ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+            },
+            Step::Sql {
+                sqlite: "CREATE TABLE IF NOT EXISTS tb_shop_type (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT,
+                    name TEXT NULL,
+                    icon TEXT NULL,
+                    sort INTEGER NULL,
+                    create_time TEXT DEFAULT CURRENT_TIMESTAMP,
+                    update_time TEXT DEFAULT CURRENT_TIMESTAMP)",
+                mysql: "CREATE TABLE IF NOT EXISTS tb_shop_type (
+                    id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+                    name VARCHAR(32) NULL,
+                    icon VARCHAR(255) NULL,
+                    sort INT UNSIGNED NULL,
+                    create_time TIMESTAMP NULL DEFAULT CURRENT_TIMESTAMP,
+                    update_time TIMESTAMP NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+                    PRIMARY KEY (id)
+                ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+            },
+            Step::Sql {
+                sqlite: "CREATE TABLE IF NOT EXISTS tb_shop (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT,
+                    name TEXT NOT NULL,
+                    type_id INTEGER NOT NULL,
+                    images TEXT NOT NULL DEFAULT '',
+                    area TEXT NULL,
+                    address TEXT NOT NULL DEFAULT '',
+                    x REAL NOT NULL,
+                    y REAL NOT NULL,
+                    avg_price INTEGER NULL,
+                    sold INTEGER NOT NULL DEFAULT 0,
+                    comments INTEGER NOT NULL DEFAULT 0,
+                    score INTEGER NOT NULL DEFAULT 0,
+                    open_hours TEXT NULL,
+                    create_time TEXT DEFAULT CURRENT_TIMESTAMP,
+                    update_time TEXT DEFAULT CURRENT_TIMESTAMP)",
+                mysql: "CREATE TABLE IF NOT EXISTS tb_shop (
+                    id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+                    name VARCHAR(128) NOT NULL,
+                    type_id BIGINT UNSIGNED NOT NULL,
+                    images VARCHAR(1024) NOT NULL,
+                    area VARCHAR(128) NULL,
+                    address VARCHAR(255) NOT NULL,
+                    x DOUBLE UNSIGNED NOT NULL,
+                    y DOUBLE UNSIGNED NOT NULL,
+                    avg_price BIGINT UNSIGNED NULL,
+                    sold INT UNSIGNED NOT NULL DEFAULT 0,
+                    comments INT UNSIGNED NOT NULL DEFAULT 0,
+                    score INT UNSIGNED NOT NULL DEFAULT 0,
+                    open_hours VARCHAR(32) NULL,
+                    create_time TIMESTAMP NULL DEFAULT CURRENT_TIMESTAMP,
+                    update_time TIMESTAMP NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+                    PRIMARY KEY (id)
+                ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+            },
+            Step::Index {
+                table: "tb_shop",
+                name: "foreign_key_type",
+                columns: "type_id",
+            },
+            Step::Sql {
+                sqlite: "CREATE TABLE IF NOT EXISTS tb_voucher (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT,
+                    shop_id INTEGER NULL,
+                    title TEXT NOT NULL,
+                    sub_title TEXT NULL,
+                    rules TEXT NULL,
+                    pay_value INTEGER NOT NULL,
+                    actual_value INTEGER NOT NULL,
+                    type INTEGER NOT NULL DEFAULT 0,
+                    status INTEGER NOT NULL DEFAULT 1,
+                    create_time TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                    update_time TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
+                mysql: "CREATE TABLE IF NOT EXISTS tb_voucher (
+                    id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+                    shop_id BIGINT UNSIGNED NULL,
+                    title VARCHAR(255) NOT NULL,
+                    sub_title VARCHAR(255) NULL,
+                    rules VARCHAR(1024) NULL,
+                    pay_value BIGINT UNSIGNED NOT NULL,
+                    actual_value BIGINT NOT NULL,
+                    type TINYINT(1) UNSIGNED NOT NULL DEFAULT 0,
+                    status TINYINT(1) UNSIGNED NOT NULL DEFAULT 1,
+                    create_time TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                    update_time TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+                    PRIMARY KEY (id)
+                ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+            },
+            Step::Sql {
+                sqlite: "CREATE TABLE IF NOT EXISTS tb_seckill_voucher (
+                    voucher_id INTEGER PRIMARY KEY,
+                    stock INTEGER NOT NULL,
+                    create_time TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                    begin_time TEXT NOT NULL,
+                    end_time TEXT NOT NULL,
+                    update_time TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
+                // No zero-date defaults (the original's '0000-00-00' breaks strict sql_mode):
+                // both times are always written explicitly.
+                mysql: "CREATE TABLE IF NOT EXISTS tb_seckill_voucher (
+                    voucher_id BIGINT UNSIGNED NOT NULL,
+                    stock INT NOT NULL,
+                    create_time TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                    begin_time TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                    end_time TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                    update_time TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+                    PRIMARY KEY (voucher_id)
+                ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+            },
+            Step::Sql {
+                sqlite: "CREATE TABLE IF NOT EXISTS tb_voucher_order (
+                    id INTEGER PRIMARY KEY,
+                    user_id INTEGER NOT NULL,
+                    voucher_id INTEGER NOT NULL,
+                    pay_type INTEGER NOT NULL DEFAULT 1,
+                    status INTEGER NOT NULL DEFAULT 1,
+                    create_time TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                    pay_time TEXT NULL,
+                    use_time TEXT NULL,
+                    refund_time TEXT NULL,
+                    update_time TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
+                mysql: "CREATE TABLE IF NOT EXISTS tb_voucher_order (
+                    id BIGINT NOT NULL,
+                    user_id BIGINT UNSIGNED NOT NULL,
+                    voucher_id BIGINT UNSIGNED NOT NULL,
+                    pay_type TINYINT(1) UNSIGNED NOT NULL DEFAULT 1,
+                    status TINYINT(1) UNSIGNED NOT NULL DEFAULT 1,
+                    create_time TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                    pay_time TIMESTAMP NULL DEFAULT NULL,
+                    use_time TIMESTAMP NULL DEFAULT NULL,
+                    refund_time TIMESTAMP NULL DEFAULT NULL,
+                    update_time TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+                    PRIMARY KEY (id)
+                ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+            },
+            Step::Sql {
+                sqlite: "CREATE TABLE IF NOT EXISTS tb_blog (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT,
+                    shop_id INTEGER NOT NULL,
+                    user_id INTEGER NOT NULL,
+                    title TEXT NOT NULL,
+                    images TEXT NOT NULL,
+                    content TEXT NOT NULL,
+                    liked INTEGER DEFAULT 0,
+                    comments INTEGER NULL,
+                    create_time TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                    update_time TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
+                mysql: "CREATE TABLE IF NOT EXISTS tb_blog (
+                    id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+                    shop_id BIGINT NOT NULL,
+                    user_id BIGINT UNSIGNED NOT NULL,
+                    title VARCHAR(255) NOT NULL,
+                    images VARCHAR(2048) NOT NULL,
+                    content VARCHAR(2048) NOT NULL,
+                    liked INT UNSIGNED NULL DEFAULT 0,
+                    comments INT UNSIGNED NULL,
+                    create_time TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                    update_time TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+                    PRIMARY KEY (id)
+                ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+            },
+            Step::Sql {
+                sqlite: "CREATE TABLE IF NOT EXISTS tb_blog_comments (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT,
+                    user_id INTEGER NOT NULL,
+                    blog_id INTEGER NOT NULL,
+                    parent_id INTEGER NOT NULL,
+                    answer_id INTEGER NOT NULL,
+                    content TEXT NOT NULL,
+                    liked INTEGER NULL,
+                    status INTEGER NULL,
+                    create_time TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                    update_time TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
+                mysql: "CREATE TABLE IF NOT EXISTS tb_blog_comments (
+                    id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+                    user_id BIGINT UNSIGNED NOT NULL,
+                    blog_id BIGINT UNSIGNED NOT NULL,
+                    parent_id BIGINT UNSIGNED NOT NULL,
+                    answer_id BIGINT UNSIGNED NOT NULL,
+                    content VARCHAR(255) NOT NULL,
+                    liked INT UNSIGNED NULL,
+                    status TINYINT(1) UNSIGNED NULL,
+                    create_time TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                    update_time TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+                    PRIMARY KEY (id)
+                ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+            },
+            Step::Sql {
+                sqlite: "CREATE TABLE IF NOT EXISTS tb_follow (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT,
+                    user_id INTEGER NOT NULL,
+                    follow_user_id INTEGER NOT NULL,
+                    create_time TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
+                mysql: "CREATE TABLE IF NOT EXISTS tb_follow (
+                    id BIGINT NOT NULL AUTO_INCREMENT,
+                    user_id BIGINT UNSIGNED NOT NULL,
+                    follow_user_id BIGINT UNSIGNED NOT NULL,
+                    create_time TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                    PRIMARY KEY (id)
+                ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+            },
+            Step::Sql {
+                sqlite: "CREATE TABLE IF NOT EXISTS tb_sign (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT,
+                    user_id INTEGER NOT NULL,
+                    year INTEGER NOT NULL,
+                    month INTEGER NOT NULL,
+                    date TEXT NOT NULL,
+                    is_backup INTEGER NULL)",
+                mysql: "CREATE TABLE IF NOT EXISTS tb_sign (
+                    id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+                    user_id BIGINT UNSIGNED NOT NULL,
+                    year YEAR NOT NULL,
+                    month TINYINT NOT NULL,
+                    date DATE NOT NULL,
+                    is_backup TINYINT(1) UNSIGNED NULL,
+                    PRIMARY KEY (id)
+                ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+            },
+        ],
+    },
+    Migration {
+        version: 2,
+        name: "one order per user and voucher, enforced by the database",
+        // The original relies on a Redis set, a lock and a count() check; a unique key makes the
+        // order writer idempotent however often a message is redelivered.
+        steps: &[Step::UniqueIndex {
+            table: "tb_voucher_order",
+            name: "uk_voucher_order_user_voucher",
+            columns: "user_id, voucher_id",
+        }],
+    },
+    Migration {
+        version: 3,
+        name: "demo catalogue for an empty database",
+        steps: &[Step::SeedDemoCatalogue],
+    },
+];
+
+/// Brings the schema up to date. Safe to run any number of times, on an empty database or on
+/// one created from the original `hmdp.sql`.
+pub async fn migrate(db: &Db) -> Result<MigrationReport> {
+    let mut report = MigrationReport::default();
+    run_sql(
+        db,
+        "CREATE TABLE IF NOT EXISTS hmdp_schema_migrations (
+            version INTEGER PRIMARY KEY,
+            name TEXT NOT NULL,
+            applied_at TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS hmdp_schema_migrations (
+            version BIGINT NOT NULL PRIMARY KEY,
+            name VARCHAR(255) NOT NULL,
+            applied_at VARCHAR(32) NOT NULL
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+    )
+    .await?;
+    let applied: Vec<i64> = crate::on_pool!(db, pool => {
+        sqlx::query_scalar::<_, i64>("SELECT version FROM hmdp_schema_migrations")
+            .fetch_all(pool)
+            .await?
+    });
+    for m in MIGRATIONS {
+        if applied.contains(&m.version) {
+            continue;
+        }
+        tracing::info!(version = m.version, name = m.name, "applying migration");
+        for step in m.steps {
+            match step {
+                Step::Sql { sqlite, mysql } => run_sql(db, sqlite, mysql).await?,
+                Step::UniqueIndex {
+                    table,
+                    name,
+                    columns,
+                } => create_index(db, table, name, columns, true).await?,
+                Step::Index {
+                    table,
+                    name,
+                    columns,
+                } => create_index(db, table, name, columns, false).await?,
+                Step::SeedDemoCatalogue => report.seeded_demo = seed::seed_if_empty(db).await?,
+            }
+        }
+        let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let insert = match db {
+            Db::Sqlite(_) => {
+                "INSERT OR IGNORE INTO hmdp_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)"
+            }
+            Db::MySql(_) => {
+                "INSERT IGNORE INTO hmdp_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)"
+            }
+        };
+        crate::on_pool!(db, pool => {
+            sqlx::query(insert).bind(m.version).bind(m.name).bind(&now).execute(pool).await?;
+        });
+        report.applied.push(m.version);
+    }
+    Ok(report)
+}
+
+async fn run_sql(db: &Db, sqlite: &str, mysql: &str) -> Result<()> {
+    match db {
+        Db::Sqlite(pool) => {
+            sqlx::query(sqlite).execute(pool).await?;
+        }
+        Db::MySql(pool) => {
+            sqlx::query(mysql).execute(pool).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn index_exists(db: &Db, table: &str, name: &str) -> Result<bool> {
+    let n: i64 = match db {
+        Db::Sqlite(pool) => sqlx::query_scalar(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND name = ?",
+        )
+        .bind(table)
+        .bind(name)
+        .fetch_one(pool)
+        .await?,
+        Db::MySql(pool) => {
+            sqlx::query_scalar(
+                "SELECT COUNT(*) FROM information_schema.statistics
+                 WHERE table_schema = DATABASE() AND table_name = ? AND index_name = ?",
+            )
+            .bind(table)
+            .bind(name)
+            .fetch_one(pool)
+            .await?
+        }
+    };
+    Ok(n > 0)
+}
+
+async fn create_index(db: &Db, table: &str, name: &str, columns: &str, unique: bool) -> Result<()> {
+    if index_exists(db, table, name).await? {
+        return Ok(());
+    }
+    if unique {
+        // Existing duplicates would make the index fail with an opaque error; name them instead.
+        let dup_sql = format!(
+            "SELECT COUNT(*) FROM (SELECT {columns} FROM {table} GROUP BY {columns} HAVING COUNT(*) > 1) d"
+        );
+        let dups: i64 = crate::on_pool!(db, pool => {
+            sqlx::query_scalar(&dup_sql).fetch_one(pool).await?
+        });
+        if dups > 0 {
+            return Err(StorageError::Migration(format!(
+                "cannot add unique index {name} on {table}({columns}): {dups} duplicate value(s) \
+                 exist; remove the duplicates and start again"
+            )));
+        }
+    }
+    let sql = format!(
+        "CREATE {}INDEX {name} ON {table} ({columns})",
+        if unique { "UNIQUE " } else { "" }
+    );
+    crate::on_pool!(db, pool => {
+        sqlx::query(&sql).execute(pool).await?;
+    });
+    Ok(())
+}

@@ -1,0 +1,243 @@
+//! Storage: the relational database behind hmdp, SQLite (embedded default) or MySQL/MariaDB.
+//!
+//! The tables are the original's (`tb_user`, `tb_shop`, `tb_voucher_order`, …) so a database
+//! loaded from the original `hmdp.sql` works unchanged; [`migrate`] creates only what is missing.
+//!
+//! One code path serves both back ends: [`Db`] is an enum over the two sqlx pools and
+//! [`on_pool!`](crate::on_pool) expands a query once per pool type, so every query is written
+//! once in the SQL both dialects share (`?` placeholders, no vendor functions). Where the
+//! dialects differ (DDL, "insert or ignore"), the code says so with a plain `match`.
+//!
+//! Rows are read with `try_get_unchecked`: the original schema declares most integers
+//! `UNSIGNED`, which sqlx refuses to decode into `i64` on MySQL although every id fits.
+
+pub mod catalogue;
+mod migrate;
+mod seed;
+pub mod users;
+
+use std::{str::FromStr, time::Duration};
+
+use sqlx::{
+    ConnectOptions, MySql,
+    migrate::MigrateDatabase,
+    mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions},
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions},
+};
+
+pub use migrate::{MigrationReport, migrate};
+
+/// Errors of the storage layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// The database cannot be reached (connection refused, pool timed out, …): try later.
+    #[error("database unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    /// A query failed for another reason (a bug, a schema mismatch).
+    #[error("database query failed: {0}")]
+    Query(#[source] sqlx::Error),
+    /// The schema could not be brought up to date.
+    #[error("migration failed: {0}")]
+    Migration(String),
+    /// The database URL is not usable.
+    #[error("invalid database URL: {0}")]
+    InvalidUrl(String),
+}
+
+impl StorageError {
+    /// True when the failure is the database being away rather than a bad query.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StorageError::Unavailable(_))
+    }
+}
+
+impl From<sqlx::Error> for StorageError {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => StorageError::Unavailable(e),
+            other => StorageError::Query(other),
+        }
+    }
+}
+
+/// Result alias of the storage layer.
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+/// Which database a [`Db`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    MySql,
+}
+
+/// A connection pool to the configured database. Cloning is cheap (the pools are `Arc`s).
+#[derive(Clone, Debug)]
+pub enum Db {
+    Sqlite(SqlitePool),
+    MySql(MySqlPool),
+}
+
+/// Runs `$body` with `$pool` bound to the concrete pool, once per back end.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! on_pool {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db {
+            $crate::storage::Db::Sqlite($pool) => $body,
+            $crate::storage::Db::MySql($pool) => $body,
+        }
+    };
+}
+
+/// Implements `sqlx::FromRow` for both row types with one body.
+macro_rules! impl_from_row {
+    ($ty:ty, |$row:ident| $body:block) => {
+        impl<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow> for $ty {
+            fn from_row($row: &'r sqlx::sqlite::SqliteRow) -> Result<Self, sqlx::Error> {
+                #[allow(unused_imports)]
+                use sqlx::Row as _;
+                $body
+            }
+        }
+        impl<'r> sqlx::FromRow<'r, sqlx::mysql::MySqlRow> for $ty {
+            fn from_row($row: &'r sqlx::mysql::MySqlRow) -> Result<Self, sqlx::Error> {
+                #[allow(unused_imports)]
+                use sqlx::Row as _;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use impl_from_row;
+
+impl Db {
+    /// Connects to `url` (`sqlite://FILE` or `mysql://…`), creating the SQLite file (and its
+    /// folder) or the MySQL database when missing.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
+        if url.starts_with("sqlite:") {
+            let opts = SqliteConnectOptions::from_str(url)
+                .map_err(|e| StorageError::InvalidUrl(e.to_string()))?
+                .create_if_missing(true)
+                // WAL lets readers run beside the single writer; the busy timeout makes writers
+                // queue instead of failing with SQLITE_BUSY.
+                .journal_mode(SqliteJournalMode::Wal)
+                .busy_timeout(Duration::from_secs(5))
+                .foreign_keys(false)
+                .log_statements(tracing::log::LevelFilter::Trace);
+            if let Some(parent) = opts.get_filename().parent()
+                && !parent.as_os_str().is_empty()
+            {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    StorageError::InvalidUrl(format!("cannot create {}: {e}", parent.display()))
+                })?;
+            }
+            let pool = SqlitePoolOptions::new()
+                .max_connections(max_connections)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect_with(opts)
+                .await?;
+            Ok(Db::Sqlite(pool))
+        } else if url.starts_with("mysql:") || url.starts_with("mariadb:") {
+            let url = url.replacen("mariadb:", "mysql:", 1);
+            let opts = MySqlConnectOptions::from_str(&url)
+                .map_err(|e| StorageError::InvalidUrl(e.to_string()))?
+                .charset("utf8mb4")
+                .log_statements(tracing::log::LevelFilter::Trace);
+            if !MySql::database_exists(&url).await? {
+                tracing::info!("creating the MySQL database named in the URL");
+                MySql::create_database(&url).await?;
+            }
+            let pool = MySqlPoolOptions::new()
+                .max_connections(max_connections)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect_with(opts)
+                .await?;
+            Ok(Db::MySql(pool))
+        } else {
+            Err(StorageError::InvalidUrl(
+                "expected sqlite://FILE or mysql://USER@HOST/DB".into(),
+            ))
+        }
+    }
+
+    /// Which database this is.
+    pub fn backend(&self) -> Backend {
+        match self {
+            Db::Sqlite(_) => Backend::Sqlite,
+            Db::MySql(_) => Backend::MySql,
+        }
+    }
+
+    /// One round trip to the database (health checks).
+    pub async fn ping(&self) -> Result<()> {
+        on_pool!(self, pool => {
+            sqlx::query("SELECT 1").execute(pool).await?;
+        });
+        Ok(())
+    }
+
+    /// Closes the pool, waiting for checked-out connections to return.
+    pub async fn close(&self) {
+        on_pool!(self, pool => pool.close().await)
+    }
+}
+
+/// The id generated by an `INSERT`, for either back end.
+pub(crate) fn last_id<R: LastInsertId>(r: &R) -> i64 {
+    r.last_id()
+}
+
+/// The auto-increment id of the row an `INSERT` created.
+pub(crate) trait LastInsertId {
+    fn last_id(&self) -> i64;
+}
+
+impl LastInsertId for sqlx::sqlite::SqliteQueryResult {
+    fn last_id(&self) -> i64 {
+        self.last_insert_rowid()
+    }
+}
+
+impl LastInsertId for sqlx::mysql::MySqlQueryResult {
+    fn last_id(&self) -> i64 {
+        // Ids are far below 2^63; the column is UNSIGNED only because the original says so.
+        self.last_insert_id() as i64
+    }
+}
+
+/// True when a database error is a unique-key violation.
+pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+}
+
+/// `yyyy-MM-ddTHH:mm:ss`, the original's (Jackson's) date-time format.
+pub mod datetime_format {
+    use chrono::NaiveDateTime;
+    use serde::Serializer;
+
+    pub const FORMAT: &str = "%Y-%m-%dT%H:%M:%S";
+
+    pub fn serialize<S: Serializer>(v: &NaiveDateTime, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&v.format(FORMAT))
+    }
+
+    /// For `Option<NaiveDateTime>` fields (used with `skip_serializing_if = "Option::is_none"`).
+    pub mod option {
+        use chrono::NaiveDateTime;
+        use serde::Serializer;
+
+        pub fn serialize<S: Serializer>(
+            v: &Option<NaiveDateTime>,
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
+            match v {
+                Some(v) => s.collect_str(&v.format(super::FORMAT)),
+                None => s.serialize_none(),
+            }
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! `tb_user` and `tb_user_info`.
+
+use chrono::NaiveDate;
+use serde::Serialize;
+
+use super::{Db, Result, impl_from_row, is_unique_violation, last_id};
+use crate::domain::{Phone, UserDto, UserId};
+
+/// A `tb_user` row as the service needs it (the password column is never read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserRow {
+    pub id: UserId,
+    pub phone: String,
+    pub nick_name: String,
+    pub icon: String,
+}
+
+impl UserRow {
+    pub fn dto(&self) -> UserDto {
+        UserDto {
+            id: self.id,
+            nick_name: self.nick_name.clone(),
+            icon: self.icon.clone(),
+        }
+    }
+}
+
+impl_from_row!(UserRow, |row| {
+    let id: i64 = row.try_get_unchecked("id")?;
+    Ok(UserRow {
+        id: UserId::new(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+        phone: row.try_get_unchecked("phone")?,
+        nick_name: row
+            .try_get_unchecked::<Option<String>, _>("nick_name")?
+            .unwrap_or_default(),
+        icon: row
+            .try_get_unchecked::<Option<String>, _>("icon")?
+            .unwrap_or_default(),
+    })
+});
+
+/// The original's `UserInfo`, without the time stamps (the original nulls them out).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserInfo {
+    pub user_id: UserId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub city: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub introduce: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fans: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub followee: Option<i64>,
+    /// `false` = male, `true` = female (a Boolean in the original's JSON).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gender: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub birthday: Option<NaiveDate>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credits: Option<i64>,
+    /// Serialised as a Boolean, as the original does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<bool>,
+}
+
+impl_from_row!(UserInfo, |row| {
+    let id: i64 = row.try_get_unchecked("user_id")?;
+    Ok(UserInfo {
+        user_id: UserId::new(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+        city: row.try_get_unchecked("city")?,
+        introduce: row.try_get_unchecked("introduce")?,
+        fans: row.try_get_unchecked("fans")?,
+        followee: row.try_get_unchecked("followee")?,
+        gender: row
+            .try_get_unchecked::<Option<i64>, _>("gender")?
+            .map(|g| g != 0),
+        birthday: row.try_get_unchecked("birthday")?,
+        credits: row.try_get_unchecked("credits")?,
+        level: row
+            .try_get_unchecked::<Option<i64>, _>("level")?
+            .map(|l| l != 0),
+    })
+});
+
+const USER_COLUMNS: &str = "SELECT id, phone, nick_name, icon FROM tb_user";
+
+/// The user with this phone, if any.
+pub async fn find_by_phone(db: &Db, phone: &Phone) -> Result<Option<UserRow>> {
+    let sql = format!("{USER_COLUMNS} WHERE phone = ?");
+    Ok(crate::on_pool!(db, pool => {
+        sqlx::query_as::<_, UserRow>(&sql).bind(phone.as_str()).fetch_optional(pool).await?
+    }))
+}
+
+/// The user with this id, if any.
+pub async fn find_by_id(db: &Db, id: UserId) -> Result<Option<UserRow>> {
+    let sql = format!("{USER_COLUMNS} WHERE id = ?");
+    Ok(crate::on_pool!(db, pool => {
+        sqlx::query_as::<_, UserRow>(&sql).bind(id.get()).fetch_optional(pool).await?
+    }))
+}
+
+/// Returns the user with this phone, creating it with `nick_name` if there is none.
+///
+/// Two first logins of one phone may race; the unique key on `phone` lets exactly one insert
+/// win and the other reads the winner's row.
+pub async fn find_or_create(db: &Db, phone: &Phone, nick_name: &str) -> Result<UserRow> {
+    if let Some(u) = find_by_phone(db, phone).await? {
+        return Ok(u);
+    }
+    let inserted = crate::on_pool!(db, pool => {
+        sqlx::query("INSERT INTO tb_user (phone, nick_name, password, icon) VALUES (?, ?, '', '')")
+            .bind(phone.as_str())
+            .bind(nick_name)
+            .execute(pool)
+            .await
+            .map(|r| last_id(&r))
+    });
+    match inserted {
+        Ok(id) => Ok(UserRow {
+            id: UserId::new(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+            phone: phone.as_str().to_owned(),
+            nick_name: nick_name.to_owned(),
+            icon: String::new(),
+        }),
+        Err(e) if is_unique_violation(&e) => {
+            find_by_phone(db, phone).await?.ok_or_else(|| e.into())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The `tb_user_info` row of a user, if any.
+pub async fn find_info(db: &Db, id: UserId) -> Result<Option<UserInfo>> {
+    Ok(crate::on_pool!(db, pool => {
+        sqlx::query_as::<_, UserInfo>(
+            "SELECT user_id, city, introduce, fans, followee, gender, birthday, credits, level \
+             FROM tb_user_info WHERE user_id = ?",
+        )
+        .bind(id.get())
+        .fetch_optional(pool)
+        .await?
+    }))
+}

@@ -1,0 +1,391 @@
+//! Test harness: spawn the app on port 0 with an isolated database and Redis prefix.
+
+use std::{
+    net::{SocketAddr, TcpListener},
+    sync::{Arc, Mutex, Once},
+    time::Duration,
+};
+
+use futures_util::future::BoxFuture;
+use hmdp::{
+    Application, Config, Dependencies,
+    auth::{SmsError, SmsSender},
+    config::{ManagedRedis, Secret},
+};
+use redis::AsyncCommands;
+use serde_json::Value;
+use sqlx::{Connection, Executor};
+
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+/// Which database a test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    MySql,
+}
+
+pub fn redis_url() -> String {
+    std::env::var("HMDP_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+pub fn mysql_server_url() -> String {
+    std::env::var("HMDP_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+fn init_logs() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("TEST_LOG").is_some() {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter("info,hmdp=debug")
+                .with_test_writer()
+                .try_init();
+        }
+    });
+}
+
+/// Records every code "sent" so tests can log in; stands in for an SMS gateway.
+#[derive(Default)]
+pub struct CapturingSms {
+    sent: Mutex<Vec<(String, String)>>,
+}
+
+impl CapturingSms {
+    pub fn last_code_for(&self, phone: &str) -> Option<String> {
+        self.sent
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|(p, _)| p == phone)
+            .map(|(_, c)| c.clone())
+    }
+
+    pub fn count(&self) -> usize {
+        self.sent.lock().unwrap().len()
+    }
+}
+
+impl SmsSender for CapturingSms {
+    fn send_code<'a>(
+        &'a self,
+        phone: &'a str,
+        code: &'a str,
+    ) -> BoxFuture<'a, Result<(), SmsError>> {
+        self.sent
+            .lock()
+            .unwrap()
+            .push((phone.to_owned(), code.to_owned()));
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// A fresh, empty MariaDB database; dropped when the value is dropped.
+pub struct TestDatabase {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDatabase {
+    pub async fn create() -> Self {
+        let name = format!(
+            "hmdp_t_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..16]
+        );
+        let server = mysql_server_url();
+        let mut conn = sqlx::MySqlConnection::connect(&server)
+            .await
+            .unwrap_or_else(|e| {
+                panic!("MariaDB/MySQL must be running at {server} (set HMDP_TEST_MYSQL_URL): {e}")
+            });
+        conn.execute(format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4").as_str())
+            .await
+            .unwrap();
+        conn.close().await.unwrap();
+        Self {
+            url: format!("{server}/{name}"),
+            name,
+        }
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        run_blocking(async move {
+            if let Ok(mut conn) = sqlx::MySqlConnection::connect(&mysql_server_url()).await {
+                let _ = conn
+                    .execute(format!("DROP DATABASE IF EXISTS `{name}`").as_str())
+                    .await;
+            }
+        });
+    }
+}
+
+/// Runs a future to completion on a private runtime (for clean-up in `Drop`).
+fn run_blocking(f: impl std::future::Future<Output = ()> + Send + 'static) {
+    let _ = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    })
+    .join();
+}
+
+/// A running service for one test.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub client: reqwest::Client,
+    pub sms: Arc<CapturingSms>,
+    pub prefix: String,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    _db: Option<TestDatabase>,
+    _dir: tempfile::TempDir,
+}
+
+/// A test configuration: port 0, the given database, a unique Redis prefix, a known admin token.
+pub fn test_config(database_url: String, dir: &std::path::Path) -> Config {
+    Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        database_url,
+        db_max_connections: 5,
+        redis_url: Some(redis_url()),
+        redis_managed: ManagedRedis::Never,
+        redis_prefix: format!("t:{}:", uuid::Uuid::new_v4().simple()),
+        admin_token: Some(Secret::new(ADMIN_TOKEN)),
+        data_dir: dir.to_owned(),
+        ..Config::default()
+    }
+}
+
+pub async fn spawn_app(backend: Backend) -> TestApp {
+    spawn_app_with(backend, |_| {}).await
+}
+
+pub async fn spawn_app_with(backend: Backend, adjust: impl FnOnce(&mut Config)) -> TestApp {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let (url, db) = match backend {
+        Backend::Sqlite => (format!("sqlite://{}/hmdp.db", dir.path().display()), None),
+        Backend::MySql => {
+            let db = TestDatabase::create().await;
+            (db.url.clone(), Some(db))
+        }
+    };
+    let mut config = test_config(url, dir.path());
+    adjust(&mut config);
+    spawn_with_config(config, backend, db, dir).await
+}
+
+pub async fn spawn_with_config(
+    config: Config,
+    _backend: Backend,
+    db: Option<TestDatabase>,
+    dir: tempfile::TempDir,
+) -> TestApp {
+    init_logs();
+    let prefix = config.redis_prefix.clone();
+    let sms = Arc::new(CapturingSms::default());
+    let app = Application::build_with(config, Dependencies { sms: sms.clone() })
+        .await
+        .expect("the app builds");
+    let addr = app.local_addr();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until(async {
+        let _ = rx.await;
+    }));
+    TestApp {
+        addr,
+        client: reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(20))
+            .build()
+            .unwrap(),
+        sms,
+        prefix,
+        shutdown: Some(tx),
+        server: Some(server),
+        _db: db,
+        _dir: dir,
+    }
+}
+
+/// A decoded response: status, headers and JSON body.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+}
+
+impl Resp {
+    pub fn success(&self) -> bool {
+        self.body["success"] == Value::Bool(true)
+    }
+
+    pub fn code(&self) -> &str {
+        self.body["code"].as_str().unwrap_or("")
+    }
+
+    pub fn msg(&self) -> &str {
+        self.body["errorMsg"].as_str().unwrap_or("")
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub async fn send(&self, req: reqwest::RequestBuilder) -> Resp {
+        let r = req.send().await.expect("request sent");
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        let text = r.text().await.unwrap();
+        let body = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("response is not JSON ({e}): {text:?}"))
+        };
+        Resp {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub async fn get(&self, path: &str, token: Option<&str>) -> Resp {
+        let mut req = self.client.get(self.url(path));
+        if let Some(t) = token {
+            req = req.header("authorization", t);
+        }
+        self.send(req).await
+    }
+
+    pub async fn post_json(&self, path: &str, body: &Value, token: Option<&str>) -> Resp {
+        let mut req = self.client.post(self.url(path)).json(body);
+        if let Some(t) = token {
+            req = req.header("authorization", t);
+        }
+        self.send(req).await
+    }
+
+    pub async fn post(&self, path: &str, token: Option<&str>) -> Resp {
+        let mut req = self.client.post(self.url(path));
+        if let Some(t) = token {
+            req = req.header("authorization", t);
+        }
+        self.send(req).await
+    }
+
+    pub async fn send_code(&self, phone: &str) -> Resp {
+        self.post(&format!("/api/user/code?phone={phone}"), None)
+            .await
+    }
+
+    pub async fn login_with(&self, phone: &str, code: &str) -> Resp {
+        self.post_json(
+            "/api/user/login",
+            &serde_json::json!({"phone": phone, "code": code}),
+            None,
+        )
+        .await
+    }
+
+    /// Full login: ask for a code, read it from the captured SMS, log in; the token.
+    pub async fn login(&self, phone: &str) -> String {
+        let r = self.send_code(phone).await;
+        assert!(r.success(), "send code: {r:?}");
+        let code = self.sms.last_code_for(phone).expect("a code was sent");
+        let r = self.login_with(phone, &code).await;
+        assert!(r.success(), "login: {r:?}");
+        r.body["data"].as_str().unwrap().to_owned()
+    }
+
+    /// A direct Redis connection (for checking keys the service wrote).
+    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(redis_url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
+    pub async fn pttl(&self, key: &str) -> i64 {
+        self.redis().await.pttl(key).await.unwrap()
+    }
+
+    /// Stops the server gracefully and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(h) = self.server.take() {
+            h.await.unwrap().unwrap();
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let prefix = self.prefix.clone();
+        run_blocking(async move {
+            let Ok(client) = redis::Client::open(redis_url()) else {
+                return;
+            };
+            let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+                return;
+            };
+            // Keys of slot mates start with `{prefix…`; both shapes are removed.
+            for pattern in [format!("{prefix}*"), format!("{{{prefix}*")] {
+                let keys: Vec<String> = conn.keys(&pattern).await.unwrap_or_default();
+                if !keys.is_empty() {
+                    let _: redis::RedisResult<()> = conn.del(keys).await;
+                }
+            }
+        });
+    }
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Generates one `#[tokio::test]` per back end for each `async fn name(backend: Backend)`.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::helpers::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod mysql {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::helpers::Backend::MySql).await
+                }
+            )*
+        }
+    };
+}

@@ -1,0 +1,306 @@
+//! SMS-code login, sessions and bad input — against SQLite and MariaDB.
+
+use serde_json::json;
+
+use crate::{
+    both_backends,
+    helpers::{Backend, spawn_app, spawn_app_with},
+};
+
+both_backends!(
+    login_end_to_end,
+    the_session_ttl_slides_with_use,
+    an_expired_session_is_a_401,
+    a_code_is_single_use,
+    five_wrong_tries_void_the_code,
+    codes_are_rate_limited_per_phone,
+    the_daily_code_cap_applies,
+    bad_input_gets_a_clear_error,
+    a_first_login_creates_the_user_once,
+    the_code_lives_at_the_original_key,
+    user_lookups_follow_the_original,
+);
+
+async fn login_end_to_end(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let phone = "13812345678";
+
+    let r = app.send_code(phone).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, json!({"success": true}));
+
+    let code = app.sms.last_code_for(phone).unwrap();
+    let r = app.login_with(phone, &code).await;
+    assert!(r.success(), "{r:?}");
+    let token = r.body["data"].as_str().unwrap().to_owned();
+    assert_eq!(token.len(), 32);
+    assert!(token.bytes().all(|b| b.is_ascii_hexdigit()));
+
+    let me = app.get("/api/user/me", Some(&token)).await;
+    assert!(me.success(), "{me:?}");
+    assert!(me.body["data"]["id"].as_i64().unwrap() > 0);
+    assert!(
+        me.body["data"]["nickName"]
+            .as_str()
+            .unwrap()
+            .starts_with("user_")
+    );
+    // The routes answer without the /api prefix too.
+    let me2 = app.get("/user/me", Some(&token)).await;
+    assert_eq!(me.body, me2.body);
+
+    let out = app.post("/api/user/logout", Some(&token)).await;
+    assert_eq!(out.body, json!({"success": true}));
+
+    let after = app.get("/api/user/me", Some(&token)).await;
+    assert_eq!(after.status, 401);
+    assert_eq!(after.code(), "unauthorized");
+    assert_eq!(after.body["success"], false);
+
+    // No token at all, and a token of the wrong shape: 401 as well.
+    assert_eq!(app.get("/api/user/me", None).await.status, 401);
+    assert_eq!(app.get("/api/user/me", Some("Bearer x")).await.status, 401);
+}
+
+async fn the_session_ttl_slides_with_use(backend: Backend) {
+    let app = spawn_app_with(backend, |c| {
+        c.session_ttl = std::time::Duration::from_secs(600)
+    })
+    .await;
+    let token = app.login("13912345678").await;
+    let key = format!("{}login:token:{token}", app.prefix);
+    let ttl = app.pttl(&key).await;
+    assert!(ttl > 590_000 && ttl <= 600_000, "fresh session ttl {ttl}");
+
+    // Let most of the TTL "pass", then use the session: the TTL is back to full.
+    let _: () = redis::AsyncCommands::pexpire(&mut app.redis().await, &key, 5_000)
+        .await
+        .unwrap();
+    assert!(app.pttl(&key).await <= 5_000);
+    let r = app.get("/api/user/me", Some(&token)).await;
+    assert!(r.success());
+    let ttl = app.pttl(&key).await;
+    assert!(ttl > 590_000, "refreshed ttl {ttl}");
+
+    // Any route refreshes it, even a public one (the original's RefreshTokenInterceptor).
+    let _: () = redis::AsyncCommands::pexpire(&mut app.redis().await, &key, 5_000)
+        .await
+        .unwrap();
+    assert!(app.get("/api/shop-type/list", Some(&token)).await.success());
+    assert!(app.pttl(&key).await > 590_000);
+}
+
+async fn an_expired_session_is_a_401(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let token = app.login("13712345678").await;
+    let key = format!("{}login:token:{token}", app.prefix);
+    let _: () = redis::AsyncCommands::pexpire(&mut app.redis().await, &key, 1)
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let r = app.get("/api/user/me", Some(&token)).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.code(), "unauthorized");
+}
+
+async fn a_code_is_single_use(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let phone = "15012345678";
+    app.send_code(phone).await;
+    let code = app.sms.last_code_for(phone).unwrap();
+    assert!(app.login_with(phone, &code).await.success());
+    let again = app.login_with(phone, &code).await;
+    assert_eq!(again.status, 200);
+    assert!(!again.success());
+    assert_eq!(again.code(), "code_expired");
+}
+
+async fn five_wrong_tries_void_the_code(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let phone = "18612345678";
+    app.send_code(phone).await;
+    let code = app.sms.last_code_for(phone).unwrap();
+    let wrong = if code == "000000" { "111111" } else { "000000" };
+    for i in 1..=4 {
+        let r = app.login_with(phone, wrong).await;
+        assert_eq!(r.code(), "wrong_code", "try {i}: {r:?}");
+        assert!(r.msg().contains("验证码错误"), "{r:?}");
+        assert!(r.msg().contains(&format!("{} tries left", 5 - i)), "{r:?}");
+    }
+    let fifth = app.login_with(phone, wrong).await;
+    assert_eq!(fifth.code(), "code_void", "{fifth:?}");
+    // The right code is worthless now.
+    let right = app.login_with(phone, &code).await;
+    assert!(!right.success());
+    assert_eq!(right.code(), "code_expired");
+}
+
+async fn codes_are_rate_limited_per_phone(backend: Backend) {
+    let app = spawn_app(backend).await;
+    assert!(app.send_code("13512345678").await.success());
+    let second = app.send_code("13512345678").await;
+    assert_eq!(second.status, 429);
+    assert_eq!(second.code(), "rate_limited");
+    assert!(second.msg().contains("retry in"), "{second:?}");
+    let retry: u64 = second.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry), "retry-after {retry}");
+    assert_eq!(app.sms.count(), 1, "the refused request sent nothing");
+    // Another phone is not affected.
+    assert!(app.send_code("13612345678").await.success());
+}
+
+async fn the_daily_code_cap_applies(backend: Backend) {
+    let app = spawn_app_with(backend, |c| {
+        c.code.min_interval = std::time::Duration::ZERO;
+        c.code.daily_limit = 3;
+    })
+    .await;
+    for _ in 0..3 {
+        assert!(app.send_code("17712345678").await.success());
+    }
+    let fourth = app.send_code("17712345678").await;
+    assert_eq!(fourth.status, 429);
+    assert!(fourth.msg().contains("daily"), "{fourth:?}");
+    assert_eq!(app.sms.count(), 3);
+}
+
+async fn bad_input_gets_a_clear_error(backend: Backend) {
+    let app = spawn_app(backend).await;
+
+    // A phone that breaks the rule: the original's business failure (HTTP 200).
+    let r = app.send_code("12345").await;
+    assert_eq!((r.status, r.code()), (200, "invalid_phone"));
+    assert_eq!(r.msg(), "手机号格式错误");
+    let r = app.login_with("12345", "123456").await;
+    assert_eq!((r.status, r.code()), (200, "invalid_phone"));
+
+    // Missing query parameter: 400.
+    let r = app.post("/api/user/code", None).await;
+    assert_eq!((r.status, r.code()), (400, "invalid_request"));
+    assert!(r.msg().contains("phone"), "{r:?}");
+
+    // Malformed JSON, a missing field, a wrong type, no JSON at all: 400 naming the problem.
+    let raw = |body: &'static str| {
+        app.client
+            .post(app.url("/api/user/login"))
+            .header("content-type", "application/json")
+            .body(body)
+    };
+    let r = app.send(raw("{\"phone\":")).await;
+    assert_eq!((r.status, r.code()), (400, "invalid_request"));
+    let r = app.send(raw("{\"code\":\"123456\"}")).await;
+    assert_eq!(r.status, 400);
+    assert!(r.msg().contains("phone"), "{r:?}");
+    let r = app
+        .send(raw("{\"phone\":13812345678,\"code\":\"123456\"}"))
+        .await;
+    assert_eq!(r.status, 400);
+    assert!(r.msg().contains("phone"), "{r:?}");
+    let r = app
+        .send(app.client.post(app.url("/api/user/login")).body("phone=1"))
+        .await;
+    assert_eq!(r.status, 400);
+    assert!(r.msg().contains("Content-Type"), "{r:?}");
+    let r = app
+        .post_json("/api/user/login", &json!({"phone": "13812345678"}), None)
+        .await;
+    assert_eq!((r.status, r.code()), (400, "invalid_request"));
+    let r = app
+        .post_json(
+            "/api/user/login",
+            &json!({"phone": "13812345678", "code": "12ab56"}),
+            None,
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (200, "invalid_code"));
+    let r = app
+        .post_json(
+            "/api/user/login",
+            &json!({"phone": "13812345678", "password": "x"}),
+            None,
+        )
+        .await;
+    assert_eq!(r.code(), "password_login_unsupported");
+
+    // A body over the limit: 413 in the envelope.
+    let huge = format!("{{\"phone\":\"{}\"}}", "1".repeat(200_000));
+    let r = app.send(raw_owned(&app, huge)).await;
+    assert_eq!((r.status, r.code()), (413, "payload_too_large"));
+
+    // Unknown ids and routes.
+    let token = app.login("13812345678").await;
+    let r = app.get("/api/user/abc", Some(&token)).await;
+    assert_eq!((r.status, r.code()), (400, "invalid_request"));
+    let r = app.get("/api/user/0", Some(&token)).await;
+    assert_eq!(r.status, 400);
+    let r = app.get("/api/no/such/route", None).await;
+    assert_eq!((r.status, r.code()), (404, "not_found"));
+    let r = app.send(app.client.delete(app.url("/api/user/me"))).await;
+    assert_eq!((r.status, r.code()), (405, "method_not_allowed"));
+
+    // Nothing was lost: the session still works after all that.
+    assert!(app.get("/api/user/me", Some(&token)).await.success());
+}
+
+fn raw_owned(app: &crate::helpers::TestApp, body: String) -> reqwest::RequestBuilder {
+    app.client
+        .post(app.url("/api/user/login"))
+        .header("content-type", "application/json")
+        .body(body)
+}
+
+async fn a_first_login_creates_the_user_once(backend: Backend) {
+    let app = spawn_app_with(backend, |c| c.code.min_interval = std::time::Duration::ZERO).await;
+    let t1 = app.login("13312345678").await;
+    let me1 = app.get("/api/user/me", Some(&t1)).await.body["data"].clone();
+    let nick = me1["nickName"].as_str().unwrap();
+    assert_eq!(nick.len(), 15, "{nick}");
+    assert!(
+        nick[5..]
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    );
+
+    let t2 = app.login("13312345678").await;
+    assert_ne!(t1, t2, "every login gets its own token");
+    let me2 = app.get("/api/user/me", Some(&t2)).await.body["data"].clone();
+    assert_eq!(me1, me2, "the second login finds the same user");
+}
+
+async fn the_code_lives_at_the_original_key(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.send_code("13012345678").await;
+    let code = app.sms.last_code_for("13012345678").unwrap();
+    let key = format!("{}login:code:13012345678", app.prefix);
+    let stored: String = redis::AsyncCommands::get(&mut app.redis().await, &key)
+        .await
+        .unwrap();
+    assert_eq!(stored, code);
+    let ttl = app.pttl(&key).await;
+    assert!(ttl > 100_000 && ttl <= 120_000, "code ttl {ttl}");
+}
+
+async fn user_lookups_follow_the_original(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let token = app.login("13212345678").await;
+    let me = app.get("/api/user/me", Some(&token)).await.body["data"].clone();
+    let id = me["id"].as_i64().unwrap();
+
+    let r = app.get(&format!("/api/user/{id}"), Some(&token)).await;
+    assert_eq!(r.body["data"], me);
+    // A missing user is `{"success":true}` with no data, as the original answers.
+    let r = app.get("/api/user/999999", Some(&token)).await;
+    assert_eq!(r.body, json!({"success": true}));
+    let r = app.get(&format!("/api/user/info/{id}"), Some(&token)).await;
+    assert_eq!(r.body, json!({"success": true}));
+    // Both need login.
+    assert_eq!(app.get(&format!("/api/user/{id}"), None).await.status, 401);
+    assert_eq!(
+        app.get(&format!("/api/user/info/{id}"), None).await.status,
+        401
+    );
+}
