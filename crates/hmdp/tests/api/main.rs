@@ -15,3 +15,4 @@ mod compat;
 mod embedded;
 mod failures;
 mod login;
+mod static_files;

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Runs the whole hmdp test suite against real Redis and MariaDB.
+#
+#   scripts/test.sh            # everything (what CI runs)
+#   scripts/test.sh -p hmdp    # extra arguments go to `cargo test`
+#
+# It makes sure the servers the tests need are there first: installs redis-server and
+# mariadb-server with apt-get when missing (as root), starts them when they are not running, and
+# creates a MariaDB account for the tests. Override the targets with HMDP_TEST_REDIS_URL and
+# HMDP_TEST_MYSQL_URL to use servers of your own.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\033[1m[test.sh]\033[0m %s\n' "$*" >&2; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else return 1; fi; }
+
+need_install=()
+command -v redis-server >/dev/null || need_install+=(redis-server)
+command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || need_install+=(mariadb-server)
+command -v mariadb >/dev/null || need_install+=(mariadb-client)
+if [ ${#need_install[@]} -gt 0 ]; then
+  log "installing ${need_install[*]} (apt-get)"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${need_install[@]}" >/dev/null
+fi
+
+# Redis on 127.0.0.1:6379 unless HMDP_TEST_REDIS_URL points elsewhere.
+if [ -z "${HMDP_TEST_REDIS_URL:-}" ]; then
+  if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+    log "starting redis-server on 127.0.0.1:6379"
+    redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+      --logfile "${TMPDIR:-/tmp}/hmdp-test-redis.log"
+    for _ in $(seq 50); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.1; done
+  fi
+  redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null || { log "Redis is not answering on 6379"; exit 1; }
+fi
+
+# MariaDB on 127.0.0.1:3306, with an account the tests can use over TCP.
+if [ -z "${HMDP_TEST_MYSQL_URL:-}" ]; then
+  if ! mariadb-admin ping >/dev/null 2>&1 && ! mariadb-admin -h 127.0.0.1 -uroot ping >/dev/null 2>&1; then
+    log "starting mariadbd"
+    as_root mkdir -p /run/mysqld
+    as_root chown mysql:mysql /run/mysqld 2>/dev/null || true
+    as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql
+    for _ in $(seq 100); do mariadb-admin ping >/dev/null 2>&1 && break; sleep 0.2; done
+  fi
+  if mariadb -h 127.0.0.1 -uroot -e 'SELECT 1' >/dev/null 2>&1; then
+    export HMDP_TEST_MYSQL_URL="mysql://root@127.0.0.1:3306"
+  else
+    # A fresh Debian install lets root in only through the socket: add a test account.
+    log "creating the MariaDB account hmdp_test for the tests"
+    as_root mariadb -e "CREATE USER IF NOT EXISTS 'hmdp_test'@'127.0.0.1' IDENTIFIED BY 'hmdp_test';
+      CREATE USER IF NOT EXISTS 'hmdp_test'@'localhost' IDENTIFIED BY 'hmdp_test';
+      GRANT ALL PRIVILEGES ON *.* TO 'hmdp_test'@'127.0.0.1';
+      GRANT ALL PRIVILEGES ON *.* TO 'hmdp_test'@'localhost';"
+    export HMDP_TEST_MYSQL_URL="mysql://hmdp_test:hmdp_test@127.0.0.1:3306"
+  fi
+fi
+
+command -v cargo >/dev/null || { log "cargo is missing: install Rust from https://rustup.rs"; exit 1; }
+log "redis=${HMDP_TEST_REDIS_URL:-redis://127.0.0.1:6379} mysql=${HMDP_TEST_MYSQL_URL%%:*}://…"
+exec cargo test --workspace "$@"
