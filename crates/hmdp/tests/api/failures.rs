@@ -117,3 +117,104 @@ async fn a_hung_redis_means_a_fast_timeout_in_the_envelope() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A TCP proxy in front of MariaDB that can cut every connection and refuse new ones, to play
+/// "the database went away" without stopping the shared server.
+struct CuttableProxy {
+    port: u16,
+    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cut: tokio::sync::watch::Sender<u64>,
+}
+
+impl CuttableProxy {
+    async fn start(upstream: String) -> Self {
+        use std::sync::{
+            Arc,
+            atomic::{AtomicBool, Ordering},
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = Arc::new(AtomicBool::new(true));
+        let (cut, _) = tokio::sync::watch::channel(0u64);
+        let (up2, cut2) = (up.clone(), cut.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                if !up2.load(Ordering::SeqCst) {
+                    drop(inbound); // refused: closed at once
+                    continue;
+                }
+                let upstream = upstream.clone();
+                let mut cut_rx = cut2.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut_rx.changed() => {}
+                    }
+                });
+            }
+        });
+        Self { port, up, cut }
+    }
+
+    fn go_down(&self) {
+        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.cut.send_modify(|n| *n += 1);
+    }
+
+    fn come_back(&self) {
+        self.up.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_going_away_loses_nothing() {
+    let db = crate::helpers::TestDatabase::create().await;
+    let server = crate::helpers::mysql_server_url();
+    let hostport = server.rsplit('@').next().unwrap().to_owned();
+    let proxy = CuttableProxy::start(hostport.clone()).await;
+    let via_proxy = db
+        .url
+        .replace(&hostport, &format!("127.0.0.1:{}", proxy.port));
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::helpers::test_config(via_proxy, dir.path());
+    let app = crate::helpers::spawn_with_config(config, Backend::MySql, Some(db), dir).await;
+    let token = app.login("13812345678").await;
+
+    // A code is requested, then the database goes away before the login.
+    assert!(app.send_code("13912345678").await.success());
+    let code = app.sms.last_code_for("13912345678").unwrap();
+    proxy.go_down();
+
+    let r = app.login_with("13912345678", &code).await;
+    assert_eq!((r.status, r.code()), (503, "unavailable"), "{r:?}");
+    let h = app.get("/health", None).await;
+    assert_eq!(
+        (h.status, h.body["data"]["database"].as_str()),
+        (503, Some("down"))
+    );
+    // Sessions live in Redis: a logged-in user keeps working for what needs no database.
+    assert!(app.get("/api/user/me", Some(&token)).await.success());
+
+    // The database returns: the same code still works, because nothing was consumed.
+    proxy.come_back();
+    let started = Instant::now();
+    loop {
+        let r = app.login_with("13912345678", &code).await;
+        if r.success() {
+            break;
+        }
+        assert_eq!(
+            r.code(),
+            "unavailable",
+            "only 'retry later' while recovering: {r:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(20), "no recovery");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
