@@ -1,0 +1,752 @@
+//! The cache client: reads through Redis (and an optional L1), loads on a miss, and protects
+//! the loader from penetration, breakdown and avalanche.
+
+use std::{
+    future::Future,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use hmdp_lock::{LockClient, LockConnection};
+use rand::Rng;
+use serde::{Serialize, de::DeserializeOwned};
+use tokio::sync::Semaphore;
+
+use crate::{Error, ErrorKind, Result, flight::Flights, l1::L1};
+
+/// The marker stored for "the loader found nothing" (the original stores an empty string too).
+const NULL_MARKER: &str = "";
+
+/// How a read rebuilds a missing or stale entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Strategy {
+    /// Cache-aside: on a miss, load and store. Concurrent misses in one process share one load;
+    /// across processes each may load once.
+    CacheAside,
+    /// Cache-aside with a rebuild mutex: concurrent misses in one process share one load, and
+    /// across processes a distributed lock lets one load while the others wait for it (woken by
+    /// pub/sub, not polling) and then read what it stored.
+    Mutex,
+    /// Logical expiry: the value is stored with its expiry time inside and no Redis TTL, so it
+    /// never disappears; a stale value is served at once while exactly one background task
+    /// rebuilds it. Missing entries are loaded as with [`Strategy::Mutex`].
+    LogicalExpiry,
+}
+
+/// Per-read settings.
+///
+/// ```
+/// use std::time::Duration;
+/// use hmdp_cache::{ReadOptions, Strategy};
+/// let opts = ReadOptions::new(Strategy::Mutex, Duration::from_secs(1800))
+///     .null_ttl(Duration::from_secs(120))
+///     .jitter(0.1);
+/// assert_eq!(opts.strategy(), Strategy::Mutex);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ReadOptions {
+    strategy: Strategy,
+    ttl: Duration,
+    null_ttl: Duration,
+    jitter: f64,
+    lock_wait: Duration,
+    lock_lease: Duration,
+}
+
+impl ReadOptions {
+    /// `ttl` is the Redis TTL (cache-aside, mutex) or the logical lifetime (logical expiry).
+    /// Defaults: null TTL 2 min, jitter ±10 %, lock wait 3 s, lock lease 10 s.
+    ///
+    /// ```
+    /// let o = hmdp_cache::ReadOptions::new(hmdp_cache::Strategy::CacheAside, std::time::Duration::from_secs(60));
+    /// ```
+    pub fn new(strategy: Strategy, ttl: Duration) -> Self {
+        Self {
+            strategy,
+            ttl,
+            null_ttl: Duration::from_secs(120),
+            jitter: 0.1,
+            lock_wait: Duration::from_secs(3),
+            lock_lease: Duration::from_secs(10),
+        }
+    }
+
+    /// How long "not found" is remembered (penetration protection).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let o = hmdp_cache::ReadOptions::new(hmdp_cache::Strategy::Mutex, Duration::from_secs(60)).null_ttl(Duration::from_secs(30));
+    /// ```
+    pub fn null_ttl(mut self, ttl: Duration) -> Self {
+        self.null_ttl = ttl;
+        self
+    }
+
+    /// Spread every TTL by ±`ratio` (0 to 0.5) so entries written together do not expire
+    /// together (avalanche protection).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let o = hmdp_cache::ReadOptions::new(hmdp_cache::Strategy::Mutex, Duration::from_secs(60)).jitter(0.2);
+    /// ```
+    pub fn jitter(mut self, ratio: f64) -> Self {
+        self.jitter = ratio.clamp(0.0, 0.5);
+        self
+    }
+
+    /// How long a caller waits for another process's rebuild before loading itself, and the
+    /// rebuild lock's lease.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let o = hmdp_cache::ReadOptions::new(hmdp_cache::Strategy::Mutex, Duration::from_secs(60))
+    ///     .lock(Duration::from_secs(1), Duration::from_secs(5));
+    /// ```
+    pub fn lock(mut self, wait: Duration, lease: Duration) -> Self {
+        self.lock_wait = wait;
+        self.lock_lease = lease;
+        self
+    }
+
+    /// The strategy.
+    ///
+    /// ```
+    /// # let o = hmdp_cache::ReadOptions::new(hmdp_cache::Strategy::Mutex, std::time::Duration::from_secs(1));
+    /// assert_eq!(o.strategy(), hmdp_cache::Strategy::Mutex);
+    /// ```
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+}
+
+/// What to do when Redis is away during a read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RedisDown {
+    /// Fail at once with [`ErrorKind::RedisUnavailable`].
+    Fail,
+    /// Call the loader directly, at most `max_concurrent` at a time; callers beyond that wait up
+    /// to `max_wait` for a slot, then fail with [`ErrorKind::Overloaded`]. The database sees a
+    /// bounded trickle instead of the whole read load.
+    FallbackToLoader {
+        max_concurrent: usize,
+        max_wait: Duration,
+    },
+}
+
+/// Counters of a [`CacheClient`] (monotonic since creation).
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct CacheStats {
+    pub l1_hits: AtomicU64,
+    pub hits: AtomicU64,
+    pub null_hits: AtomicU64,
+    pub misses: AtomicU64,
+    /// Loader calls (database queries, for hmdp).
+    pub loads: AtomicU64,
+    /// Background rebuilds of logically expired entries.
+    pub rebuilds: AtomicU64,
+    /// Reads answered by the loader because Redis was away.
+    pub fallbacks: AtomicU64,
+}
+
+/// The stored form of a logically expiring entry (the original's `RedisData`).
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Logical<T> {
+    /// Unix time in milliseconds after which the value is stale.
+    expire_time: u64,
+    data: Option<T>,
+}
+
+struct Inner<C: LockConnection> {
+    conn: C,
+    prefix: String,
+    locks: Option<LockClient<C>>,
+    l1: Option<L1>,
+    flights: Flights,
+    rebuilding: Flights,
+    fallback: RedisDown,
+    fallback_slots: Option<Semaphore>,
+    stats: CacheStats,
+}
+
+/// A typed cache over Redis. Cheap to clone.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use hmdp_cache::{CacheClient, ReadOptions, Strategy};
+///
+/// #[derive(serde::Serialize, serde::Deserialize, Clone)]
+/// struct Shop { id: i64, name: String }
+///
+/// # async fn demo() -> hmdp_cache::Result<()> {
+/// let redis = redis::Client::open("redis://127.0.0.1/").unwrap();
+/// let conn = redis.get_connection_manager().await?;
+/// let locks = hmdp_lock::LockClient::builder(conn.clone()).subscriber(redis.clone()).build().unwrap();
+/// let cache = CacheClient::builder(conn).key_prefix("app:").locks(locks).build();
+///
+/// let opts = ReadOptions::new(Strategy::Mutex, Duration::from_secs(1800));
+/// let shop: Option<Shop> = cache
+///     .get_or_load("cache:shop:1", &opts, || async {
+///         // the database query; Ok(None) when there is no such shop
+///         Ok::<_, std::io::Error>(Some(Shop { id: 1, name: "面馆".into() }))
+///     })
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub struct CacheClient<C: LockConnection> {
+    inner: Arc<Inner<C>>,
+}
+
+impl<C: LockConnection> Clone for CacheClient<C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<C: LockConnection> std::fmt::Debug for CacheClient<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheClient")
+            .field("prefix", &self.inner.prefix)
+            .field("locks", &self.inner.locks.is_some())
+            .field("l1", &self.inner.l1.is_some())
+            .finish()
+    }
+}
+
+/// Builds a [`CacheClient`].
+pub struct CacheClientBuilder<C: LockConnection> {
+    conn: C,
+    prefix: String,
+    locks: Option<LockClient<C>>,
+    l1: Option<L1>,
+    fallback: RedisDown,
+}
+
+impl<C: LockConnection> CacheClient<C> {
+    /// Starts building a client on `conn`.
+    ///
+    /// ```no_run
+    /// # async fn demo(conn: redis::aio::ConnectionManager) {
+    /// let cache = hmdp_cache::CacheClient::builder(conn).key_prefix("app:").build();
+    /// # }
+    /// ```
+    pub fn builder(conn: C) -> CacheClientBuilder<C> {
+        CacheClientBuilder {
+            conn,
+            prefix: String::new(),
+            locks: None,
+            l1: None,
+            fallback: RedisDown::Fail,
+        }
+    }
+
+    /// The client's counters.
+    ///
+    /// ```no_run
+    /// # fn f(c: &hmdp_cache::CacheClient<redis::aio::ConnectionManager>) {
+    /// use std::sync::atomic::Ordering;
+    /// println!("loads so far: {}", c.stats().loads.load(Ordering::Relaxed));
+    /// # }
+    /// ```
+    pub fn stats(&self) -> &CacheStats {
+        &self.inner.stats
+    }
+
+    /// The full Redis key for `key` (with the prefix).
+    ///
+    /// ```no_run
+    /// # fn f(c: &hmdp_cache::CacheClient<redis::aio::ConnectionManager>) {
+    /// assert!(c.redis_key("cache:shop:1").ends_with("cache:shop:1"));
+    /// # }
+    /// ```
+    pub fn redis_key(&self, key: &str) -> String {
+        format!("{}{key}", self.inner.prefix)
+    }
+
+    /// Reads `key`; on a miss runs `loader` (at most once per key at a time in this process,
+    /// and with [`Strategy::Mutex`] / [`Strategy::LogicalExpiry`] once across processes) and
+    /// stores its answer — the value, or the null marker for `Ok(None)`.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(cache: hmdp_cache::CacheClient<redis::aio::ConnectionManager>) -> hmdp_cache::Result<()> {
+    /// let opts = hmdp_cache::ReadOptions::new(hmdp_cache::Strategy::CacheAside, Duration::from_secs(60));
+    /// let n: Option<u32> = cache.get_or_load("answer", &opts, || async { Ok::<_, std::io::Error>(Some(42)) }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn get_or_load<T, F, Fut, E>(
+        &self,
+        key: &str,
+        opts: &ReadOptions,
+        loader: F,
+    ) -> Result<Option<T>>
+    where
+        T: Serialize + DeserializeOwned + Send + Sync + 'static,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = std::result::Result<Option<T>, E>> + Send + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+    {
+        let full = self.redis_key(key);
+        let raw = match self.read_raw(&full).await {
+            Ok(raw) => raw,
+            Err(e) if e.is_redis_unavailable() => return self.fallback(loader, e).await,
+            Err(e) => return Err(e),
+        };
+        let loader = wrap_loader(loader);
+        match raw {
+            Some(raw) => {
+                if opts.strategy == Strategy::LogicalExpiry && raw.as_ref() != NULL_MARKER {
+                    let entry: Logical<T> = serde_json::from_str(&raw)?;
+                    if entry.expire_time <= now_ms() {
+                        self.spawn_rebuild::<T>(full, opts.clone(), loader);
+                    }
+                    self.count_hit(entry.data.is_none());
+                    return Ok(entry.data);
+                }
+                self.count_hit(raw.as_ref() == NULL_MARKER);
+                decode(&raw)
+            }
+            None => {
+                self.inner.stats.misses.fetch_add(1, Ordering::Relaxed);
+                let me = self.clone();
+                let opts2 = opts.clone();
+                let full2 = full.clone();
+                let raw = self
+                    .inner
+                    .flights
+                    .run(&full, move || async move {
+                        me.rebuild::<T>(&full2, &opts2, loader).await
+                    })
+                    .await;
+                match raw? {
+                    None => Ok(None),
+                    Some(raw)
+                        if opts.strategy == Strategy::LogicalExpiry
+                            && raw.as_ref() != NULL_MARKER =>
+                    {
+                        Ok(serde_json::from_str::<Logical<T>>(&raw)?.data)
+                    }
+                    Some(raw) => decode(&raw),
+                }
+            }
+        }
+    }
+
+    /// Stores `value` at `key` for `ttl` (with the jitter of `opts` if given).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(cache: hmdp_cache::CacheClient<redis::aio::ConnectionManager>) -> hmdp_cache::Result<()> {
+    /// cache.set("greeting", &"你好", Duration::from_secs(60), 0.1).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn set<T: Serialize>(
+        &self,
+        key: &str,
+        value: &T,
+        ttl: Duration,
+        jitter: f64,
+    ) -> Result<()> {
+        let json = serde_json::to_string(value)?;
+        self.write(&self.redis_key(key), &json, Some(jittered(ttl, jitter)))
+            .await
+    }
+
+    /// Stores `value` at `key` as a logically expiring entry (no Redis TTL) that turns stale
+    /// after `ttl`: how hot keys are warmed up before traffic arrives.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(cache: hmdp_cache::CacheClient<redis::aio::ConnectionManager>) -> hmdp_cache::Result<()> {
+    /// cache.set_logical("cache:shop:1", &"hot shop", Duration::from_secs(20)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_logical<T: Serialize>(
+        &self,
+        key: &str,
+        value: &T,
+        ttl: Duration,
+    ) -> Result<()> {
+        let json = serde_json::to_string(&Logical {
+            expire_time: now_ms() + ttl.as_millis() as u64,
+            data: Some(value),
+        })?;
+        self.write(&self.redis_key(key), &json, None).await
+    }
+
+    /// Deletes `key` from Redis and from every instance's L1 (cache-aside: call it after the
+    /// database write, never before).
+    ///
+    /// ```no_run
+    /// # async fn demo(cache: hmdp_cache::CacheClient<redis::aio::ConnectionManager>) -> hmdp_cache::Result<()> {
+    /// // UPDATE tb_shop ... ; then:
+    /// cache.invalidate("cache:shop:1").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn invalidate(&self, key: &str) -> Result<()> {
+        let full = self.redis_key(key);
+        let _: () = redis::cmd("DEL")
+            .arg(&full)
+            .query_async(&mut self.inner.conn.clone())
+            .await?;
+        if let Some(l1) = &self.inner.l1 {
+            l1.invalidate_everywhere(&mut self.inner.conn.clone(), &full)
+                .await?;
+        }
+        Ok(())
+    }
+
+    fn count_hit(&self, null: bool) {
+        let c = if null {
+            &self.inner.stats.null_hits
+        } else {
+            &self.inner.stats.hits
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    async fn read_raw(&self, full: &str) -> Result<Option<Arc<str>>> {
+        if let Some(l1) = &self.inner.l1
+            && let Some(v) = l1.get(full).await
+        {
+            self.inner.stats.l1_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(v));
+        }
+        let v: Option<String> = redis::cmd("GET")
+            .arg(full)
+            .query_async(&mut self.inner.conn.clone())
+            .await?;
+        let v: Option<Arc<str>> = v.map(Arc::from);
+        if let (Some(l1), Some(v)) = (&self.inner.l1, &v) {
+            l1.insert(full, v.clone()).await;
+        }
+        Ok(v)
+    }
+
+    async fn write(&self, full: &str, value: &str, ttl: Option<Duration>) -> Result<()> {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(full).arg(value);
+        if let Some(ttl) = ttl {
+            cmd.arg("PX").arg(ttl.as_millis().max(1) as u64);
+        }
+        let _: () = cmd.query_async(&mut self.inner.conn.clone()).await?;
+        if let Some(l1) = &self.inner.l1 {
+            l1.insert(full, Arc::from(value)).await;
+        }
+        Ok(())
+    }
+
+    /// Loads and stores a missing entry; the lock (if any) makes it once across processes.
+    async fn rebuild<T>(
+        &self,
+        full: &str,
+        opts: &ReadOptions,
+        loader: BoxLoader<T>,
+    ) -> Result<Option<Arc<str>>>
+    where
+        T: Serialize + Send + 'static,
+    {
+        let use_lock = opts.strategy != Strategy::CacheAside;
+        let guard = match (&self.inner.locks, use_lock) {
+            (Some(locks), true) => {
+                let lock = locks.lock(full)?;
+                let guard = lock.try_lock(opts.lock_wait, Some(opts.lock_lease)).await?;
+                // Double check: whoever held the lock may have stored the entry meanwhile.
+                if let Some(v) = self.read_redis(full).await? {
+                    if let Some(g) = guard {
+                        let _ = g.unlock().await;
+                    }
+                    return Ok(Some(v));
+                }
+                if guard.is_none() {
+                    tracing::warn!(key = full, "rebuild lock wait ran out; loading without it");
+                }
+                guard
+            }
+            _ => None,
+        };
+        let result = self.load_and_store(full, opts, loader).await;
+        if let Some(g) = guard {
+            let _ = g.unlock().await;
+        }
+        result
+    }
+
+    async fn load_and_store<T>(
+        &self,
+        full: &str,
+        opts: &ReadOptions,
+        loader: BoxLoader<T>,
+    ) -> Result<Option<Arc<str>>>
+    where
+        T: Serialize + Send + 'static,
+    {
+        self.inner.stats.loads.fetch_add(1, Ordering::Relaxed);
+        let value = loader().await?;
+        let (stored, ttl) = match (&value, opts.strategy) {
+            (None, _) => (
+                NULL_MARKER.to_owned(),
+                Some(jittered(opts.null_ttl, opts.jitter)),
+            ),
+            (Some(v), Strategy::LogicalExpiry) => (
+                serde_json::to_string(&Logical {
+                    expire_time: now_ms() + jittered(opts.ttl, opts.jitter).as_millis() as u64,
+                    data: Some(v),
+                })?,
+                None,
+            ),
+            (Some(v), _) => (
+                serde_json::to_string(v)?,
+                Some(jittered(opts.ttl, opts.jitter)),
+            ),
+        };
+        self.write(full, &stored, ttl).await?;
+        Ok(value.map(|_| Arc::from(stored.as_str())))
+    }
+
+    async fn read_redis(&self, full: &str) -> Result<Option<Arc<str>>> {
+        let v: Option<String> = redis::cmd("GET")
+            .arg(full)
+            .query_async(&mut self.inner.conn.clone())
+            .await?;
+        Ok(v.map(Arc::from))
+    }
+
+    /// Starts one background rebuild of a logically expired entry, unless one is running (in
+    /// this process: single-flight; across processes: a lock taken without waiting).
+    fn spawn_rebuild<T>(&self, full: String, opts: ReadOptions, loader: BoxLoader<T>)
+    where
+        T: Serialize + DeserializeOwned + Send + Sync + 'static,
+    {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let me2 = me.clone();
+            let key = full.clone();
+            let _ = me
+                .inner
+                .rebuilding
+                .run(&key, move || async move {
+                    let guard = match &me2.inner.locks {
+                        Some(locks) => match locks.lock(&full)?.try_lock(Duration::ZERO, Some(opts.lock_lease)).await? {
+                            Some(g) => Some(g),
+                            None => return Ok(None), // another process is on it
+                        },
+                        None => None,
+                    };
+                    // Someone may have refreshed it between our read and the lock.
+                    let fresh = match me2.read_redis(&full).await? {
+                        Some(raw) if raw.as_ref() != NULL_MARKER => {
+                            serde_json::from_str::<Logical<T>>(&raw)
+                                .map(|e| e.expire_time > now_ms())
+                                .unwrap_or(false)
+                        }
+                        _ => false,
+                    };
+                    let result = if fresh {
+                        Ok(None)
+                    } else {
+                        me2.inner.stats.rebuilds.fetch_add(1, Ordering::Relaxed);
+                        me2.load_and_store(&full, &opts, loader).await
+                    };
+                    if let Some(g) = guard {
+                        let _ = g.unlock().await;
+                    }
+                    if let Err(e) = &result {
+                        tracing::warn!(key = %full, error = %e, "background cache rebuild failed; serving stale");
+                    }
+                    result
+                })
+                .await;
+        });
+    }
+
+    async fn fallback<T, F, Fut, E>(&self, loader: F, cause: Error) -> Result<Option<T>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = std::result::Result<Option<T>, E>>,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let (RedisDown::FallbackToLoader { max_wait, .. }, Some(slots)) =
+            (self.inner.fallback, &self.inner.fallback_slots)
+        else {
+            return Err(cause);
+        };
+        let permit = tokio::time::timeout(max_wait, slots.acquire())
+            .await
+            .map_err(|_| {
+                Error::new(
+                    ErrorKind::Overloaded,
+                    "redis is unavailable and the database fallback is at its limit",
+                )
+            })?
+            .map_err(|_| Error::new(ErrorKind::Overloaded, "fallback closed"))?;
+        self.inner.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+        self.inner.stats.loads.fetch_add(1, Ordering::Relaxed);
+        let value = loader().await.map_err(Error::loader)?;
+        drop(permit);
+        Ok(value)
+    }
+}
+
+type BoxLoader<T> = Box<
+    dyn FnOnce() -> futures_util::future::BoxFuture<'static, Result<Option<T>>> + Send + 'static,
+>;
+
+fn wrap_loader<T, F, Fut, E>(loader: F) -> BoxLoader<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = std::result::Result<Option<T>, E>> + Send + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+{
+    Box::new(move || Box::pin(async move { loader().await.map_err(Error::loader) }))
+}
+
+impl<C: LockConnection> CacheClientBuilder<C> {
+    /// Prefix for every key this client touches (lock keys get the lock client's own prefix).
+    ///
+    /// ```no_run
+    /// # fn f(b: hmdp_cache::CacheClientBuilder<redis::aio::ConnectionManager>) {
+    /// let b = b.key_prefix("hmdp:");
+    /// # }
+    /// ```
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The lock client used for cross-process rebuild mutexes. Without one, rebuilds are
+    /// single-flight per process only.
+    ///
+    /// ```no_run
+    /// # fn f(b: hmdp_cache::CacheClientBuilder<redis::aio::ConnectionManager>, l: hmdp_lock::LockClient) {
+    /// let b = b.locks(l);
+    /// # }
+    /// ```
+    pub fn locks(mut self, locks: LockClient<C>) -> Self {
+        self.locks = Some(locks);
+        self
+    }
+
+    /// An in-process L1 in front of Redis, kept coherent across instances by invalidation
+    /// messages on `channel` (see [`crate::L1Options`]).
+    ///
+    /// ```no_run
+    /// # async fn f(b: hmdp_cache::CacheClientBuilder<redis::aio::ConnectionManager>) -> hmdp_cache::Result<()> {
+    /// let sub = redis::Client::open("redis://127.0.0.1/").unwrap();
+    /// let b = b.l1(hmdp_cache::L1Options::new(10_000, std::time::Duration::from_secs(5)), sub, "app:cache:l1").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn l1(
+        mut self,
+        options: crate::L1Options,
+        subscriber: redis::Client,
+        channel: &str,
+    ) -> Result<Self> {
+        self.l1 = Some(L1::start(options, subscriber, channel.to_owned()).await?);
+        Ok(self)
+    }
+
+    /// What to do when Redis is away during a read (default: fail).
+    ///
+    /// ```no_run
+    /// # fn f(b: hmdp_cache::CacheClientBuilder<redis::aio::ConnectionManager>) {
+    /// let b = b.on_redis_down(hmdp_cache::RedisDown::FallbackToLoader {
+    ///     max_concurrent: 8, max_wait: std::time::Duration::from_millis(100) });
+    /// # }
+    /// ```
+    pub fn on_redis_down(mut self, policy: RedisDown) -> Self {
+        self.fallback = policy;
+        self
+    }
+
+    /// Finishes the client.
+    ///
+    /// ```no_run
+    /// # fn f(b: hmdp_cache::CacheClientBuilder<redis::aio::ConnectionManager>) {
+    /// let cache = b.build();
+    /// # }
+    /// ```
+    pub fn build(self) -> CacheClient<C> {
+        let fallback_slots = match self.fallback {
+            RedisDown::FallbackToLoader { max_concurrent, .. } => {
+                Some(Semaphore::new(max_concurrent.max(1)))
+            }
+            RedisDown::Fail => None,
+        };
+        CacheClient {
+            inner: Arc::new(Inner {
+                conn: self.conn,
+                prefix: self.prefix,
+                locks: self.locks,
+                l1: self.l1,
+                flights: Flights::default(),
+                rebuilding: Flights::default(),
+                fallback: self.fallback,
+                fallback_slots,
+                stats: CacheStats::default(),
+            }),
+        }
+    }
+}
+
+fn decode<T: DeserializeOwned>(raw: &str) -> Result<Option<T>> {
+    if raw == NULL_MARKER {
+        return Ok(None);
+    }
+    Ok(Some(serde_json::from_str(raw)?))
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// `ttl` spread uniformly by ±`ratio`.
+///
+/// ```
+/// use std::time::Duration;
+/// let t = hmdp_cache::jittered(Duration::from_secs(100), 0.1);
+/// assert!(t >= Duration::from_secs(90) && t <= Duration::from_secs(110));
+/// ```
+pub fn jittered(ttl: Duration, ratio: f64) -> Duration {
+    if ratio <= 0.0 || ttl.is_zero() {
+        return ttl;
+    }
+    let f = rand::rng().random_range(1.0 - ratio..=1.0 + ratio);
+    ttl.mul_f64(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_spreads_ttls_within_bounds() {
+        let base = Duration::from_secs(1000);
+        let ttls: Vec<Duration> = (0..1000).map(|_| jittered(base, 0.1)).collect();
+        assert!(
+            ttls.iter()
+                .all(|t| *t >= Duration::from_secs(900) && *t <= Duration::from_secs(1100))
+        );
+        let distinct: std::collections::HashSet<u128> =
+            ttls.iter().map(|t| t.as_millis()).collect();
+        assert!(
+            distinct.len() > 900,
+            "ttls are spread, not equal: {}",
+            distinct.len()
+        );
+        assert_eq!(jittered(base, 0.0), base);
+    }
+}

@@ -1,0 +1,487 @@
+//! The cache client against a real Redis.
+
+use std::{
+    collections::HashSet,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use hmdp_cache::{
+    BloomFilter, BloomOptions, CacheClient, ErrorKind, L1Options, ReadOptions, RedisDown, Strategy,
+};
+use redis::aio::ConnectionManager;
+
+fn redis_url() -> String {
+    std::env::var("HMDP_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// A unique key prefix whose keys are deleted at the end of the test.
+struct Prefix(String);
+
+impl Prefix {
+    fn new() -> Self {
+        Self(format!("tc:{}:", uuid::Uuid::new_v4().simple()))
+    }
+}
+
+impl Drop for Prefix {
+    fn drop(&mut self) {
+        let prefix = self.0.clone();
+        let _ = std::thread::spawn(move || {
+            let client = redis::Client::open(redis_url()).unwrap();
+            let mut conn = client.get_connection().unwrap();
+            for pattern in [format!("{prefix}*"), format!("{{{prefix}*")] {
+                let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query(&mut conn).unwrap();
+                if !keys.is_empty() {
+                    let _: () = redis::cmd("DEL").arg(keys).query(&mut conn).unwrap();
+                }
+            }
+        })
+        .join();
+    }
+}
+
+async fn conn_to(url: &str) -> ConnectionManager {
+    redis::Client::open(url)
+        .unwrap()
+        .get_connection_manager()
+        .await
+        .unwrap()
+}
+
+/// A client as one service instance would build it: own connection, own lock client.
+async fn client(prefix: &Prefix) -> CacheClient<ConnectionManager> {
+    let url = redis_url();
+    let conn = conn_to(&url).await;
+    let locks = hmdp_lock::LockClient::builder(conn.clone())
+        .subscriber(redis::Client::open(url).unwrap())
+        .key_prefix(prefix.0.clone())
+        .build()
+        .unwrap();
+    CacheClient::builder(conn)
+        .key_prefix(prefix.0.clone())
+        .locks(locks)
+        .build()
+}
+
+fn slow_loader(
+    calls: Arc<AtomicUsize>,
+    value: Option<String>,
+    delay: Duration,
+) -> impl FnOnce() -> futures_util::future::BoxFuture<'static, Result<Option<String>, std::io::Error>>
++ Send
++ 'static {
+    move || {
+        Box::pin(async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(delay).await;
+            Ok(value)
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stampede_on_a_cold_key_loads_once() {
+    let prefix = Prefix::new();
+    let cache = client(&prefix).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let opts = ReadOptions::new(Strategy::Mutex, Duration::from_secs(60));
+    let mut tasks = Vec::new();
+    for _ in 0..500 {
+        let (cache, calls, opts) = (cache.clone(), calls.clone(), opts.clone());
+        tasks.push(tokio::spawn(async move {
+            cache
+                .get_or_load(
+                    "cache:shop:1",
+                    &opts,
+                    slow_loader(calls, Some("面馆".into()), Duration::from_millis(100)),
+                )
+                .await
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap().unwrap().as_deref(), Some("面馆"));
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(cache.stats().loads.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_one_redis_load_once_per_rebuild() {
+    let prefix = Prefix::new();
+    let (a, b) = (client(&prefix).await, client(&prefix).await);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let opts = ReadOptions::new(Strategy::Mutex, Duration::from_secs(60));
+    for round in 0..3 {
+        let mut tasks = Vec::new();
+        for i in 0..200 {
+            let cache = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let (calls, opts) = (calls.clone(), opts.clone());
+            tasks.push(tokio::spawn(async move {
+                cache
+                    .get_or_load(
+                        "cache:hot",
+                        &opts,
+                        slow_loader(calls, Some(format!("v{round}")), Duration::from_millis(150)),
+                    )
+                    .await
+            }));
+        }
+        for t in tasks {
+            assert_eq!(t.await.unwrap().unwrap(), Some(format!("v{round}")));
+        }
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            round + 1,
+            "one load per rebuild"
+        );
+        a.invalidate("cache:hot").await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_missing_ids_loads_each_once_within_the_null_ttl() {
+    let prefix = Prefix::new();
+    let cache = client(&prefix).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let opts = ReadOptions::new(Strategy::Mutex, Duration::from_secs(60))
+        .null_ttl(Duration::from_secs(60));
+    let ids: Vec<u32> = (0..10_000)
+        .map(|_| rand::random_range(1_000_000..1_000_500))
+        .collect();
+    let distinct: HashSet<u32> = ids.iter().copied().collect();
+    let mut tasks = Vec::new();
+    for chunk in ids.chunks(500) {
+        let (cache, calls, opts, chunk) =
+            (cache.clone(), calls.clone(), opts.clone(), chunk.to_vec());
+        tasks.push(tokio::spawn(async move {
+            for id in chunk {
+                let v: Option<String> = cache
+                    .get_or_load(
+                        &format!("cache:shop:{id}"),
+                        &opts,
+                        slow_loader(calls.clone(), None, Duration::ZERO),
+                    )
+                    .await
+                    .unwrap();
+                assert!(v.is_none());
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let loads = calls.load(Ordering::SeqCst);
+    assert_eq!(loads, distinct.len(), "one database query per distinct id");
+    // The null marker is the original's empty string, with a TTL.
+    let mut conn = conn_to(&redis_url()).await;
+    let id = ids[0];
+    let key = format!("{}cache:shop:{id}", prefix.0);
+    let stored: String = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(stored, "");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 66_000, "{ttl}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bloom_filter_has_no_false_negatives_and_few_false_positives() {
+    let prefix = Prefix::new();
+    let conn = conn_to(&redis_url()).await;
+    let key = format!("{}bloom:shop", prefix.0);
+    let opts = BloomOptions::new(10_000, 0.01);
+    let bloom = BloomFilter::open(conn.clone(), &key, opts).await.unwrap();
+    let members: Vec<String> = (0..10_000).map(|i| format!("{i}")).collect();
+    bloom
+        .add_many(members.iter().map(|s| s.as_bytes()))
+        .await
+        .unwrap();
+    for m in members.iter().step_by(97) {
+        assert!(
+            bloom.might_contain(m.as_bytes()).await.unwrap(),
+            "false negative for {m}"
+        );
+    }
+    let mut false_positives = 0;
+    for i in 0..5_000 {
+        if bloom
+            .might_contain(format!("x{i}").as_bytes())
+            .await
+            .unwrap()
+        {
+            false_positives += 1;
+        }
+    }
+    assert!(
+        false_positives < 150,
+        "{false_positives} false positives of 5000 at p=0.01"
+    );
+
+    // Reopening with other parameters is refused, or resets when asked to.
+    let err = BloomFilter::open(conn.clone(), &key, BloomOptions::new(10, 0.1))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ConfigMismatch);
+    let (small, needs_fill) =
+        BloomFilter::open_or_reset(conn.clone(), &key, BloomOptions::new(10, 0.1))
+            .await
+            .unwrap();
+    assert!(needs_fill);
+    assert!(!small.might_contain(b"1").await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logical_expiry_serves_stale_at_once_and_rebuilds_exactly_once() {
+    let prefix = Prefix::new();
+    let (a, b) = (client(&prefix).await, client(&prefix).await);
+    let opts = ReadOptions::new(Strategy::LogicalExpiry, Duration::from_secs(60)).jitter(0.0);
+    // Warm up with a value that is already stale.
+    a.set_logical("cache:shop:9", &"old".to_owned(), Duration::ZERO)
+        .await
+        .unwrap();
+    let mut conn = conn_to(&redis_url()).await;
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(format!("{}cache:shop:9", prefix.0))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ttl, -1, "logical entries have no Redis TTL");
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let cache = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let (calls, opts) = (calls.clone(), opts.clone());
+        tasks.push(tokio::spawn(async move {
+            cache
+                .get_or_load(
+                    "cache:shop:9",
+                    &opts,
+                    slow_loader(calls, Some("new".into()), Duration::from_millis(500)),
+                )
+                .await
+                .unwrap()
+        }));
+    }
+    for t in tasks {
+        assert_eq!(
+            t.await.unwrap().as_deref(),
+            Some("old"),
+            "stale is served while rebuilding"
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(450),
+        "nobody waited for the 500 ms loader"
+    );
+
+    // After the rebuild: the fresh value, and exactly one load for it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let v: Option<String> = a
+            .get_or_load(
+                "cache:shop:9",
+                &opts,
+                slow_loader(calls.clone(), Some("newer".into()), Duration::ZERO),
+            )
+            .await
+            .unwrap();
+        if v.as_deref() == Some("new") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no rebuild happened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "exactly one rebuild");
+    let rebuilds =
+        a.stats().rebuilds.load(Ordering::SeqCst) + b.stats().rebuilds.load(Ordering::SeqCst);
+    assert_eq!(rebuilds, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_write_gets_a_jittered_ttl() {
+    let prefix = Prefix::new();
+    let cache = client(&prefix).await;
+    let opts = ReadOptions::new(Strategy::CacheAside, Duration::from_secs(1000)).jitter(0.1);
+    for i in 0..100 {
+        let _: Option<u32> = cache
+            .get_or_load(&format!("k{i}"), &opts, move || async move {
+                Ok::<_, std::io::Error>(Some(i))
+            })
+            .await
+            .unwrap();
+    }
+    let mut conn = conn_to(&redis_url()).await;
+    let mut ttls = Vec::new();
+    for i in 0..100 {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(format!("{}k{i}", prefix.0))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        ttls.push(ttl);
+    }
+    assert!(
+        ttls.iter().all(|t| (890_000..=1_100_000).contains(t)),
+        "{ttls:?}"
+    );
+    let spread = ttls.iter().max().unwrap() - ttls.iter().min().unwrap();
+    assert!(
+        spread > 100_000,
+        "ttls are spread out, not written to expire together: {spread} ms"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l1_is_invalidated_on_every_instance() {
+    let prefix = Prefix::new();
+    let url = redis_url();
+    let channel = format!("{}cache:l1", prefix.0);
+    let mk = || async {
+        CacheClient::builder(conn_to(&url).await)
+            .key_prefix(prefix.0.clone())
+            .l1(
+                L1Options::new(1000, Duration::from_secs(60)),
+                redis::Client::open(url.clone()).unwrap(),
+                &channel,
+            )
+            .await
+            .unwrap()
+            .build()
+    };
+    let (a, b) = (mk().await, mk().await);
+    let opts = ReadOptions::new(Strategy::CacheAside, Duration::from_secs(60));
+    let load = |v: &'static str| move || async move { Ok::<_, std::io::Error>(Some(v.to_owned())) };
+    assert_eq!(
+        a.get_or_load("k", &opts, load("one"))
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("one")
+    );
+    assert_eq!(
+        b.get_or_load("k", &opts, load("x"))
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("one")
+    );
+    // B now answers from its L1 without Redis.
+    let before = b.stats().l1_hits.load(Ordering::SeqCst);
+    assert_eq!(
+        b.get_or_load("k", &opts, load("x"))
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("one")
+    );
+    assert_eq!(b.stats().l1_hits.load(Ordering::SeqCst), before + 1);
+
+    // The value changes (database first, then invalidate): B sees it once the message lands.
+    a.invalidate("k").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let v = b.get_or_load("k", &opts, load("two")).await.unwrap();
+        if v.as_deref() == Some("two") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "B kept serving its stale L1");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_the_loader_fallback_is_bounded() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut redis = std::process::Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("redis://127.0.0.1:{port}");
+    let started = Instant::now();
+    let conn = loop {
+        if let Ok(Ok(c)) = tokio::time::timeout(Duration::from_millis(500), async {
+            redis::Client::open(url.as_str())
+                .unwrap()
+                .get_connection_manager()
+                .await
+        })
+        .await
+        {
+            break c;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let cache = CacheClient::builder(conn)
+        .on_redis_down(RedisDown::FallbackToLoader {
+            max_concurrent: 2,
+            max_wait: Duration::from_millis(20),
+        })
+        .build();
+    redis.kill().unwrap();
+    redis.wait().unwrap();
+
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let opts = ReadOptions::new(Strategy::Mutex, Duration::from_secs(60));
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let (cache, running, peak, opts) =
+            (cache.clone(), running.clone(), peak.clone(), opts.clone());
+        tasks.push(tokio::spawn(async move {
+            cache
+                .get_or_load("k", &opts, move || async move {
+                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    peak.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    Ok::<_, std::io::Error>(Some(7u32))
+                })
+                .await
+        }));
+    }
+    let (mut served, mut refused) = (0, 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(v) => {
+                assert_eq!(v, Some(7));
+                served += 1;
+            }
+            Err(e) => {
+                assert!(e.is_overloaded(), "{e}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(peak.load(Ordering::SeqCst) <= 2, "at most 2 loads at once");
+    assert!(
+        served >= 2 && refused > 0,
+        "served {served}, refused {refused}"
+    );
+}
