@@ -84,8 +84,10 @@
 //! while it reconnects, waiters retry every
 //! [`retry_interval`](LockClientBuilder::retry_interval) instead.
 //!
-//! Waiters are not queued: on an unlock all of them retry and one wins
-//! (no fairness).
+//! Each unlock message wakes one waiter of a client (first come, first
+//! woken), whose own unlock later wakes the next; a waiter whose timer fires
+//! retries on its own. This is not a fair lock: a newcomer may still take
+//! the lock before the woken waiter's retry lands.
 //!
 //! # Fencing tokens
 //!

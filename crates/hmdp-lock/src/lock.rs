@@ -20,6 +20,17 @@ pub(crate) enum Attempt {
     Held { ttl: Option<Duration> },
 }
 
+/// Interprets `PTTL` from an acquire script: 0 (expiring this very
+/// millisecond) and -2 (gone) mean "retry now"; -1 (no expiry: not one of our
+/// locks) means "unknown", so waiters fall back to their retry interval.
+pub(crate) fn holder_ttl(pttl: i64) -> Option<Duration> {
+    match pttl {
+        -2 => Some(Duration::ZERO),
+        t if t >= 0 => Some(Duration::from_millis(t.unsigned_abs())),
+        _ => None,
+    }
+}
+
 pub(crate) fn lease_ms(lease: Duration) -> u64 {
     u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1)
 }
@@ -255,11 +266,15 @@ impl<C: LockConnection> Lock<C> {
         let deadline = wait.and_then(|w| start.checked_add(w));
         let unbounded = wait.is_none() || deadline.is_none();
         let token = inner.next_token();
-        let mut sub = None;
+        let mut sub: Option<crate::subscriber::Subscription> = None;
         let mut tried_subscribe = false;
         loop {
             let sent_at = Instant::now();
-            let ttl = match self.attempt(&token, lease).await? {
+            let attempt = self.attempt(&token, lease).await;
+            if let Some(s) = sub.as_mut() {
+                s.retried();
+            }
+            let ttl = match attempt? {
                 Attempt::Acquired { fence } => {
                     return Ok(Some(LockGuard::new(
                         self.clone(),
@@ -337,10 +352,7 @@ impl<C: LockConnection> Lock<C> {
                     .then(|| u64::try_from(*fence).unwrap_or(0)),
             }),
             [0, ttl, _] => Ok(Attempt::Held {
-                ttl: u64::try_from(*ttl)
-                    .ok()
-                    .filter(|&t| t > 0)
-                    .map(Duration::from_millis),
+                ttl: holder_ttl(*ttl),
             }),
             other => Err(Error::reply(format!("acquire script returned {other:?}"))),
         }
@@ -785,5 +797,24 @@ impl<C: LockConnection> Drop for LockGuard<C> {
                 tracing::debug!(key = %hold.lock.key(), "guard dropped outside a runtime; lock will expire");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holder_ttl_never_turns_an_expiring_lock_into_a_long_wait() {
+        assert_eq!(holder_ttl(250), Some(Duration::from_millis(250)));
+        assert_eq!(holder_ttl(0), Some(Duration::ZERO));
+        assert_eq!(holder_ttl(-2), Some(Duration::ZERO));
+        assert_eq!(holder_ttl(-1), None);
+    }
+
+    #[test]
+    fn lease_is_sent_in_whole_milliseconds_at_least_one() {
+        assert_eq!(lease_ms(Duration::from_micros(10)), 1);
+        assert_eq!(lease_ms(Duration::from_millis(1500)), 1500);
     }
 }

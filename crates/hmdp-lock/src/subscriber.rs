@@ -1,18 +1,23 @@
 //! One shared pub/sub connection per [`LockClient`](crate::LockClient).
 //!
 //! A background task owns the subscriber connection. Waiters register
-//! interest in a channel and get a `watch` receiver whose value is bumped on
-//! every message; the first waiter of a channel makes the task `SUBSCRIBE`,
-//! the last one leaving makes it `UNSUBSCRIBE`. If the connection breaks the
-//! task reconnects, resubscribes and wakes every waiter (a message may have
-//! been missed), while waiters fall back to the holder's TTL in the meantime.
+//! interest in a channel; the first waiter of a channel makes the task
+//! `SUBSCRIBE`, the last one leaving makes it `UNSUBSCRIBE`.
+//!
+//! Each unlock message wakes *one* waiter of this client (FIFO, like the
+//! semaphore Redisson releases per message), not all of them: only one can
+//! win the lock anyway, and the winner's own unlock wakes the next. A waiter
+//! that is cancelled after being woken but before retrying passes the wake-up
+//! on. If the connection breaks, the task reconnects, resubscribes and wakes
+//! every waiter (a message may have been missed); meanwhile waiters fall back
+//! to the holder's TTL.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot};
 
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -24,7 +29,7 @@ enum Cmd {
 
 struct Entry {
     refs: usize,
-    tx: watch::Sender<u64>,
+    notify: Arc<Notify>,
 }
 
 #[derive(Default)]
@@ -36,14 +41,15 @@ impl Shared {
     fn bump(&self, channel: &str) {
         let map = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = map.get(channel) {
-            entry.tx.send_modify(|v| *v = v.wrapping_add(1));
+            entry.notify.notify_one();
         }
     }
 
     fn bump_all(&self) {
         let map = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         for entry in map.values() {
-            entry.tx.send_modify(|v| *v = v.wrapping_add(1));
+            entry.notify.notify_waiters();
+            entry.notify.notify_one();
         }
     }
 
@@ -90,7 +96,7 @@ impl Hub {
     /// confirmed by the server. Returns `None` if the subscriber connection
     /// is unavailable; callers then fall back to timed retries.
     pub(crate) async fn subscribe(&self, channel: &str) -> Option<Subscription> {
-        let rx = {
+        let notify = {
             let mut map = self
                 .shared
                 .channels
@@ -98,17 +104,18 @@ impl Hub {
                 .unwrap_or_else(|e| e.into_inner());
             let entry = map.entry(channel.to_owned()).or_insert_with(|| Entry {
                 refs: 0,
-                tx: watch::channel(0).0,
+                notify: Arc::new(Notify::new()),
             });
             entry.refs += 1;
-            entry.tx.subscribe()
+            entry.notify.clone()
         };
         let sender = self.sender();
         let sub = Subscription {
             shared: self.shared.clone(),
             sender: sender.clone(),
             channel: channel.to_owned(),
-            rx,
+            notify,
+            woken: false,
         };
         let (reply_tx, reply_rx) = oneshot::channel();
         if sender
@@ -129,21 +136,31 @@ pub(crate) struct Subscription {
     shared: Arc<Shared>,
     sender: mpsc::UnboundedSender<Cmd>,
     channel: String,
-    rx: watch::Receiver<u64>,
+    notify: Arc<Notify>,
+    /// Woken by a message and not yet retried.
+    woken: bool,
 }
 
 impl Subscription {
-    /// Resolves when a message arrived since the last call (or since
-    /// registration). Never resolves if the hub went away.
+    /// Resolves when this waiter is handed an unlock message (or one arrived
+    /// while no waiter was waiting).
     pub(crate) async fn notified(&mut self) {
-        if self.rx.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
+        self.notify.notified().await;
+        self.woken = true;
+    }
+
+    /// The caller retried after a wake-up; nothing to pass on any more.
+    pub(crate) fn retried(&mut self) {
+        self.woken = false;
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        if self.woken {
+            // Cancelled between wake-up and retry: let another waiter try.
+            self.notify.notify_one();
+        }
         let mut map = self
             .shared
             .channels
