@@ -137,13 +137,17 @@ async fn main() {
     println!("|---|---|---:|---:|---:|");
     let mut rows = Vec::new();
     for tasks in [1usize, 8, 64] {
-        let mut cell = Vec::new();
-        for subject in [Subject::Raw, Subject::Reentrant, Subject::Simple] {
-            let mut samples = Vec::new();
-            for run in 0..runs {
-                let name = format!("k{tasks}-{run}");
-                samples.push(measure(subject, tasks, window, &locks, &conn, &name).await);
+        // Interleave subjects run by run so background load hits all alike.
+        let subjects = [Subject::Raw, Subject::Reentrant, Subject::Simple];
+        let mut samples = vec![Vec::new(); subjects.len()];
+        for run in 0..runs {
+            for (i, subject) in subjects.iter().enumerate() {
+                let name = format!("k{tasks}-{run}-{i}");
+                samples[i].push(measure(*subject, tasks, window, &locks, &conn, &name).await);
             }
+        }
+        let mut cell = Vec::new();
+        for (subject, samples) in subjects.iter().zip(samples) {
             let (lo, hi) = samples
                 .iter()
                 .fold((f64::MAX, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
