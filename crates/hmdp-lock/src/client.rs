@@ -13,9 +13,17 @@ use crate::{Error, Result};
 
 /// Default watchdog timeout (the lease used when no lease is given), as in
 /// Redisson.
+///
+/// ```
+/// assert_eq!(hmdp_lock::DEFAULT_WATCHDOG_TIMEOUT, std::time::Duration::from_secs(30));
+/// ```
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Default pause between retries when no pub/sub subscriber is available.
+///
+/// ```
+/// assert_eq!(hmdp_lock::DEFAULT_RETRY_INTERVAL, std::time::Duration::from_millis(100));
+/// ```
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Any async redis-rs connection the locks can run their scripts on.

@@ -11,9 +11,17 @@ use crate::lock::{Attempt, Lock};
 use crate::{Error, Result};
 
 /// Default per-node time limit for one acquire/release call.
+///
+/// ```
+/// assert_eq!(hmdp_lock::DEFAULT_NODE_TIMEOUT, std::time::Duration::from_millis(100));
+/// ```
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// Default upper bound of the random pause between RedLock rounds.
+///
+/// ```
+/// assert_eq!(hmdp_lock::DEFAULT_RETRY_JITTER, std::time::Duration::from_millis(50));
+/// ```
 pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(50);
 
 /// The clock-drift allowance subtracted from a RedLock's validity: 1 % of the

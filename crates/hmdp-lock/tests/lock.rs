@@ -631,3 +631,57 @@ async fn force_unlock_wakes_waiters() {
     assert!(!g.unlock().await.unwrap());
     assert!(!lock.force_unlock().await.unwrap());
 }
+
+#[tokio::test]
+async fn without_subscriber_waiters_poll_at_retry_interval() {
+    let p = prefix();
+    let holder = lock_client(&p).await;
+    let (_, conn) = support::conn_for(&support::redis_url()).await;
+    let poller = LockClient::builder(conn)
+        .key_prefix(&p)
+        .retry_interval(Duration::from_millis(400))
+        .build()
+        .unwrap();
+    let g = holder
+        .lock("poll")
+        .unwrap()
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .unwrap();
+    let lock = poller.lock("poll").unwrap();
+    let task = tokio::spawn(async move {
+        let start = Instant::now();
+        let got = lock
+            .try_lock(Duration::from_secs(3), Some(SHORT))
+            .await
+            .unwrap();
+        (got.is_some(), start.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    g.unlock().await.unwrap();
+    let (acquired, waited) = task.await.unwrap();
+    assert!(acquired);
+    // No pub/sub: the unlock is only noticed at the next poll, ~400 ms in.
+    assert!(waited >= Duration::from_millis(350), "{waited:?}");
+    assert!(waited < Duration::from_millis(1200), "{waited:?}");
+}
+
+#[tokio::test]
+async fn reenter_after_loss_reports_none() {
+    let locks = lock_client(&prefix()).await;
+    let lock = locks.lock("relost").unwrap();
+    let g = lock
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(lock.force_unlock().await.unwrap());
+    assert!(g.reenter().await.unwrap().is_none());
+    assert!(g.is_lost());
+    assert!(
+        !lock.is_locked().await.unwrap(),
+        "re-entry must not re-acquire"
+    );
+    assert!(!g.unlock().await.unwrap());
+}

@@ -231,3 +231,83 @@ async fn redlock_validity_accounts_for_lease_and_drift() {
         assert!(!exists(&s.url(), &key).await);
     }
 }
+
+#[tokio::test]
+async fn subscriber_reconnects_and_wakes_waiters_after_a_restart() {
+    let mut server = RedisServer::start().await;
+    let port = server.port;
+    let p = prefix();
+    let holder = node_clients(std::slice::from_ref(&server), &p)
+        .await
+        .remove(0);
+    let (client, conn) = conn_for(&server.url()).await;
+    let waiter = LockClient::builder(conn)
+        .subscriber(client)
+        .key_prefix(&p)
+        .retry_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let g = holder
+        .lock("rc")
+        .unwrap()
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .unwrap();
+    let wlock = waiter.lock("rc").unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            // Errors while the server is down end a try_lock; retry them.
+            match wlock.try_lock(Duration::from_secs(8), Some(LEASE)).await {
+                Ok(Some(g)) => return g,
+                Ok(None) => panic!("waiter never woke up"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    std::mem::forget(g);
+    server.kill();
+    let restarted_at = Instant::now();
+    let _server = RedisServer::start_on(port).await;
+    // The restart wiped the lock (no persistence) and its unlock message can
+    // never come: only the subscriber's reconnect wake-up gets the waiter in.
+    let wg = task.await.unwrap();
+    assert!(
+        restarted_at.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        restarted_at.elapsed()
+    );
+
+    // The re-established subscription delivers unlock messages again.
+    let hlock = holder.lock("rc").unwrap();
+    let wlock = waiter.lock("rc").unwrap();
+    assert!(wg.unlock().await.unwrap());
+    // The holder's ConnectionManager fails its first request after the
+    // restart and reconnects; wait for that before using it.
+    for _ in 0..100 {
+        if hlock.is_locked().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let hg = hlock
+        .try_lock(Duration::from_secs(2), Some(Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .unwrap();
+    let task = tokio::spawn(async move {
+        let got = wlock.try_lock(Duration::from_secs(5), Some(LEASE)).await;
+        (got.unwrap().is_some(), Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let unlocked_at = Instant::now();
+    assert!(hg.unlock().await.unwrap());
+    let (acquired, at) = task.await.unwrap();
+    assert!(acquired);
+    assert!(
+        at - unlocked_at < Duration::from_millis(200),
+        "{:?}",
+        at - unlocked_at
+    );
+}

@@ -62,6 +62,11 @@ impl RedisServer {
             let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
             l.local_addr().unwrap().port()
         };
+        Self::start_on(port).await
+    }
+
+    /// Starts (or restarts) a server on a given port.
+    pub async fn start_on(port: u16) -> RedisServer {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string()])
             .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
