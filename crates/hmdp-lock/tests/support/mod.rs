@@ -67,9 +67,14 @@ impl RedisServer {
 
     /// Starts (or restarts) a server on a given port.
     pub async fn start_on(port: u16) -> RedisServer {
+        Self::start_with(port, &[]).await
+    }
+
+    async fn start_with(port: u16, extra: &[&str]) -> RedisServer {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string()])
             .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -91,6 +96,11 @@ impl RedisServer {
         panic!("redis-server on port {port} did not come up");
     }
 
+    fn free_port() -> u16 {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+        l.local_addr().unwrap().port()
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
@@ -106,5 +116,79 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A three-master Redis Cluster (no replicas) of throw-away processes.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+    dir: std::path::PathBuf,
+}
+
+impl RedisCluster {
+    pub async fn start() -> RedisCluster {
+        let dir = std::env::temp_dir().join(format!("hmdp-lock-cluster-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            let port = RedisServer::free_port();
+            let conf = format!("nodes-{port}.conf");
+            let dir_s = dir.to_string_lossy().into_owned();
+            let extra = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                conf.as_str(),
+                "--dir",
+                dir_s.as_str(),
+            ];
+            nodes.push(RedisServer::start_with(port, &extra).await);
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let status = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli on PATH");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let cluster = RedisCluster { nodes, dir };
+        for node in &cluster.nodes {
+            let client = redis::Client::open(node.url()).unwrap();
+            let mut ok = false;
+            for _ in 0..250 {
+                let mut c = client.get_multiplexed_async_connection().await.unwrap();
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+                if info.contains("cluster_state:ok") {
+                    ok = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(ok, "cluster did not become ready");
+        }
+        cluster
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            n.kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
