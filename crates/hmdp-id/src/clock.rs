@@ -23,6 +23,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// ```
 pub trait Clock: Send + Sync + 'static {
     /// The current time. It may jump backwards; generators cope with that.
+    ///
+    /// ```
+    /// use hmdp_id::{Clock, ManualClock};
+    /// let clock = ManualClock::from_unix_seconds(1_700_000_000);
+    /// let t = clock.now();
+    /// assert_eq!(t, std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000));
+    /// ```
     fn now(&self) -> SystemTime;
 }
 

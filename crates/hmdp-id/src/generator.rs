@@ -277,9 +277,10 @@ impl<C: IdConnection> IdGenerator<C> {
     ///   when the reserved block ran out before the prefetched one arrived,
     ///   and then all waiting callers share that one fetch.
     ///
-    /// The id is positive. Sequential calls on one generator (and its
-    /// clones) return strictly increasing ids, even if the clock goes
-    /// backwards.
+    /// The id is positive. A call that starts after another call on the same
+    /// generator (or a clone) has returned gets a larger id, even if the
+    /// clock went backwards in between. Concurrent calls get distinct ids in
+    /// no particular order.
     ///
     /// # Errors
     ///
@@ -359,7 +360,8 @@ impl<C: IdConnection> IdGenerator<C> {
     /// ```no_run
     /// # fn f(ids: hmdp_id::IdGenerator) {
     /// let s = ids.stats();
-    /// assert!(s.round_trips <= s.ids_issued + 1 || s.ids_issued == 0);
+    /// println!("{} ids, {} round trips, clock clamped {} times",
+    ///          s.ids_issued, s.round_trips, s.clock_clamps);
     /// # }
     /// ```
     pub fn stats(&self) -> Stats {

@@ -105,9 +105,11 @@
 //! keeps using that last second until the clock catches up. It does not sleep,
 //! does not return an error and does not panic. Consequences:
 //!
-//! * ids from one generator (and its clones) are strictly increasing in the
-//!   order they are issued: a later second always gives a larger id, and
-//!   within a second the day's counter only grows;
+//! * ids from one generator (and its clones) are strictly increasing: a call
+//!   that starts after another one returned gets a larger id, because a later
+//!   second always gives a larger id and within a second the day's counter
+//!   only grows (in segment mode even concurrent calls are ordered, as the
+//!   second and the number are taken together under one lock);
 //! * the clamped second decides both the timestamp bits *and* the day key, so
 //!   the pair is always consistent, including around midnight: if the clock
 //!   falls back from 00:00:05 to 23:59:58 the generator stays on the new day
