@@ -99,6 +99,10 @@
 //! remember the highest token it has seen and reject older ones, e.g.
 //! `UPDATE ... SET fence = ? WHERE id = ? AND fence < ?`.
 //!
+//! The counter key has no TTL on purpose: were it to expire, tokens would
+//! start again from 1. It is one small key per lock name that ever used
+//! fencing.
+//!
 //! # Keys, channels and Redis Cluster
 //!
 //! For a lock named `name` and prefix `p`:

@@ -46,6 +46,7 @@ async fn exclusive_counter(kind: LockKind, lease: Option<Duration>) {
     let mut conn = raw().await;
     let total: i64 = conn.get(&counter_key).await.unwrap();
     assert_eq!(total, tasks * rounds);
+    support::cleanup(&p).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -569,6 +570,8 @@ async fn fencing_increases(kind: LockKind) {
         .unwrap()
         .unwrap();
     assert_eq!(g.fencing_token(), None);
+    g.unlock().await.unwrap();
+    support::cleanup(&p).await;
 }
 
 #[tokio::test]

@@ -192,3 +192,21 @@ impl Drop for RedisCluster {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Deletes every key under `prefix` on the shared Redis (fencing counters
+/// and test data have no TTL).
+pub async fn cleanup(prefix: &str) {
+    let mut conn = raw().await;
+    let mut iter: redis::AsyncIter<String> =
+        redis::AsyncCommands::scan_match(&mut conn, format!("{prefix}*"))
+            .await
+            .unwrap();
+    let mut keys = Vec::new();
+    while let Some(k) = futures_util::StreamExt::next(&mut iter).await {
+        keys.push(k.unwrap());
+    }
+    drop(iter);
+    if !keys.is_empty() {
+        let _: i64 = redis::AsyncCommands::del(&mut conn, keys).await.unwrap();
+    }
+}
