@@ -13,6 +13,7 @@ use std::{
     fmt,
     net::SocketAddr,
     path::{Path, PathBuf},
+    str::FromStr,
     time::Duration,
 };
 
@@ -89,6 +90,40 @@ pub struct CodePolicy {
     pub max_attempts: u32,
 }
 
+/// How `GET /shop/{id}` rebuilds a missing or stale entry (`HMDP_SHOP_CACHE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShopCacheStrategy {
+    /// Cache-aside with a rebuild mutex (single-flight + distributed lock). The default.
+    Mutex,
+    /// Logical expiry: never expires in Redis; stale is served while one task rebuilds.
+    Logical,
+    /// Plain cache-aside with null caching, no lock (the course's first version).
+    Aside,
+}
+
+/// Cache settings.
+#[derive(Debug, Clone)]
+pub struct CacheSettings {
+    /// `HMDP_SHOP_CACHE`: mutex | logical | aside.
+    pub shop_strategy: ShopCacheStrategy,
+    /// `HMDP_CACHE_TTL_SECS`: lifetime of cached entries (the original's 30 min).
+    pub ttl: Duration,
+    /// `HMDP_CACHE_NULL_TTL_SECS`: how long "no such shop" is remembered (the original's 2 min).
+    pub null_ttl: Duration,
+    /// `HMDP_CACHE_JITTER`: every TTL is spread by ± this ratio (0 to 0.5).
+    pub jitter: f64,
+    /// `HMDP_CACHE_L1_TTL_MS`: lifetime of the in-process L1 copy; 0 turns L1 off.
+    pub l1_ttl: Duration,
+    /// `HMDP_CACHE_L1_CAPACITY`: entries in the L1.
+    pub l1_capacity: u64,
+    /// `HMDP_SHOP_BLOOM`: a Bloom filter of shop ids in front of the shop cache.
+    pub bloom: bool,
+    /// `HMDP_CACHE_FALLBACK_CONCURRENCY`: with Redis down, at most this many database reads at
+    /// once serve cache misses; beyond that, reads answer 503 at once. 0 = always 503.
+    pub fallback_concurrency: usize,
+}
+
 /// The effective configuration of one `hmdp` process.
 ///
 /// `Debug` prints [`Config::redacted_summary`], so logging a `Config` never leaks a secret.
@@ -117,6 +152,8 @@ pub struct Config {
     pub session_ttl: Duration,
     /// `HMDP_CODE_TTL_SECS`, `HMDP_CODE_MIN_INTERVAL_SECS`, `HMDP_CODE_DAILY_LIMIT`, `HMDP_CODE_MAX_ATTEMPTS`.
     pub code: CodePolicy,
+    /// Cache settings (`HMDP_SHOP_CACHE`, `HMDP_CACHE_*`, `HMDP_SHOP_BLOOM`).
+    pub cache: CacheSettings,
     /// `HMDP_BODY_LIMIT_BYTES`: largest accepted request body.
     pub body_limit: usize,
     /// `HMDP_REQUEST_TIMEOUT_MS`: a request taking longer is answered 503.
@@ -150,6 +187,16 @@ impl Default for Config {
                 daily_limit: 10,
                 max_attempts: 5,
             },
+            cache: CacheSettings {
+                shop_strategy: ShopCacheStrategy::Mutex,
+                ttl: Duration::from_secs(30 * 60),
+                null_ttl: Duration::from_secs(120),
+                jitter: 0.1,
+                l1_ttl: Duration::from_millis(1000),
+                l1_capacity: 10_000,
+                bloom: true,
+                fallback_concurrency: 8,
+            },
             body_limit: 64 * 1024,
             request_timeout: Duration::from_secs(10),
             log_filter: "info".to_owned(),
@@ -166,7 +213,7 @@ fn default_database_url(data_dir: &Path) -> String {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
-    listen: Option<String>,
+    listen: Option<SocketAddr>,
     database_url: Option<String>,
     db_max_connections: Option<u32>,
     redis_url: Option<String>,
@@ -180,6 +227,14 @@ struct FileConfig {
     code_min_interval_secs: Option<u64>,
     code_daily_limit: Option<u32>,
     code_max_attempts: Option<u32>,
+    shop_cache: Option<ShopCacheStrategy>,
+    cache_ttl_secs: Option<u64>,
+    cache_null_ttl_secs: Option<u64>,
+    cache_jitter: Option<f64>,
+    cache_l1_ttl_ms: Option<u64>,
+    cache_l1_capacity: Option<u64>,
+    shop_bloom: Option<bool>,
+    cache_fallback_concurrency: Option<usize>,
     body_limit_bytes: Option<usize>,
     request_timeout_ms: Option<u64>,
     log: Option<String>,
@@ -198,7 +253,7 @@ impl Config {
         file: Option<&Path>,
         env: &HashMap<String, String>,
     ) -> Result<Self, ConfigError> {
-        let file_cfg = match file {
+        let f = match file {
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
                     path: path.to_owned(),
@@ -211,142 +266,144 @@ impl Config {
             }
             None => FileConfig::default(),
         };
-        let mut c = Config::default();
-        let var = |name: &str| env.get(name).filter(|v| !v.trim().is_empty()).cloned();
+        let d = Config::default();
+        // Each setting: the environment wins over the file, which wins over the default.
+        let s = Sources { env };
+        let data_dir = s.get("HMDP_DATA_DIR", f.data_dir)?.unwrap_or(d.data_dir);
+        let secs = |name, file: Option<u64>, dflt: Duration| -> Result<Duration, ConfigError> {
+            Ok(s.get(name, file)?.map(Duration::from_secs).unwrap_or(dflt))
+        };
+        let c = Config {
+            listen: s.get("HMDP_LISTEN", f.listen)?.unwrap_or(d.listen),
+            database_url: s
+                .get("HMDP_DATABASE_URL", f.database_url)?
+                .unwrap_or_else(|| default_database_url(&data_dir)),
+            db_max_connections: s
+                .get("HMDP_DB_MAX_CONNECTIONS", f.db_max_connections)?
+                .unwrap_or(d.db_max_connections),
+            redis_url: s.get("HMDP_REDIS_URL", f.redis_url)?,
+            // An explicitly empty prefix is a value, not "unset".
+            redis_prefix: env
+                .get("HMDP_REDIS_PREFIX")
+                .cloned()
+                .or(f.redis_prefix)
+                .unwrap_or_default(),
+            redis_managed: s
+                .get("HMDP_REDIS_MANAGED", f.redis_managed)?
+                .unwrap_or(d.redis_managed),
+            admin_token: s.get("HMDP_ADMIN_TOKEN", f.admin_token)?.map(Secret::new),
+            static_dir: s.get("HMDP_STATIC_DIR", f.static_dir)?,
+            session_ttl: secs("HMDP_SESSION_TTL_SECS", f.session_ttl_secs, d.session_ttl)?,
+            code: CodePolicy {
+                ttl: secs("HMDP_CODE_TTL_SECS", f.code_ttl_secs, d.code.ttl)?,
+                min_interval: secs(
+                    "HMDP_CODE_MIN_INTERVAL_SECS",
+                    f.code_min_interval_secs,
+                    d.code.min_interval,
+                )?,
+                daily_limit: s
+                    .get("HMDP_CODE_DAILY_LIMIT", f.code_daily_limit)?
+                    .unwrap_or(d.code.daily_limit),
+                max_attempts: s
+                    .get("HMDP_CODE_MAX_ATTEMPTS", f.code_max_attempts)?
+                    .unwrap_or(d.code.max_attempts),
+            },
+            cache: CacheSettings {
+                shop_strategy: s
+                    .get("HMDP_SHOP_CACHE", f.shop_cache)?
+                    .unwrap_or(d.cache.shop_strategy),
+                ttl: secs("HMDP_CACHE_TTL_SECS", f.cache_ttl_secs, d.cache.ttl)?,
+                null_ttl: secs(
+                    "HMDP_CACHE_NULL_TTL_SECS",
+                    f.cache_null_ttl_secs,
+                    d.cache.null_ttl,
+                )?,
+                jitter: s
+                    .get("HMDP_CACHE_JITTER", f.cache_jitter)?
+                    .unwrap_or(d.cache.jitter),
+                l1_ttl: s
+                    .get("HMDP_CACHE_L1_TTL_MS", f.cache_l1_ttl_ms)?
+                    .map(Duration::from_millis)
+                    .unwrap_or(d.cache.l1_ttl),
+                l1_capacity: s
+                    .get("HMDP_CACHE_L1_CAPACITY", f.cache_l1_capacity)?
+                    .unwrap_or(d.cache.l1_capacity),
+                bloom: s
+                    .get("HMDP_SHOP_BLOOM", f.shop_bloom)?
+                    .unwrap_or(d.cache.bloom),
+                fallback_concurrency: s
+                    .get(
+                        "HMDP_CACHE_FALLBACK_CONCURRENCY",
+                        f.cache_fallback_concurrency,
+                    )?
+                    .unwrap_or(d.cache.fallback_concurrency),
+            },
+            body_limit: s
+                .get("HMDP_BODY_LIMIT_BYTES", f.body_limit_bytes)?
+                .unwrap_or(d.body_limit),
+            request_timeout: s
+                .get("HMDP_REQUEST_TIMEOUT_MS", f.request_timeout_ms)?
+                .map(Duration::from_millis)
+                .unwrap_or(d.request_timeout),
+            log_filter: s
+                .get("HMDP_LOG", f.log)?
+                .or_else(|| {
+                    env.get("RUST_LOG")
+                        .filter(|v| !v.trim().is_empty())
+                        .cloned()
+                })
+                .unwrap_or(d.log_filter),
+            log_format: s
+                .get("HMDP_LOG_FORMAT", f.log_format)?
+                .unwrap_or(d.log_format),
+            data_dir,
+        };
+        c.check()?;
+        Ok(c)
+    }
 
-        // Each setting: environment first, then the file, then the default.
-        if let Some(v) = var("HMDP_LISTEN").or(file_cfg.listen) {
-            c.listen = parse_value("HMDP_LISTEN", &v)?;
-        }
-        if let Some(v) = var("HMDP_DATA_DIR")
-            .map(PathBuf::from)
-            .or(file_cfg.data_dir)
-        {
-            c.data_dir = v;
-        }
-        c.database_url = var("HMDP_DATABASE_URL")
-            .or(file_cfg.database_url)
-            .unwrap_or_else(|| default_database_url(&c.data_dir));
-        if let Some(v) = var("HMDP_DB_MAX_CONNECTIONS") {
-            c.db_max_connections = parse_value("HMDP_DB_MAX_CONNECTIONS", &v)?;
-        } else if let Some(v) = file_cfg.db_max_connections {
-            c.db_max_connections = v;
-        }
-        if c.db_max_connections == 0 {
+    /// Rejects combinations that cannot work, naming the setting.
+    fn check(&self) -> Result<(), ConfigError> {
+        if self.db_max_connections == 0 {
             return Err(invalid("HMDP_DB_MAX_CONNECTIONS", "must be at least 1"));
         }
-        c.redis_url = var("HMDP_REDIS_URL").or(file_cfg.redis_url);
-        c.redis_prefix = env
-            .get("HMDP_REDIS_PREFIX")
-            .cloned()
-            .or(file_cfg.redis_prefix)
-            .unwrap_or_default();
-        if c.redis_prefix.contains(['{', '}']) {
+        if self.redis_prefix.contains(['{', '}']) {
             // Keys derive their Redis Cluster hash tags from their own parts; braces in the prefix
             // would silently move every key into one slot.
             return Err(invalid("HMDP_REDIS_PREFIX", "must not contain '{' or '}'"));
         }
-        if let Some(v) = var("HMDP_REDIS_MANAGED") {
-            c.redis_managed = match v.to_ascii_lowercase().as_str() {
-                "auto" => ManagedRedis::Auto,
-                "always" => ManagedRedis::Always,
-                "never" => ManagedRedis::Never,
-                _ => {
-                    return Err(invalid(
-                        "HMDP_REDIS_MANAGED",
-                        "expected auto, always or never",
-                    ));
-                }
-            };
-        } else if let Some(v) = file_cfg.redis_managed {
-            c.redis_managed = v;
-        }
-        c.admin_token = var("HMDP_ADMIN_TOKEN")
-            .or(file_cfg.admin_token)
-            .map(Secret::new);
-        if let Some(t) = &c.admin_token
-            && t.expose().len() < 16
+        if self
+            .admin_token
+            .as_ref()
+            .is_some_and(|t| t.expose().len() < 16)
         {
             return Err(invalid(
                 "HMDP_ADMIN_TOKEN",
                 "must be at least 16 characters long",
             ));
         }
-        c.static_dir = var("HMDP_STATIC_DIR")
-            .map(PathBuf::from)
-            .or(file_cfg.static_dir);
-
-        let secs =
-            |name: &'static str, env_v: Option<String>, file_v: Option<u64>, dflt: Duration| {
-                match env_v {
-                    Some(v) => parse_value::<u64>(name, &v).map(Duration::from_secs),
-                    None => Ok(file_v.map(Duration::from_secs).unwrap_or(dflt)),
-                }
-            };
-        c.session_ttl = secs(
-            "HMDP_SESSION_TTL_SECS",
-            var("HMDP_SESSION_TTL_SECS"),
-            file_cfg.session_ttl_secs,
-            c.session_ttl,
-        )?;
-        c.code.ttl = secs(
-            "HMDP_CODE_TTL_SECS",
-            var("HMDP_CODE_TTL_SECS"),
-            file_cfg.code_ttl_secs,
-            c.code.ttl,
-        )?;
-        c.code.min_interval = secs(
-            "HMDP_CODE_MIN_INTERVAL_SECS",
-            var("HMDP_CODE_MIN_INTERVAL_SECS"),
-            file_cfg.code_min_interval_secs,
-            c.code.min_interval,
-        )?;
-        if let Some(v) = var("HMDP_CODE_DAILY_LIMIT") {
-            c.code.daily_limit = parse_value("HMDP_CODE_DAILY_LIMIT", &v)?;
-        } else if let Some(v) = file_cfg.code_daily_limit {
-            c.code.daily_limit = v;
-        }
-        if let Some(v) = var("HMDP_CODE_MAX_ATTEMPTS") {
-            c.code.max_attempts = parse_value("HMDP_CODE_MAX_ATTEMPTS", &v)?;
-        } else if let Some(v) = file_cfg.code_max_attempts {
-            c.code.max_attempts = v;
-        }
-        if c.session_ttl.is_zero() {
+        if self.session_ttl.is_zero() {
             return Err(invalid("HMDP_SESSION_TTL_SECS", "must be at least 1"));
         }
-        if c.code.ttl.is_zero() || c.code.daily_limit == 0 || c.code.max_attempts == 0 {
+        if self.code.ttl.is_zero() || self.code.daily_limit == 0 || self.code.max_attempts == 0 {
             return Err(invalid(
                 "HMDP_CODE_*",
                 "code TTL, daily limit and max attempts must be at least 1",
             ));
         }
-        if let Some(v) = var("HMDP_BODY_LIMIT_BYTES") {
-            c.body_limit = parse_value("HMDP_BODY_LIMIT_BYTES", &v)?;
-        } else if let Some(v) = file_cfg.body_limit_bytes {
-            c.body_limit = v;
-        }
-        if let Some(v) = var("HMDP_REQUEST_TIMEOUT_MS") {
-            c.request_timeout = Duration::from_millis(parse_value("HMDP_REQUEST_TIMEOUT_MS", &v)?);
-        } else if let Some(v) = file_cfg.request_timeout_ms {
-            c.request_timeout = Duration::from_millis(v);
-        }
-        if c.request_timeout.is_zero() {
+        if self.request_timeout.is_zero() {
             return Err(invalid("HMDP_REQUEST_TIMEOUT_MS", "must be at least 1"));
         }
-        c.log_filter = var("HMDP_LOG")
-            .or(file_cfg.log)
-            .or_else(|| var("RUST_LOG"))
-            .unwrap_or(c.log_filter);
-        if let Some(v) = var("HMDP_LOG_FORMAT") {
-            c.log_format = match v.to_ascii_lowercase().as_str() {
-                "text" => LogFormat::Text,
-                "json" => LogFormat::Json,
-                _ => return Err(invalid("HMDP_LOG_FORMAT", "expected text or json")),
-            };
-        } else if let Some(v) = file_cfg.log_format {
-            c.log_format = v;
+        if !(0.0..=0.5).contains(&self.cache.jitter) {
+            return Err(invalid("HMDP_CACHE_JITTER", "must be between 0 and 0.5"));
         }
-        Ok(c)
+        if self.cache.ttl.is_zero() || self.cache.null_ttl.is_zero() {
+            return Err(invalid(
+                "HMDP_CACHE_TTL_SECS",
+                "cache TTLs must be at least 1 second",
+            ));
+        }
+        Ok(())
     }
 
     /// The Redis URL in effect (the configured one or the default).
@@ -360,7 +417,8 @@ impl Config {
             "listen={} database_url={} redis_url={} redis_prefix={:?} redis_managed={:?} \
              admin_token={} static_dir={} data_dir={} session_ttl={}s code_ttl={}s \
              code_min_interval={}s code_daily_limit={} code_max_attempts={} body_limit={}B \
-             request_timeout={}ms db_max_connections={}",
+             request_timeout={}ms db_max_connections={} shop_cache={:?} cache_ttl={}s \
+             cache_null_ttl={}s cache_jitter={} l1_ttl={}ms bloom={} fallback_concurrency={}",
             self.listen,
             redact_url(&self.database_url),
             self.redis_url
@@ -387,6 +445,13 @@ impl Config {
             self.body_limit,
             self.request_timeout.as_millis(),
             self.db_max_connections,
+            self.cache.shop_strategy,
+            self.cache.ttl.as_secs(),
+            self.cache.null_ttl.as_secs(),
+            self.cache.jitter,
+            self.cache.l1_ttl.as_millis(),
+            self.cache.bloom,
+            self.cache.fallback_concurrency,
         )
     }
 }
@@ -396,6 +461,45 @@ impl fmt::Debug for Config {
         write!(f, "Config {{ {} }}", self.redacted_summary())
     }
 }
+
+/// Reads one setting from the environment, else takes the file's value.
+struct Sources<'a> {
+    env: &'a HashMap<String, String>,
+}
+
+impl Sources<'_> {
+    fn get<T: FromStr>(&self, name: &'static str, file: Option<T>) -> Result<Option<T>, ConfigError>
+    where
+        T::Err: fmt::Display,
+    {
+        match self.env.get(name).filter(|v| !v.trim().is_empty()) {
+            Some(v) => parse_value(name, v).map(Some),
+            None => Ok(file),
+        }
+    }
+}
+
+macro_rules! from_str_lowercase {
+    ($ty:ty { $($text:literal => $variant:expr),* $(,)? }) => {
+        impl FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s.to_ascii_lowercase().as_str() {
+                    $($text => Ok($variant),)*
+                    _ => Err(format!("expected one of: {}", [$($text),*].join(", "))),
+                }
+            }
+        }
+    };
+}
+
+from_str_lowercase!(ManagedRedis { "auto" => ManagedRedis::Auto, "always" => ManagedRedis::Always, "never" => ManagedRedis::Never });
+from_str_lowercase!(LogFormat { "text" => LogFormat::Text, "json" => LogFormat::Json });
+from_str_lowercase!(ShopCacheStrategy {
+    "mutex" => ShopCacheStrategy::Mutex,
+    "logical" => ShopCacheStrategy::Logical,
+    "aside" => ShopCacheStrategy::Aside,
+});
 
 fn invalid(name: &'static str, message: &str) -> ConfigError {
     ConfigError::Invalid {

@@ -11,10 +11,12 @@
 //! - [`kv`]: Redis for a single node or a cluster behind one [`kv::RedisConn`]; key names;
 //!   the managed `redis-server` of the embedded defaults.
 //! - [`auth`]: login codes, sessions, SMS sending.
+//! - [`catalogue`]: shops and shop types behind the cache, Bloom filter and GEO index.
 //! - [`http`]: axum routers by resource, the envelope, errors and extractors.
 //! - [`startup`]: wiring it all together; [`cli`]: the `hmdp` command.
 
 pub mod auth;
+pub mod catalogue;
 pub mod cli;
 pub mod config;
 pub mod domain;

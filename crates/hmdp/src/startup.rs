@@ -9,12 +9,16 @@ use std::{
     sync::Arc,
 };
 
+use std::time::Duration;
+
 use anyhow::Context;
+use hmdp_cache::{CacheClient, L1Options, RedisDown};
 use rand::RngCore;
 use tokio::net::TcpListener;
 
 use crate::{
     auth::{CodeIssuer, LogSmsSender, SessionStore, SmsSender},
+    catalogue::Catalogue,
     config::{Config, DEFAULT_REDIS_URL, ManagedRedis as ManagedMode, Secret},
     http::{self, AppState},
     kv::{
@@ -66,7 +70,52 @@ impl Application {
         })?;
         let admin_token = settle_admin_token(&config)?;
         let keys = Keys::new(config.redis_prefix.clone());
+        // Pub/sub (lock wake-ups, L1 invalidation) needs a plain client; on a cluster any node
+        // will do, because PUBLISH reaches every node.
+        let first_node = redis_url
+            .split(',')
+            .next()
+            .unwrap_or(&redis_url)
+            .trim()
+            .to_owned();
+        let subscriber = redis::Client::open(first_node.as_str())?;
+        let locks = hmdp_lock::LockClient::builder(redis.clone())
+            .subscriber(subscriber.clone())
+            .key_prefix(config.redis_prefix.clone())
+            .build()
+            .context("cannot set up the lock client")?;
+        let mut cache = CacheClient::builder(redis.clone())
+            .key_prefix(config.redis_prefix.clone())
+            .locks(locks.clone())
+            .on_redis_down(if config.cache.fallback_concurrency > 0 {
+                RedisDown::FallbackToLoader {
+                    max_concurrent: config.cache.fallback_concurrency,
+                    max_wait: Duration::from_millis(100),
+                }
+            } else {
+                RedisDown::Fail
+            });
+        if !config.cache.l1_ttl.is_zero() {
+            cache = cache
+                .l1(
+                    L1Options::new(config.cache.l1_capacity, config.cache.l1_ttl),
+                    subscriber,
+                    &keys.cache_l1_channel(),
+                )
+                .await
+                .context("cannot subscribe for L1 cache invalidations")?;
+        }
+        let catalogue = Catalogue::start(
+            db.clone(),
+            redis.clone(),
+            keys.clone(),
+            cache.build(),
+            &config.cache,
+        )
+        .await?;
         let state = AppState {
+            catalogue,
+            locks,
             sessions: SessionStore::new(redis.clone(), keys.clone(), config.session_ttl),
             codes: CodeIssuer::new(redis.clone(), keys.clone(), config.code.clone()),
             db,

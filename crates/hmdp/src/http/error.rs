@@ -230,6 +230,25 @@ impl From<StorageError> for ApiError {
     }
 }
 
+impl From<crate::catalogue::CatalogueError> for ApiError {
+    fn from(e: crate::catalogue::CatalogueError) -> Self {
+        use crate::catalogue::CatalogueError as E;
+        if let Some(storage) = e.storage() {
+            if storage.is_unavailable() {
+                return ApiError::unavailable("database", e);
+            }
+            return ApiError::internal(e);
+        }
+        match &e {
+            E::Cache(c) if c.is_redis_unavailable() || c.is_overloaded() => {
+                ApiError::unavailable("redis", e)
+            }
+            E::Redis(r) if is_redis_unavailable(r) => ApiError::unavailable("redis", e),
+            _ => ApiError::internal(e),
+        }
+    }
+}
+
 impl From<redis::RedisError> for ApiError {
     fn from(e: redis::RedisError) -> Self {
         if is_redis_unavailable(&e) {

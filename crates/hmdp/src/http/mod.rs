@@ -35,6 +35,7 @@ pub use extract::{Admin, AppJson, AppPath, AppQuery, CurrentUser};
 
 use crate::{
     auth::{CodeIssuer, SessionStore, SmsSender},
+    catalogue::Catalogue,
     config::{Config, Secret},
     domain::SessionToken,
     kv::{Keys, RedisConn},
@@ -50,6 +51,8 @@ pub struct AppState {
     pub sessions: SessionStore,
     pub codes: CodeIssuer,
     pub sms: Arc<dyn SmsSender>,
+    pub catalogue: Catalogue,
+    pub locks: hmdp_lock::LockClient<RedisConn>,
     pub admin_token: Arc<Secret>,
     pub config: Arc<Config>,
 }

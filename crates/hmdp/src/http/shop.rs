@@ -1,6 +1,4 @@
-//! `/shop/*` and `/shop-type/list`. Reads are public; writes need the admin token.
-//!
-//! Step 1 serves these straight from the database; the cache layer comes in front later.
+//! `/shop/*` and `/shop-type/list`: cached reads (public), writes with the admin token.
 
 use axum::{
     Router,
@@ -11,28 +9,35 @@ use serde::Deserialize;
 
 use super::{
     ApiError, ApiResult, AppState, ErrorCode,
-    extract::{Admin, AppJson, AppPath},
+    extract::{Admin, AppJson, AppPath, AppQuery},
     ok, ok_empty,
 };
 use crate::{
     domain::ShopId,
-    storage::catalogue::{self, Shop, ShopInput, ShopType},
+    storage::catalogue::{Shop, ShopInput, ShopType},
 };
 
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/shop/{id}", get(shop_by_id))
         .route("/shop", post(create_shop).put(update_shop))
+        .route("/shop/of/type", get(shops_of_type))
+        .route("/shop/of/name", get(shops_by_name))
         .route("/shop-type/list", get(shop_types))
 }
 
+fn shop_not_found() -> ApiError {
+    ApiError::new(ErrorCode::ShopNotFound, "店铺不存在！")
+}
+
+/// `GET /shop/{id}`: through the Bloom filter and the cache.
 async fn shop_by_id(
     State(state): State<AppState>,
     AppPath(id): AppPath<ShopId>,
 ) -> ApiResult<Shop> {
-    match catalogue::shop(&state.db, id).await? {
+    match state.catalogue.shop(id).await? {
         Some(shop) => ok(shop),
-        None => Err(ApiError::new(ErrorCode::ShopNotFound, "店铺不存在！")),
+        None => Err(shop_not_found()),
     }
 }
 
@@ -42,8 +47,7 @@ async fn create_shop(
     AppJson(input): AppJson<ShopInput>,
 ) -> ApiResult<i64> {
     validate(&input)?;
-    let id = catalogue::insert_shop(&state.db, &input).await?;
-    ok(id.get())
+    ok(state.catalogue.create_shop(&input).await?.get())
 }
 
 #[derive(Debug, Deserialize)]
@@ -63,8 +67,8 @@ async fn update_shop(
     };
     let id = ShopId::new(id).map_err(|_| ApiError::invalid("id must be a positive integer"))?;
     validate(&update.fields)?;
-    if !catalogue::update_shop(&state.db, id, &update.fields).await? {
-        return Err(ApiError::new(ErrorCode::ShopNotFound, "店铺不存在！"));
+    if !state.catalogue.update_shop(id, &update.fields).await? {
+        return Err(shop_not_found());
     }
     ok_empty()
 }
@@ -73,9 +77,9 @@ fn validate(s: &ShopInput) -> Result<(), ApiError> {
     if s.name.trim().is_empty() || s.name.chars().count() > 128 {
         return Err(ApiError::invalid("name must be 1 to 128 characters"));
     }
-    if !(-180.0..=180.0).contains(&s.x) || !(-90.0..=90.0).contains(&s.y) {
+    if !(-180.0..=180.0).contains(&s.x) || !(-85.05..=85.05).contains(&s.y) {
         return Err(ApiError::invalid(
-            "x must be a longitude (-180..180) and y a latitude (-90..90)",
+            "x must be a longitude (-180..180) and y a latitude (-85.05..85.05)",
         ));
     }
     if s.type_id <= 0 {
@@ -84,6 +88,74 @@ fn validate(s: &ShopInput) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The largest page number accepted (deeper pages are a scan, not a feature).
+const MAX_PAGE: i64 = 1000;
+
+fn page(current: Option<i64>) -> Result<i64, ApiError> {
+    let current = current.unwrap_or(1);
+    if (1..=MAX_PAGE).contains(&current) {
+        Ok(current)
+    } else {
+        Err(ApiError::invalid(format!(
+            "current must be between 1 and {MAX_PAGE}"
+        )))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TypeQuery {
+    type_id: i64,
+    current: Option<i64>,
+    x: Option<f64>,
+    y: Option<f64>,
+}
+
+/// `GET /shop/of/type?typeId=&current=&x=&y=`: five per page; with x and y, within 5 km by
+/// distance.
+async fn shops_of_type(
+    State(state): State<AppState>,
+    AppQuery(q): AppQuery<TypeQuery>,
+) -> ApiResult<Vec<Shop>> {
+    let current = page(q.current)?;
+    let position = match (q.x, q.y) {
+        (Some(x), Some(y)) => {
+            if !(-180.0..=180.0).contains(&x) || !(-85.05..=85.05).contains(&y) {
+                return Err(ApiError::invalid(
+                    "x and y must be a longitude and a latitude",
+                ));
+            }
+            Some((x, y))
+        }
+        (None, None) => None,
+        _ => return Err(ApiError::invalid("give both x and y, or neither")),
+    };
+    ok(state
+        .catalogue
+        .shops_of_type(q.type_id, current, position)
+        .await?)
+}
+
+#[derive(Debug, Deserialize)]
+struct NameQuery {
+    name: Option<String>,
+    current: Option<i64>,
+}
+
+/// `GET /shop/of/name?name=&current=`: ten per page.
+async fn shops_by_name(
+    State(state): State<AppState>,
+    AppQuery(q): AppQuery<NameQuery>,
+) -> ApiResult<Vec<Shop>> {
+    let current = page(q.current)?;
+    let name = q.name.unwrap_or_default();
+    if name.chars().count() > 128 {
+        return Err(ApiError::invalid("name must be at most 128 characters"));
+    }
+    ok(state.catalogue.shops_by_name(&name, current).await?)
+}
+
+/// `GET /shop-type/list`: cached.
 async fn shop_types(State(state): State<AppState>) -> ApiResult<Vec<ShopType>> {
-    ok(catalogue::shop_types(&state.db).await?)
+    ok(state.catalogue.shop_types().await?)
 }

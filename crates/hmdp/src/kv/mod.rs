@@ -150,6 +150,31 @@ impl Keys {
     pub fn login_token(&self, token: &str) -> String {
         format!("{}login:token:{token}", self.prefix)
     }
+
+    /// `cache:shop:{id}` *without* the prefix: the cache client adds it.
+    pub fn cache_shop(id: crate::domain::ShopId) -> String {
+        format!("cache:shop:{id}")
+    }
+
+    /// `cache:shop-type:list` *without* the prefix: the cache client adds it.
+    pub fn cache_shop_types() -> &'static str {
+        "cache:shop-type:list"
+    }
+
+    /// `shop:geo:{typeId}`: the GEO set of a shop type's positions (the original's key).
+    pub fn shop_geo(&self, type_id: i64) -> String {
+        format!("{}shop:geo:{type_id}", self.prefix)
+    }
+
+    /// `bloom:shop`: the Bloom filter of shop ids.
+    pub fn shop_bloom(&self) -> String {
+        format!("{}bloom:shop", self.prefix)
+    }
+
+    /// The pub/sub channel on which instances tell each other to drop L1 entries.
+    pub fn cache_l1_channel(&self) -> String {
+        format!("{}cache:l1:invalidate", self.prefix)
+    }
 }
 
 /// A key that hashes to the same Redis Cluster slot as `key`, named `key` + `:` + `suffix`.

@@ -9,7 +9,7 @@ use super::{Db, Result, datetime_format, impl_from_row, last_id};
 use crate::domain::{ShopId, VoucherId};
 
 /// A shop type, as the original serialises it (no time stamps).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ShopType {
     pub id: i64,
     pub name: Option<String>,
@@ -49,14 +49,12 @@ pub struct Shop {
     #[serde(
         with = "datetime_format::option",
         skip_serializing_if = "Option::is_none",
-        skip_deserializing,
         default
     )]
     pub create_time: Option<NaiveDateTime>,
     #[serde(
         with = "datetime_format::option",
         skip_serializing_if = "Option::is_none",
-        skip_deserializing,
         default
     )]
     pub update_time: Option<NaiveDateTime>,
@@ -171,6 +169,82 @@ pub async fn shop(db: &Db, id: ShopId) -> Result<Option<Shop>> {
     let sql = format!("{SHOP_COLUMNS} WHERE id = ?");
     Ok(crate::on_pool!(db, pool => {
         sqlx::query_as::<_, Shop>(&sql).bind(id.get()).fetch_optional(pool).await?
+    }))
+}
+
+/// The shops with these ids, in the order of `ids` (missing ids are skipped).
+pub async fn shops_by_ids(db: &Db, ids: &[i64]) -> Result<Vec<Shop>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let placeholders = vec!["?"; ids.len()].join(", ");
+    let sql = format!("{SHOP_COLUMNS} WHERE id IN ({placeholders})");
+    let mut shops: Vec<Shop> = crate::on_pool!(db, pool => {
+        let mut q = sqlx::query_as::<_, Shop>(&sql);
+        for id in ids {
+            q = q.bind(*id);
+        }
+        q.fetch_all(pool).await?
+    });
+    // The original's ORDER BY FIELD(id, …), done portably.
+    shops.sort_by_key(|s| ids.iter().position(|id| *id == s.id));
+    Ok(shops)
+}
+
+/// One page of a type's shops, by id.
+pub async fn shops_of_type(db: &Db, type_id: i64, offset: i64, limit: i64) -> Result<Vec<Shop>> {
+    let sql = format!("{SHOP_COLUMNS} WHERE type_id = ? ORDER BY id LIMIT ? OFFSET ?");
+    Ok(crate::on_pool!(db, pool => {
+        sqlx::query_as::<_, Shop>(&sql).bind(type_id).bind(limit).bind(offset).fetch_all(pool).await?
+    }))
+}
+
+/// One page of shops whose name contains `name` (all shops when `name` is empty), by id.
+pub async fn shops_by_name(db: &Db, name: &str, offset: i64, limit: i64) -> Result<Vec<Shop>> {
+    // LIKE wildcards typed by the user are matched literally. '!' is the escape character
+    // because a backslash means different things in MySQL and SQLite string literals.
+    let escaped = name
+        .replace('!', "!!")
+        .replace('%', "!%")
+        .replace('_', "!_");
+    let pattern = format!("%{escaped}%");
+    let sql = format!("{SHOP_COLUMNS} WHERE name LIKE ? ESCAPE '!' ORDER BY id LIMIT ? OFFSET ?");
+    Ok(crate::on_pool!(db, pool => {
+        sqlx::query_as::<_, Shop>(&sql).bind(&pattern).bind(limit).bind(offset).fetch_all(pool).await?
+    }))
+}
+
+/// Where a shop is, for the GEO index.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShopPosition {
+    pub id: i64,
+    pub type_id: i64,
+    pub x: f64,
+    pub y: f64,
+}
+
+impl_from_row!(ShopPosition, |row| {
+    Ok(ShopPosition {
+        id: row.try_get_unchecked("id")?,
+        type_id: row.try_get_unchecked("type_id")?,
+        x: row.try_get_unchecked("x")?,
+        y: row.try_get_unchecked("y")?,
+    })
+});
+
+/// Every shop's position (optionally of one type), for building the GEO index and the Bloom
+/// filter.
+pub async fn shop_positions(db: &Db, type_id: Option<i64>) -> Result<Vec<ShopPosition>> {
+    Ok(crate::on_pool!(db, pool => {
+        match type_id {
+            Some(t) => sqlx::query_as::<_, ShopPosition>("SELECT id, type_id, x, y FROM tb_shop WHERE type_id = ? ORDER BY id")
+                .bind(t)
+                .fetch_all(pool)
+                .await?,
+            None => sqlx::query_as::<_, ShopPosition>("SELECT id, type_id, x, y FROM tb_shop ORDER BY id")
+                .fetch_all(pool)
+                .await?,
+        }
     }))
 }
 

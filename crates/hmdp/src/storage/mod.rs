@@ -239,5 +239,15 @@ pub mod datetime_format {
                 None => s.serialize_none(),
             }
         }
+
+        pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<NaiveDateTime>, D::Error> {
+            let s: Option<String> = serde::Deserialize::deserialize(d)?;
+            s.map(|s| {
+                NaiveDateTime::parse_from_str(&s, super::FORMAT).map_err(serde::de::Error::custom)
+            })
+            .transpose()
+        }
     }
 }

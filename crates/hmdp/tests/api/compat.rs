@@ -21,7 +21,7 @@ fn original_sql() -> String {
 }
 
 /// Loads the dump as the original project would have, into a fresh database.
-async fn load_original(db: &TestDatabase) {
+pub async fn load_original(db: &TestDatabase) {
     let sql = original_sql();
     let mut conn = sqlx::MySqlConnection::connect(&db.url).await.unwrap();
     // The dump is from MySQL 5.6 and declares '0000-00-00' defaults, which strict modes reject.

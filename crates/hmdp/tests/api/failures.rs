@@ -9,10 +9,10 @@ use std::{
 use crate::helpers::{Backend, free_port, spawn_app_with};
 
 /// A private redis-server on `port`, killed on drop.
-struct RedisProcess(Child);
+pub struct RedisProcess(pub Child);
 
 impl RedisProcess {
-    async fn start(port: u16) -> Self {
+    pub async fn start(port: u16) -> Self {
         let child = Command::new("redis-server")
             .args([
                 "--port",

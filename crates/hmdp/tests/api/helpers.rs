@@ -141,9 +141,11 @@ fn run_blocking(f: impl std::future::Future<Output = ()> + Send + 'static) {
 /// A running service for one test.
 pub struct TestApp {
     pub addr: SocketAddr,
+    pub state: hmdp::http::AppState,
     pub client: reqwest::Client,
     pub sms: Arc<CapturingSms>,
     pub prefix: String,
+    backend: Backend,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     _db: Option<TestDatabase>,
@@ -186,7 +188,7 @@ pub async fn spawn_app_with(backend: Backend, adjust: impl FnOnce(&mut Config)) 
 
 pub async fn spawn_with_config(
     config: Config,
-    _backend: Backend,
+    backend: Backend,
     db: Option<TestDatabase>,
     dir: tempfile::TempDir,
 ) -> TestApp {
@@ -197,12 +199,14 @@ pub async fn spawn_with_config(
         .await
         .expect("the app builds");
     let addr = app.local_addr();
+    let state = app.state().clone();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(app.run_until(async {
         let _ = rx.await;
     }));
     TestApp {
         addr,
+        state,
         client: reqwest::Client::builder()
             .no_proxy()
             .timeout(Duration::from_secs(20))
@@ -210,6 +214,7 @@ pub async fn spawn_with_config(
             .unwrap(),
         sms,
         prefix,
+        backend,
         shutdown: Some(tx),
         server: Some(server),
         _db: db,
@@ -240,6 +245,10 @@ impl Resp {
 }
 
 impl TestApp {
+    pub fn backend_kind(&self) -> Backend {
+        self.backend
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }

@@ -15,4 +15,5 @@ mod compat;
 mod embedded;
 mod failures;
 mod login;
+mod shops;
 mod static_files;
