@@ -105,16 +105,17 @@
 //!
 //! # Keys, channels and Redis Cluster
 //!
-//! For a lock named `name` and prefix `p`:
+//! For a lock named `order:1` and key prefix `t123:`:
 //!
-//! | what | name |
+//! | what | Redis name |
 //! |---|---|
-//! | lock (string or hash) | `p` `lock:{name}` |
-//! | fencing counter | `p` `lock:{name}:fence` |
-//! | unlock channel | `p` `lock:{name}:ch` |
+//! | lock (string or hash) | `t123:lock:{order:1}` |
+//! | fencing counter | `t123:lock:{order:1}:fence` |
+//! | unlock channel | `t123:lock:{order:1}:ch` |
 //!
-//! The braces are literal: `{name}` is the cluster hash tag, so all names of
-//! one lock map to one slot, and every script receives them through `KEYS`.
+//! The braces around the lock name are literal: they form the cluster hash
+//! tag, so all names of one lock map to one slot, and every script receives
+//! them through `KEYS`.
 //! Scripts are sent with `EVALSHA` and reloaded on `NOSCRIPT`.
 //!
 //! Any [`redis::aio::ConnectionLike`] that is `Clone + Send + Sync + 'static`
