@@ -89,6 +89,11 @@
 //! the clock**: it holds across processes even if their clocks disagree,
 //! because each id uses the counter of the day its own timestamp lies in.
 //!
+//! The scope of the guarantee is one counter family, i.e. one key prefix and
+//! one business name: generators for `"order"` and `"voucher"` have separate
+//! counters and can return the same number (as in the original). Use one
+//! business name per table whose primary key the ids fill.
+//!
 //! This is also why, in segment mode, **a block belongs to its day**. A block
 //! reserved from day D's key may only be combined with timestamps of day D.
 //! If the clock moves on to day D+1 while numbers are left, the rest of the

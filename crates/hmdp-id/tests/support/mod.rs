@@ -117,17 +117,8 @@ impl RedisServer {
             child: Some(child),
             port,
         };
-        let client = redis::Client::open(server.url()).unwrap();
-        for _ in 0..150 {
-            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
-                let pong: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut c).await;
-                if pong.is_ok() {
-                    return server;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("redis-server on port {port} did not come up");
+        wait_for_ping(&server.url()).await;
+        server
     }
 
     pub fn url(&self) -> String {
@@ -146,4 +137,118 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A three-master Redis Cluster without replicas, made of throw-away
+/// `redis-server` processes (cluster mode on), killed when dropped.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+    dir: std::path::PathBuf,
+}
+
+/// A port that is free, and whose cluster bus port (`port + 10000`) is too.
+fn free_cluster_port(taken: &[u16]) -> u16 {
+    loop {
+        let port = 20_000 + (uuid::Uuid::new_v4().as_u128() % 9_000) as u16;
+        if taken.contains(&port) {
+            continue;
+        }
+        let a = TcpListener::bind(("127.0.0.1", port));
+        let b = TcpListener::bind(("127.0.0.1", port + 10_000));
+        if a.is_ok() && b.is_ok() {
+            return port;
+        }
+    }
+}
+
+impl RedisCluster {
+    pub async fn start() -> RedisCluster {
+        let dir = std::env::temp_dir().join(format!("hmdp-id-cluster-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut nodes = Vec::new();
+        let mut ports = Vec::new();
+        for _ in 0..3 {
+            let port = free_cluster_port(&ports);
+            ports.push(port);
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .args(["--cluster-enabled", "yes"])
+                .arg("--cluster-config-file")
+                .arg(dir.join(format!("nodes-{port}.conf")))
+                .arg("--dir")
+                .arg(&dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server on PATH");
+            nodes.push(RedisServer {
+                child: Some(child),
+                port,
+            });
+        }
+        let cluster = RedisCluster { nodes, dir };
+        for node in &cluster.nodes {
+            wait_for_ping(&node.url()).await;
+        }
+        let status = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(ports.iter().map(|p| format!("127.0.0.1:{p}")))
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli on PATH");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        for node in &cluster.nodes {
+            let client = redis::Client::open(node.url()).unwrap();
+            let mut c = client.get_multiplexed_async_connection().await.unwrap();
+            let mut ready = false;
+            for _ in 0..250 {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+                if info.contains("cluster_state:ok") {
+                    ready = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(
+                ready,
+                "cluster node {} never reached cluster_state:ok",
+                node.port
+            );
+        }
+        cluster
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            node.kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn wait_for_ping(url: &str) {
+    let client = redis::Client::open(url).unwrap();
+    for _ in 0..150 {
+        if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+            let pong: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut c).await;
+            if pong.is_ok() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("redis-server at {url} did not come up");
 }
