@@ -329,7 +329,14 @@ async fn command_stats_of_a_private_server_count_one_incrby_per_block() {
         .await
         .unwrap();
 
-    let seg = segment(c.clone(), "", 500);
+    // A fixed clock: a run that straddled midnight would add block changes.
+    let clock = ManualClock::from_unix_seconds(MID_DAY);
+    let seg = with_clock(
+        c.clone(),
+        "",
+        Mode::Segment(SegmentOptions::new().step(500)),
+        &clock,
+    );
     let mut tasks = Vec::new();
     for _ in 0..8 {
         let seg = seg.clone();
