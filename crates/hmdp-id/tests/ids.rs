@@ -79,6 +79,7 @@ async fn three_hundred_tasks<C: IdConnection>(gens: &[IdGenerator<C>]) -> Vec<i6
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn original_test_300_tasks_of_100_ids_in_compatible_mode() {
     let p = prefix();
+    let _cleanup = Cleanup(p.clone());
     let ids = compatible(conn().await, &p);
     let all = three_hundred_tasks(std::slice::from_ref(&ids)).await;
     assert_eq!(all.len(), 30_000);
@@ -87,24 +88,24 @@ async fn original_test_300_tasks_of_100_ids_in_compatible_mode() {
     let stats = ids.stats();
     assert_eq!(stats.ids_issued, 30_000);
     assert_eq!(stats.round_trips, 30_000);
-    cleanup(&p).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn original_test_300_tasks_of_100_ids_in_segment_mode() {
     let p = prefix();
+    let _cleanup = Cleanup(p.clone());
     // A small step forces many block changes under contention.
     let ids = segment(conn().await, &p, 100);
     let all = three_hundred_tasks(std::slice::from_ref(&ids)).await;
     assert_eq!(all.len(), 30_000);
     assert_distinct(&all);
     assert!(all.iter().all(|&id| id > 0));
-    cleanup(&p).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn original_test_with_both_modes_on_one_key_at_once() {
     let p = prefix();
+    let _cleanup = Cleanup(p.clone());
     let c = conn().await;
     // Two segment generators (like two processes) and one compatible one.
     let gens = [
@@ -121,12 +122,12 @@ async fn original_test_with_both_modes_on_one_key_at_once() {
         1,
         "one key per day, shared by all modes"
     );
-    cleanup(&p).await;
 }
 
 #[tokio::test]
 async fn compatible_ids_decode_to_the_time_and_sequence_and_use_the_documented_key() {
     let p = prefix();
+    let _cleanup = Cleanup(p.clone());
     let mut c = conn().await;
     let clock = ManualClock::from_unix_seconds(LEAP_DAY_NOON);
     let ids = with_clock(c.clone(), &p, Mode::Compatible, &clock);
@@ -145,12 +146,12 @@ async fn compatible_ids_decode_to_the_time_and_sequence_and_use_the_documented_k
     );
     assert_eq!(keys_under(&mut c, &p).await, vec![key.clone()]);
     assert_eq!(ids.key_at(clock_time(LEAP_DAY_NOON)), key);
-    cleanup(&p).await;
 }
 
 #[tokio::test]
 async fn ids_from_the_real_clock_decode_to_now_and_todays_utc_key() {
     let p = prefix();
+    let _cleanup = Cleanup(p.clone());
     let mut c = conn().await;
     for mode in both_modes(10) {
         let ids = IdGenerator::builder(c.clone(), "order")
@@ -174,13 +175,13 @@ async fn ids_from_the_real_clock_decode_to_now_and_todays_utc_key() {
         let counter = get_i64(&mut c, &key).await.expect("day key exists");
         assert!(seq >= 1 && i64::from(seq) <= counter);
     }
-    cleanup(&p).await;
 }
 
 #[tokio::test]
 async fn clock_going_back_within_a_day_is_clamped_in_both_modes() {
     for mode in both_modes(4) {
         let p = prefix();
+        let _cleanup = Cleanup(p.clone());
         let mut c = conn().await;
         let clock = ManualClock::from_unix_seconds(MID_DAY);
         let ids = with_clock(c.clone(), &p, mode, &clock);
@@ -208,7 +209,6 @@ async fn clock_going_back_within_a_day_is_clamped_in_both_modes() {
         assert!(ids.stats().clock_clamps >= 10, "{mode:?}");
         assert_eq!(ids.stats().ids_issued, 20);
         assert_eq!(keys_under(&mut c, &p).await.len(), 1, "one day, one key");
-        cleanup(&p).await;
     }
 }
 
@@ -216,6 +216,7 @@ async fn clock_going_back_within_a_day_is_clamped_in_both_modes() {
 async fn clock_going_back_across_midnight_stays_on_the_new_day_and_its_key() {
     for mode in both_modes(4) {
         let p = prefix();
+        let _cleanup = Cleanup(p.clone());
         let mut c = conn().await;
         let clock = ManualClock::from_unix_seconds(MIDNIGHT + 2); // 00:00:02
         let ids = with_clock(c.clone(), &p, mode, &clock);
@@ -244,7 +245,6 @@ async fn clock_going_back_across_midnight_stays_on_the_new_day_and_its_key() {
         for &id in &got {
             assert!(i64::from(decode(id).1) <= counter);
         }
-        cleanup(&p).await;
     }
 }
 
@@ -254,6 +254,7 @@ async fn clock_going_back_across_midnight_stays_on_the_new_day_and_its_key() {
 #[tokio::test]
 async fn a_segment_block_is_dropped_at_midnight_so_it_cannot_collide_with_the_new_day() {
     let p = prefix();
+    let _cleanup = Cleanup(p.clone());
     let mut c = conn().await;
     let clock = ManualClock::from_unix_seconds(MIDNIGHT - 1); // 23:59:59
     let seg = with_clock(
@@ -293,12 +294,12 @@ async fn a_segment_block_is_dropped_at_midnight_so_it_cannot_collide_with_the_ne
         get_i64(&mut c, &format!("{p}icr:order:2025:06:30")).await,
         Some(100)
     );
-    cleanup(&p).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn segment_mode_uses_far_fewer_round_trips_than_ids() {
     let p = prefix();
+    let _cleanup = Cleanup(p.clone());
     let mut c = conn().await;
     let clock = ManualClock::from_unix_seconds(MID_DAY);
     let ids = with_clock(c.clone(), &p, Mode::Segment(SegmentOptions::new()), &clock);
@@ -316,7 +317,6 @@ async fn segment_mode_uses_far_fewer_round_trips_than_ids() {
         round_trips <= 30_000 / 1000 + 2,
         "{round_trips} INCRBY for 30000 ids"
     );
-    cleanup(&p).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -371,6 +371,7 @@ async fn command_stats_of_a_private_server_count_one_incrby_per_block() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_that_run_dry_share_one_fetch() {
     let p = prefix();
+    let _cleanup = Cleanup(p.clone());
     let mut c = conn().await;
     let clock = ManualClock::from_unix_seconds(MID_DAY);
     // No prefetch: every block change makes callers wait.
@@ -401,12 +402,12 @@ async fn callers_that_run_dry_share_one_fetch() {
         .await
         .unwrap();
     assert_eq!(reserved, round_trips as i64 * 10);
-    cleanup(&p).await;
 }
 
 #[tokio::test]
 async fn a_sequence_past_32_bits_is_an_error_in_compatible_mode() {
     let p = prefix();
+    let _cleanup = Cleanup(p.clone());
     let mut c = conn().await;
     let clock = ManualClock::from_unix_seconds(MID_DAY);
     let ids = with_clock(c.clone(), &p, Mode::Compatible, &clock);
@@ -423,12 +424,12 @@ async fn a_sequence_past_32_bits_is_an_error_in_compatible_mode() {
         assert_eq!(e.kind(), ErrorKind::SequenceExhausted, "{e}");
     }
     assert_eq!(ids.stats().ids_issued, 2);
-    cleanup(&p).await;
 }
 
 #[tokio::test]
 async fn a_sequence_past_32_bits_is_an_error_in_segment_mode() {
     let p = prefix();
+    let _cleanup = Cleanup(p.clone());
     let mut c = conn().await;
     let clock = ManualClock::from_unix_seconds(MID_DAY);
     let ids = with_clock(
@@ -457,7 +458,6 @@ async fn a_sequence_past_32_bits_is_an_error_in_segment_mode() {
     let seqs: Vec<u32> = got.iter().map(|&id| decode(id).1).collect();
     assert_eq!(seqs, [u32::MAX - 2, u32::MAX - 1, u32::MAX]);
     assert!(ids.next_id().await.unwrap_err().is_sequence_exhausted());
-    cleanup(&p).await;
 }
 
 #[tokio::test]
@@ -514,6 +514,7 @@ async fn builder_rejects_unusable_settings() {
 #[tokio::test]
 async fn a_clock_before_2022_is_an_error_until_a_valid_second_was_used() {
     let p = prefix();
+    let _cleanup = Cleanup(p.clone());
     let clock = ManualClock::from_unix_seconds(1_600_000_000); // 2020
     let ids = with_clock(conn().await, &p, Mode::Compatible, &clock);
     assert!(ids.next_id().await.unwrap_err().is_clock_out_of_range());
@@ -523,7 +524,6 @@ async fn a_clock_before_2022_is_an_error_until_a_valid_second_was_used() {
     let b = ids.next_id().await.unwrap();
     assert!(b > a);
     assert_eq!(decode(b).0, MID_DAY);
-    cleanup(&p).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -590,6 +590,7 @@ async fn child_process_prints_ids() {
 #[tokio::test]
 async fn two_processes_on_one_key_never_duplicate() {
     let p = prefix();
+    let _cleanup = Cleanup(p.clone());
     let exe = std::env::current_exe().unwrap();
     let start_at = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -635,7 +636,6 @@ async fn two_processes_on_one_key_never_duplicate() {
     assert_eq!(all.len(), 3 * CHILD_IDS);
     assert_distinct(&all);
     assert!(all.iter().all(|&id| decode(id).0 == MID_DAY));
-    cleanup(&p).await;
 }
 
 async fn take<C: IdConnection>(ids: &IdGenerator<C>, n: usize, got: &mut Vec<i64>) {

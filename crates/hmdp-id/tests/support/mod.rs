@@ -32,16 +32,39 @@ pub async fn conn() -> ConnectionManager {
     conn_to(&redis_url()).await
 }
 
-/// Deletes every key under `prefix`. Call at the end of each test.
-pub async fn cleanup(prefix: &str) {
-    let mut c = conn().await;
-    let keys = keys_under(&mut c, prefix).await;
-    if !keys.is_empty() {
-        let _: () = redis::cmd("DEL")
-            .arg(&keys)
-            .query_async(&mut c)
-            .await
-            .unwrap();
+/// Deletes every key under its prefix when dropped, so keys go away even
+/// when a test fails half-way. Uses a blocking connection: `Drop` cannot
+/// await.
+pub struct Cleanup(pub String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(redis_url()) else {
+            return;
+        };
+        let Ok(mut c) = client.get_connection() else {
+            return;
+        };
+        let mut cursor: u64 = 0;
+        loop {
+            let Ok((next, keys)) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{}*", self.0))
+                .arg("COUNT")
+                .arg(1000)
+                .query::<(u64, Vec<String>)>(&mut c)
+            else {
+                return;
+            };
+            if !keys.is_empty() {
+                let _: redis::RedisResult<()> = redis::cmd("DEL").arg(&keys).query(&mut c);
+            }
+            if next == 0 {
+                return;
+            }
+            cursor = next;
+        }
     }
 }
 
