@@ -172,6 +172,11 @@ pub struct Stats {
     /// How many times the clock read earlier than the last second used and
     /// the generator kept the last second instead.
     pub clock_clamps: u64,
+    /// Segment mode: how many times a caller found no number left and had
+    /// to wait for a block fetch. Apart from the first block (and the first
+    /// block of each day) this stays at zero when prefetching keeps up; if it
+    /// grows, raise the step or the prefetch fraction.
+    pub fetch_waits: u64,
 }
 
 #[derive(Default)]
@@ -180,6 +185,7 @@ pub(crate) struct Counters {
     pub(crate) round_trips: AtomicU64,
     pub(crate) blocks_discarded: AtomicU64,
     pub(crate) clock_clamps: AtomicU64,
+    pub(crate) fetch_waits: AtomicU64,
 }
 
 pub(crate) fn bump(counter: &AtomicU64) {
@@ -371,6 +377,7 @@ impl<C: IdConnection> IdGenerator<C> {
             round_trips: c.round_trips.load(Ordering::Relaxed),
             blocks_discarded: c.blocks_discarded.load(Ordering::Relaxed),
             clock_clamps: c.clock_clamps.load(Ordering::Relaxed),
+            fetch_waits: c.fetch_waits.load(Ordering::Relaxed),
         }
     }
 }

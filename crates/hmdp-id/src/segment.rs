@@ -176,6 +176,7 @@ impl<C: IdConnection> Inner<C> {
                 }
             };
             // Every caller that ran dry waits on the same fetch.
+            bump(&self.counters.fetch_waits);
             wait.await?;
         }
     }

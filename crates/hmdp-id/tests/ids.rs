@@ -366,6 +366,32 @@ async fn command_stats_of_a_private_server_count_one_incrby_per_block() {
     assert_eq!(incr, 300, "compatible mode: one INCR per id");
 }
 
+/// The next block arrives before the current one runs out: a caller
+/// consuming at a steady pace only ever waits for the very first block.
+#[tokio::test]
+async fn prefetching_keeps_callers_from_waiting() {
+    let p = prefix();
+    let _cleanup = Cleanup(p.clone());
+    let clock = ManualClock::from_unix_seconds(MID_DAY);
+    let opts = SegmentOptions::new().step(50).prefetch_at(0.5);
+    let ids = with_clock(conn().await, &p, Mode::Segment(opts), &clock);
+    let mut got = Vec::new();
+    for i in 0..300 {
+        got.push(ids.next_id().await.unwrap());
+        if i % 5 == 4 {
+            // 25 ids (>= 10 ms) of lead for each background fetch.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    assert_strictly_increasing(&got);
+    let stats = ids.stats();
+    assert!(stats.round_trips >= 6, "{stats:?}");
+    assert!(
+        stats.fetch_waits <= 2,
+        "callers waited for prefetched blocks: {stats:?}"
+    );
+}
+
 /// Waiters that find the block empty share one fetch instead of each
 /// sending their own `INCRBY`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
