@@ -147,6 +147,8 @@ pub struct CacheStats {
     pub hits: AtomicU64,
     pub null_hits: AtomicU64,
     pub misses: AtomicU64,
+    /// Misses that the filter of [`CacheClient::get_or_load_filtered`] turned away.
+    pub filtered: AtomicU64,
     /// Loader calls (database queries, for hmdp).
     pub loads: AtomicU64,
     /// Background rebuilds of logically expired entries.
@@ -295,6 +297,44 @@ impl<C: LockConnection> CacheClient<C> {
         Fut: Future<Output = std::result::Result<Option<T>, E>> + Send + 'static,
         E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
     {
+        self.get_or_load_filtered(key, opts, || async { true }, loader)
+            .await
+    }
+
+    /// Like [`CacheClient::get_or_load`], with a gate consulted only on a miss: when `filter`
+    /// answers `false` (e.g. a Bloom filter saying "this id never existed"), the read returns
+    /// `None` without loading and without storing a null marker. Hits never pay for the filter.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(cache: hmdp_cache::CacheClient<redis::aio::ConnectionManager>,
+    /// #               bloom: hmdp_cache::BloomFilter<redis::aio::ConnectionManager>) -> hmdp_cache::Result<()> {
+    /// let opts = hmdp_cache::ReadOptions::new(hmdp_cache::Strategy::Mutex, Duration::from_secs(60));
+    /// let shop: Option<String> = cache
+    ///     .get_or_load_filtered(
+    ///         "cache:shop:7",
+    ///         &opts,
+    ///         move || async move { bloom.might_contain(b"7").await.unwrap_or(true) },
+    ///         || async { Ok::<_, std::io::Error>(Some("shop 7".to_owned())) },
+    ///     )
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn get_or_load_filtered<T, G, GFut, F, Fut, E>(
+        &self,
+        key: &str,
+        opts: &ReadOptions,
+        filter: G,
+        loader: F,
+    ) -> Result<Option<T>>
+    where
+        T: Serialize + DeserializeOwned + Send + Sync + 'static,
+        G: FnOnce() -> GFut,
+        GFut: Future<Output = bool>,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = std::result::Result<Option<T>, E>> + Send + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+    {
         let full = self.redis_key(key);
         let raw = match self.read_raw(&full).await {
             Ok(raw) => raw,
@@ -317,6 +357,10 @@ impl<C: LockConnection> CacheClient<C> {
             }
             None => {
                 self.inner.stats.misses.fetch_add(1, Ordering::Relaxed);
+                if !filter().await {
+                    self.inner.stats.filtered.fetch_add(1, Ordering::Relaxed);
+                    return Ok(None);
+                }
                 let me = self.clone();
                 let opts2 = opts.clone();
                 let full2 = full.clone();

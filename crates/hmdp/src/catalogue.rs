@@ -141,29 +141,45 @@ impl Catalogue {
         Ok(bloom)
     }
 
-    /// One shop, through the Bloom filter and the cache.
+    /// One shop, through the cache; on a miss the Bloom filter is asked before the database.
     pub async fn shop(&self, id: ShopId) -> Result<Option<Shop>, CatalogueError> {
-        if let Some(bloom) = &self.bloom {
-            match bloom.might_contain(id.to_string().as_bytes()).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    if self.bloom_present(bloom).await {
-                        return Ok(None);
-                    }
-                    // Redis lost the filter (flushed, failed over): do not trust it until refilled.
-                    self.refill_bloom_in_background(bloom.clone());
-                }
-                // Redis trouble: let the cache client's Redis-down policy decide.
-                Err(e) => tracing::debug!(error = %e, "bloom check failed; skipping it"),
-            }
-        }
         let db = self.db.clone();
+        let bloom = self.bloom.clone();
+        let me = self.clone();
         Ok(self
             .cache
-            .get_or_load(&Keys::cache_shop(id), &self.shop_opts, move || async move {
-                catalogue::shop(&db, id).await
-            })
+            .get_or_load_filtered(
+                &Keys::cache_shop(id),
+                &self.shop_opts,
+                move || async move {
+                    match bloom {
+                        Some(bloom) => me.bloom_admits(&bloom, id).await,
+                        None => true,
+                    }
+                },
+                move || async move { catalogue::shop(&db, id).await },
+            )
             .await?)
+    }
+
+    /// False only when the filter is certain the id never existed.
+    async fn bloom_admits(&self, bloom: &BloomFilter<RedisConn>, id: ShopId) -> bool {
+        match bloom.might_contain(id.to_string().as_bytes()).await {
+            Ok(true) => true,
+            Ok(false) => {
+                if self.bloom_present(bloom).await {
+                    return false;
+                }
+                // Redis lost the filter (flushed, failed over): do not trust it until refilled.
+                self.refill_bloom_in_background(bloom.clone());
+                true
+            }
+            Err(e) => {
+                // Redis trouble: let the cache client's Redis-down policy decide.
+                tracing::debug!(error = %e, "bloom check failed; skipping it");
+                true
+            }
+        }
     }
 
     async fn bloom_present(&self, bloom: &BloomFilter<RedisConn>) -> bool {

@@ -1,0 +1,3 @@
+//! One module per scenario.
+
+pub mod shop;
