@@ -23,6 +23,8 @@ pub enum Command {
     Serve,
     /// Create or update the database schema, then exit.
     Migrate,
+    /// Run only the order worker: drain accepted flash-sale orders into the database.
+    Worker,
 }
 
 /// Runs the command line; returns the process exit code.
@@ -41,6 +43,7 @@ pub async fn run(cli: Cli) -> i32 {
             Ok(app) => app.run_until_stopped().await,
             Err(e) => Err(e),
         },
+        Command::Worker => startup::run_worker(config).await,
         Command::Migrate => startup::connect_database(&config).await.map(|db| {
             tracing::info!(data_dir = %startup::data_dir_display(&config).display(), "migrations done");
             drop(db);

@@ -102,6 +102,46 @@ pub enum ShopCacheStrategy {
     Aside,
 }
 
+/// How flash-sale orders are decided (`HMDP_SECKILL_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SeckillMode {
+    /// One Lua script decides in Redis and queues the order on a stream; a worker writes it.
+    Async,
+    /// The database decides, under a per-user lock (the course's baseline).
+    Sync,
+}
+
+/// How order ids are drawn (`HMDP_ID_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdMode {
+    /// One `INCR` per id, exactly the original `RedisIdWorker`.
+    Compatible,
+    /// Blocks of ids reserved with `INCRBY`; most ids need no round trip.
+    Segment,
+}
+
+/// Flash-sale and order-worker settings.
+#[derive(Debug, Clone)]
+pub struct SeckillSettings {
+    /// `HMDP_SECKILL_MODE`: async | sync.
+    pub mode: SeckillMode,
+    /// `HMDP_SECKILL_SHARDS`: order streams; vouchers are spread over them by id. On a Redis
+    /// Cluster each shard is one hash slot, so more shards spread the load over more nodes.
+    pub shards: u32,
+    /// `HMDP_WORKER`: run the order worker inside `hmdp serve`.
+    pub worker: bool,
+    /// `HMDP_WORKER_BATCH`: orders written per database transaction at most.
+    pub batch: usize,
+    /// `HMDP_WORKER_MAX_DELIVERIES`: an entry that failed this often goes to the dead-letter stream.
+    pub max_deliveries: u64,
+    /// `HMDP_WORKER_CLAIM_IDLE_MS`: entries pending this long with another consumer are taken over.
+    pub claim_idle: Duration,
+    /// `HMDP_ID_MODE`: compatible | segment.
+    pub id_mode: IdMode,
+}
+
 /// Cache settings.
 #[derive(Debug, Clone)]
 pub struct CacheSettings {
@@ -154,6 +194,8 @@ pub struct Config {
     pub code: CodePolicy,
     /// Cache settings (`HMDP_SHOP_CACHE`, `HMDP_CACHE_*`, `HMDP_SHOP_BLOOM`).
     pub cache: CacheSettings,
+    /// Flash sale and order worker (`HMDP_SECKILL_*`, `HMDP_WORKER*`, `HMDP_ID_MODE`).
+    pub seckill: SeckillSettings,
     /// `HMDP_BODY_LIMIT_BYTES`: largest accepted request body.
     pub body_limit: usize,
     /// `HMDP_REQUEST_TIMEOUT_MS`: a request taking longer is answered 503.
@@ -197,6 +239,15 @@ impl Default for Config {
                 bloom: true,
                 fallback_concurrency: 8,
             },
+            seckill: SeckillSettings {
+                mode: SeckillMode::Async,
+                shards: 1,
+                worker: true,
+                batch: 200,
+                max_deliveries: 5,
+                claim_idle: Duration::from_secs(30),
+                id_mode: IdMode::Segment,
+            },
             body_limit: 64 * 1024,
             request_timeout: Duration::from_secs(10),
             log_filter: "info".to_owned(),
@@ -235,6 +286,13 @@ struct FileConfig {
     cache_l1_capacity: Option<u64>,
     shop_bloom: Option<bool>,
     cache_fallback_concurrency: Option<usize>,
+    seckill_mode: Option<SeckillMode>,
+    seckill_shards: Option<u32>,
+    worker: Option<bool>,
+    worker_batch: Option<usize>,
+    worker_max_deliveries: Option<u64>,
+    worker_claim_idle_ms: Option<u64>,
+    id_mode: Option<IdMode>,
     body_limit_bytes: Option<usize>,
     request_timeout_ms: Option<u64>,
     log: Option<String>,
@@ -338,6 +396,24 @@ impl Config {
                     )?
                     .unwrap_or(d.cache.fallback_concurrency),
             },
+            seckill: SeckillSettings {
+                mode: s.get("HMDP_SECKILL_MODE", f.seckill_mode)?.unwrap_or(d.seckill.mode),
+                shards: s
+                    .get("HMDP_SECKILL_SHARDS", f.seckill_shards)?
+                    .unwrap_or(d.seckill.shards),
+                worker: s.get("HMDP_WORKER", f.worker)?.unwrap_or(d.seckill.worker),
+                batch: s
+                    .get("HMDP_WORKER_BATCH", f.worker_batch)?
+                    .unwrap_or(d.seckill.batch),
+                max_deliveries: s
+                    .get("HMDP_WORKER_MAX_DELIVERIES", f.worker_max_deliveries)?
+                    .unwrap_or(d.seckill.max_deliveries),
+                claim_idle: s
+                    .get("HMDP_WORKER_CLAIM_IDLE_MS", f.worker_claim_idle_ms)?
+                    .map(Duration::from_millis)
+                    .unwrap_or(d.seckill.claim_idle),
+                id_mode: s.get("HMDP_ID_MODE", f.id_mode)?.unwrap_or(d.seckill.id_mode),
+            },
             body_limit: s
                 .get("HMDP_BODY_LIMIT_BYTES", f.body_limit_bytes)?
                 .unwrap_or(d.body_limit),
@@ -403,6 +479,15 @@ impl Config {
                 "cache TTLs must be at least 1 second",
             ));
         }
+        if self.seckill.shards == 0 || self.seckill.shards > 1024 {
+            return Err(invalid("HMDP_SECKILL_SHARDS", "must be between 1 and 1024"));
+        }
+        if self.seckill.batch == 0 || self.seckill.batch > 5000 {
+            return Err(invalid("HMDP_WORKER_BATCH", "must be between 1 and 5000"));
+        }
+        if self.seckill.max_deliveries == 0 {
+            return Err(invalid("HMDP_WORKER_MAX_DELIVERIES", "must be at least 1"));
+        }
         Ok(())
     }
 
@@ -418,7 +503,8 @@ impl Config {
              admin_token={} static_dir={} data_dir={} session_ttl={}s code_ttl={}s \
              code_min_interval={}s code_daily_limit={} code_max_attempts={} body_limit={}B \
              request_timeout={}ms db_max_connections={} shop_cache={:?} cache_ttl={}s \
-             cache_null_ttl={}s cache_jitter={} l1_ttl={}ms bloom={} fallback_concurrency={}",
+             cache_null_ttl={}s cache_jitter={} l1_ttl={}ms bloom={} fallback_concurrency={} \
+             seckill_mode={:?} seckill_shards={} worker={} worker_batch={} id_mode={:?}",
             self.listen,
             redact_url(&self.database_url),
             self.redis_url
@@ -452,6 +538,11 @@ impl Config {
             self.cache.l1_ttl.as_millis(),
             self.cache.bloom,
             self.cache.fallback_concurrency,
+            self.seckill.mode,
+            self.seckill.shards,
+            self.seckill.worker,
+            self.seckill.batch,
+            self.seckill.id_mode,
         )
     }
 }
@@ -495,6 +586,8 @@ macro_rules! from_str_lowercase {
 
 from_str_lowercase!(ManagedRedis { "auto" => ManagedRedis::Auto, "always" => ManagedRedis::Always, "never" => ManagedRedis::Never });
 from_str_lowercase!(LogFormat { "text" => LogFormat::Text, "json" => LogFormat::Json });
+from_str_lowercase!(SeckillMode { "async" => SeckillMode::Async, "sync" => SeckillMode::Sync });
+from_str_lowercase!(IdMode { "compatible" => IdMode::Compatible, "segment" => IdMode::Segment });
 from_str_lowercase!(ShopCacheStrategy {
     "mutex" => ShopCacheStrategy::Mutex,
     "logical" => ShopCacheStrategy::Logical,

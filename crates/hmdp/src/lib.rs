@@ -12,6 +12,8 @@
 //!   the managed `redis-server` of the embedded defaults.
 //! - [`auth`]: login codes, sessions, SMS sending.
 //! - [`catalogue`]: shops and shop types behind the cache, Bloom filter and GEO index.
+//! - [`seckill`]: the flash sale: one Lua script decides, a stream carries the order.
+//! - [`worker`]: the consumer group that writes accepted orders into the database.
 //! - [`http`]: axum routers by resource, the envelope, errors and extractors.
 //! - [`startup`]: wiring it all together; [`cli`]: the `hmdp` command.
 
@@ -22,9 +24,11 @@ pub mod config;
 pub mod domain;
 pub mod http;
 pub mod kv;
+pub mod seckill;
 pub mod startup;
 pub mod storage;
 pub mod telemetry;
+pub mod worker;
 
 pub use config::Config;
 pub use startup::{Application, Dependencies};

@@ -13,12 +13,16 @@ use std::time::Duration;
 
 use anyhow::Context;
 use hmdp_cache::{CacheClient, L1Options, RedisDown};
+use hmdp_id::{IdGenerator, SegmentOptions};
 use rand::RngCore;
 use tokio::net::TcpListener;
 
 use crate::{
     auth::{CodeIssuer, LogSmsSender, SessionStore, SmsSender},
     catalogue::Catalogue,
+    config::IdMode,
+    seckill::Seckill,
+    worker::OrderWorker,
     config::{Config, DEFAULT_REDIS_URL, ManagedRedis as ManagedMode, Secret},
     http::{self, AppState},
     kv::{
@@ -48,6 +52,7 @@ pub struct Application {
     router: axum::Router,
     state: AppState,
     managed_redis: Option<ManagedRedis>,
+    worker: Option<OrderWorker>,
 }
 
 impl Application {
@@ -113,8 +118,29 @@ impl Application {
             &config.cache,
         )
         .await?;
+        let ids = order_id_generator(redis.clone(), &config)?;
+        let seckill = Seckill::new(
+            db.clone(),
+            redis.clone(),
+            keys.clone(),
+            locks.clone(),
+            ids,
+            config.seckill.clone(),
+        );
+        let worker = config.seckill.worker.then(|| {
+            OrderWorker::new(
+                db.clone(),
+                redis.clone(),
+                redis_url.clone(),
+                keys.clone(),
+                config.seckill.clone(),
+                None,
+            )
+        });
         let state = AppState {
             catalogue,
+            seckill,
+            worker: worker.as_ref().map(|w| w.stats().clone()),
             locks,
             sessions: SessionStore::new(redis.clone(), keys.clone(), config.session_ttl),
             codes: CodeIssuer::new(redis.clone(), keys.clone(), config.code.clone()),
@@ -133,6 +159,7 @@ impl Application {
             listener,
             state,
             managed_redis,
+            worker,
         })
     }
 
@@ -155,6 +182,12 @@ impl Application {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         tracing::info!(addr = %self.local_addr(), "hmdp listening");
+        let (stop_worker, worker_stopped) = tokio::sync::oneshot::channel::<()>();
+        let worker = self.worker.map(|w| {
+            tokio::spawn(w.run_until(async {
+                let _ = worker_stopped.await;
+            }))
+        });
         let served = axum::serve(
             self.listener,
             self.router
@@ -162,7 +195,11 @@ impl Application {
         )
         .with_graceful_shutdown(shutdown)
         .await;
-        tracing::info!("http server stopped; closing connections");
+        tracing::info!("http server stopped; finishing the order worker's current batch");
+        let _ = stop_worker.send(());
+        if let Some(w) = worker {
+            let _ = w.await;
+        }
         self.state.db.close().await;
         if let Some(redis) = self.managed_redis {
             redis.stop().await;
@@ -174,6 +211,30 @@ impl Application {
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         self.run_until(shutdown_signal()).await
     }
+}
+
+/// The order id generator in the configured mode.
+pub fn order_id_generator(redis: RedisConn, config: &Config) -> anyhow::Result<IdGenerator<RedisConn>> {
+    let builder = IdGenerator::builder(redis, "order").key_prefix(config.redis_prefix.clone());
+    let builder = match config.seckill.id_mode {
+        IdMode::Compatible => builder.compatible(),
+        IdMode::Segment => builder.segment(SegmentOptions::new()),
+    };
+    builder.build().context("cannot set up the order id generator")
+}
+
+/// Runs only the order worker (`hmdp worker`) until SIGINT or SIGTERM.
+pub async fn run_worker(config: Config) -> anyhow::Result<()> {
+    let db = connect_database(&config).await?;
+    let url = config.redis_url_or_default().to_owned();
+    let redis = RedisConn::connect(&url)
+        .await
+        .with_context(|| format!("cannot connect to Redis at {}", crate::config::redact_url(&url)))?;
+    let keys = Keys::new(config.redis_prefix.clone());
+    let worker = OrderWorker::new(db.clone(), redis, url, keys, config.seckill.clone(), None);
+    worker.run_until(shutdown_signal()).await;
+    db.close().await;
+    Ok(())
 }
 
 /// Connects to the configured database and brings its schema up to date.

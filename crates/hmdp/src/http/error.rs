@@ -106,6 +106,18 @@ error_codes! {
     ShopIdRequired => ("shop_id_required", OK),
     /// No such shop ("店铺不存在！").
     ShopNotFound => ("shop_not_found", OK),
+    /// The voucher is sold out ("库存不足").
+    SoldOut => ("sold_out", OK),
+    /// The user already bought this voucher ("不能重复下单").
+    DuplicateOrder => ("duplicate_order", OK),
+    /// The sale has not begun ("秒杀尚未开始").
+    SeckillNotStarted => ("seckill_not_started", OK),
+    /// The sale is over ("秒杀已经结束").
+    SeckillEnded => ("seckill_ended", OK),
+    /// No such flash-sale voucher on sale.
+    VoucherNotFound => ("voucher_not_found", OK),
+    /// No such order of this user.
+    OrderNotFound => ("order_not_found", OK),
     /// Malformed input: bad JSON, a missing field, a wrong type, a bad path or query value.
     InvalidRequest => ("invalid_request", BAD_REQUEST),
     /// No or expired login on a route that needs one.
@@ -244,6 +256,19 @@ impl From<crate::catalogue::CatalogueError> for ApiError {
                 ApiError::unavailable("redis", e)
             }
             E::Redis(r) if is_redis_unavailable(r) => ApiError::unavailable("redis", e),
+            _ => ApiError::internal(e),
+        }
+    }
+}
+
+impl From<crate::seckill::SeckillError> for ApiError {
+    fn from(e: crate::seckill::SeckillError) -> Self {
+        use crate::seckill::SeckillError as E;
+        match &e {
+            E::Storage(s) if s.is_unavailable() => ApiError::unavailable("database", e),
+            E::Redis(r) if is_redis_unavailable(r) => ApiError::unavailable("redis", e),
+            E::Lock(l) if l.is_connection_error() || l.is_timeout() => ApiError::unavailable("redis", e),
+            E::Id(i) if i.is_redis() => ApiError::unavailable("redis", e),
             _ => ApiError::internal(e),
         }
     }

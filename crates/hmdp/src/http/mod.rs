@@ -9,6 +9,7 @@
 mod error;
 mod extract;
 mod health;
+mod order;
 mod shop;
 mod user;
 mod voucher;
@@ -53,6 +54,9 @@ pub struct AppState {
     pub sms: Arc<dyn SmsSender>,
     pub catalogue: Catalogue,
     pub locks: hmdp_lock::LockClient<RedisConn>,
+    pub seckill: crate::seckill::Seckill,
+    /// The embedded order worker's counters, when it runs in this process.
+    pub worker: Option<Arc<crate::worker::WorkerStats>>,
     pub admin_token: Arc<Secret>,
     pub config: Arc<Config>,
 }
@@ -64,6 +68,7 @@ fn api() -> Router<AppState> {
         .merge(user::router())
         .merge(shop::router())
         .merge(voucher::router())
+        .merge(order::router())
 }
 
 /// The complete application: the API at `/` and `/api`, the layers, and the static files.

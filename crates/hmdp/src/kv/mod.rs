@@ -171,6 +171,38 @@ impl Keys {
         format!("{}bloom:shop", self.prefix)
     }
 
+    /// The order-stream shard of a voucher.
+    pub fn seckill_shard(voucher_id: i64, shards: u32) -> u32 {
+        (voucher_id.rem_euclid(i64::from(shards.max(1)))) as u32
+    }
+
+    /// `seckill:{s<k>}:voucher:<id>`: hash of a voucher's live `stock`, `begin` and `end` (ms).
+    /// Every key of one shard carries the hash tag `{s<k>}`, so the flash-sale script's keys
+    /// and the shard's order stream share one Redis Cluster slot.
+    pub fn seckill_voucher(&self, shard: u32, voucher_id: i64) -> String {
+        format!("{}seckill:{{s{shard}}}:voucher:{voucher_id}", self.prefix)
+    }
+
+    /// `seckill:{s<k>}:buyers:<id>`: the set of users who bought the voucher.
+    pub fn seckill_buyers(&self, shard: u32, voucher_id: i64) -> String {
+        format!("{}seckill:{{s{shard}}}:buyers:{voucher_id}", self.prefix)
+    }
+
+    /// `seckill:{s<k>}:orders`: the shard's stream of accepted orders.
+    pub fn seckill_stream(&self, shard: u32) -> String {
+        format!("{}seckill:{{s{shard}}}:orders", self.prefix)
+    }
+
+    /// `seckill:{s<k>}:orders:dead`: orders that could not be written after many tries.
+    pub fn seckill_dead_letters(&self, shard: u32) -> String {
+        format!("{}seckill:{{s{shard}}}:orders:dead", self.prefix)
+    }
+
+    /// `seckill:pending:<orderId>`: owner and voucher of an accepted order until it is written.
+    pub fn seckill_pending(&self, order_id: i64) -> String {
+        format!("{}seckill:pending:{order_id}", self.prefix)
+    }
+
     /// The pub/sub channel on which instances tell each other to drop L1 entries.
     pub fn cache_l1_channel(&self) -> String {
         format!("{}cache:l1:invalidate", self.prefix)
@@ -255,6 +287,25 @@ mod tests {
         let tagged = "seckill:{v:1}:stock";
         assert_eq!(slot_mate(tagged, "x"), "seckill:{v:1}:stock:x");
         assert_eq!(key_slot(&slot_mate(tagged, "x")), key_slot(tagged));
+    }
+
+    #[test]
+    fn a_shards_flash_sale_keys_share_one_slot() {
+        let keys = Keys::new("p:");
+        for voucher in [1_i64, 2, 17, 1000] {
+            let shard = Keys::seckill_shard(voucher, 4);
+            let slot = key_slot(&keys.seckill_stream(shard));
+            assert_eq!(key_slot(&keys.seckill_voucher(shard, voucher)), slot);
+            assert_eq!(key_slot(&keys.seckill_buyers(shard, voucher)), slot);
+            assert_eq!(key_slot(&keys.seckill_dead_letters(shard)), slot);
+        }
+        assert_ne!(
+            key_slot(&keys.seckill_stream(0)),
+            key_slot(&keys.seckill_stream(1)),
+            "shards spread over slots"
+        );
+        assert_eq!(Keys::seckill_shard(7, 1), 0);
+        assert_eq!(Keys::seckill_shard(7, 4), 3);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! `UNSIGNED`, which sqlx refuses to decode into `i64` on MySQL although every id fits.
 
 pub mod catalogue;
+pub mod orders;
 mod migrate;
 mod seed;
 pub mod users;
@@ -223,6 +224,21 @@ pub mod datetime_format {
 
     pub fn serialize<S: Serializer>(v: &NaiveDateTime, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(&v.format(FORMAT))
+    }
+
+    /// Reads `yyyy-MM-ddTHH:mm:ss` (also with a space instead of `T`, and with fractions).
+    pub fn parse_flexible(s: &str) -> Option<NaiveDateTime> {
+        ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"]
+            .iter()
+            .find_map(|f| NaiveDateTime::parse_from_str(s.trim(), f).ok())
+    }
+
+    /// Deserialises a required date-time written as [`parse_flexible`] accepts.
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<NaiveDateTime, D::Error> {
+        let s: String = serde::Deserialize::deserialize(d)?;
+        parse_flexible(&s).ok_or_else(|| {
+            serde::de::Error::custom(format!("{s:?} is not a date-time like 2026-01-25T10:00:00"))
+        })
     }
 
     /// For `Option<NaiveDateTime>` fields (used with `skip_serializing_if = "Option::is_none"`).
