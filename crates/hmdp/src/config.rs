@@ -397,7 +397,9 @@ impl Config {
                     .unwrap_or(d.cache.fallback_concurrency),
             },
             seckill: SeckillSettings {
-                mode: s.get("HMDP_SECKILL_MODE", f.seckill_mode)?.unwrap_or(d.seckill.mode),
+                mode: s
+                    .get("HMDP_SECKILL_MODE", f.seckill_mode)?
+                    .unwrap_or(d.seckill.mode),
                 shards: s
                     .get("HMDP_SECKILL_SHARDS", f.seckill_shards)?
                     .unwrap_or(d.seckill.shards),
@@ -412,7 +414,9 @@ impl Config {
                     .get("HMDP_WORKER_CLAIM_IDLE_MS", f.worker_claim_idle_ms)?
                     .map(Duration::from_millis)
                     .unwrap_or(d.seckill.claim_idle),
-                id_mode: s.get("HMDP_ID_MODE", f.id_mode)?.unwrap_or(d.seckill.id_mode),
+                id_mode: s
+                    .get("HMDP_ID_MODE", f.id_mode)?
+                    .unwrap_or(d.seckill.id_mode),
             },
             body_limit: s
                 .get("HMDP_BODY_LIMIT_BYTES", f.body_limit_bytes)?

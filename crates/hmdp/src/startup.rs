@@ -21,15 +21,15 @@ use crate::{
     auth::{CodeIssuer, LogSmsSender, SessionStore, SmsSender},
     catalogue::Catalogue,
     config::IdMode,
-    seckill::Seckill,
-    worker::OrderWorker,
     config::{Config, DEFAULT_REDIS_URL, ManagedRedis as ManagedMode, Secret},
     http::{self, AppState},
     kv::{
         Keys, RedisConn,
         managed::{ManagedRedis, answers_ping},
     },
+    seckill::Seckill,
     storage::{self, Db},
+    worker::OrderWorker,
 };
 
 /// Things a deployment (or a test) may swap out.
@@ -214,22 +214,30 @@ impl Application {
 }
 
 /// The order id generator in the configured mode.
-pub fn order_id_generator(redis: RedisConn, config: &Config) -> anyhow::Result<IdGenerator<RedisConn>> {
+pub fn order_id_generator(
+    redis: RedisConn,
+    config: &Config,
+) -> anyhow::Result<IdGenerator<RedisConn>> {
     let builder = IdGenerator::builder(redis, "order").key_prefix(config.redis_prefix.clone());
     let builder = match config.seckill.id_mode {
         IdMode::Compatible => builder.compatible(),
         IdMode::Segment => builder.segment(SegmentOptions::new()),
     };
-    builder.build().context("cannot set up the order id generator")
+    builder
+        .build()
+        .context("cannot set up the order id generator")
 }
 
 /// Runs only the order worker (`hmdp worker`) until SIGINT or SIGTERM.
 pub async fn run_worker(config: Config) -> anyhow::Result<()> {
     let db = connect_database(&config).await?;
     let url = config.redis_url_or_default().to_owned();
-    let redis = RedisConn::connect(&url)
-        .await
-        .with_context(|| format!("cannot connect to Redis at {}", crate::config::redact_url(&url)))?;
+    let redis = RedisConn::connect(&url).await.with_context(|| {
+        format!(
+            "cannot connect to Redis at {}",
+            crate::config::redact_url(&url)
+        )
+    })?;
     let keys = Keys::new(config.redis_prefix.clone());
     let worker = OrderWorker::new(db.clone(), redis, url, keys, config.seckill.clone(), None);
     worker.run_until(shutdown_signal()).await;

@@ -267,7 +267,9 @@ impl From<crate::seckill::SeckillError> for ApiError {
         match &e {
             E::Storage(s) if s.is_unavailable() => ApiError::unavailable("database", e),
             E::Redis(r) if is_redis_unavailable(r) => ApiError::unavailable("redis", e),
-            E::Lock(l) if l.is_connection_error() || l.is_timeout() => ApiError::unavailable("redis", e),
+            E::Lock(l) if l.is_connection_error() || l.is_timeout() => {
+                ApiError::unavailable("redis", e)
+            }
             E::Id(i) if i.is_redis() => ApiError::unavailable("redis", e),
             _ => ApiError::internal(e),
         }

@@ -11,6 +11,7 @@ mod extract;
 mod health;
 mod order;
 mod shop;
+mod ui;
 mod user;
 mod voucher;
 
@@ -75,6 +76,7 @@ fn api() -> Router<AppState> {
 pub fn app(state: AppState) -> Router {
     let api = api();
     let mut router = Router::new()
+        .merge(ui::routes())
         .merge(api.clone())
         .nest("/api", api)
         .method_not_allowed_fallback(method_not_allowed);

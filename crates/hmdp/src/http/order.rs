@@ -87,11 +87,17 @@ async fn order_status(
             state: "created",
             order: Some(order),
         }),
-        OrderStatus::Unknown => Err(ApiError::new(ErrorCode::OrderNotFound, "订单不存在 (no such order of yours)")),
+        OrderStatus::Unknown => Err(ApiError::new(
+            ErrorCode::OrderNotFound,
+            "订单不存在 (no such order of yours)",
+        )),
     }
 }
 
 /// `GET /voucher-order/of/me`: the user's written orders, newest first (at most 100).
-async fn my_orders(State(state): State<AppState>, CurrentUser(session): CurrentUser) -> ApiResult<Vec<VoucherOrder>> {
+async fn my_orders(
+    State(state): State<AppState>,
+    CurrentUser(session): CurrentUser,
+) -> ApiResult<Vec<VoucherOrder>> {
     ok(orders::orders_of_user(&state.db, session.user.id, 100).await?)
 }

@@ -15,7 +15,8 @@ use chrono::NaiveDateTime;
 use serde::Deserialize;
 
 use crate::{
-    domain::ShopId,
+    domain::{ShopId, VoucherId},
+    seckill::SaleStats,
     storage::{
         catalogue::{self, Voucher, VoucherInput},
         datetime_format,
@@ -27,6 +28,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/voucher", post(create_voucher))
         .route("/voucher/seckill", post(create_seckill_voucher))
+        .route("/voucher/seckill/{id}/stats", get(sale_stats))
         .route("/voucher/list/{shop_id}", get(vouchers_of_shop))
 }
 
@@ -95,11 +97,17 @@ async fn create_seckill_voucher(
         return Err(ApiError::invalid("beginTime must be before endTime"));
     }
     if v.pay_value < 0 || v.actual_value < 0 {
-        return Err(ApiError::invalid("payValue and actualValue must not be negative"));
+        return Err(ApiError::invalid(
+            "payValue and actualValue must not be negative",
+        ));
     }
-    let shop = ShopId::new(v.shop_id).map_err(|_| ApiError::invalid("shopId must be a positive integer"))?;
+    let shop = ShopId::new(v.shop_id)
+        .map_err(|_| ApiError::invalid("shopId must be a positive integer"))?;
     if catalogue::shop(&state.db, shop).await?.is_none() {
-        return Err(ApiError::new(super::ErrorCode::ShopNotFound, "店铺不存在！"));
+        return Err(ApiError::new(
+            super::ErrorCode::ShopNotFound,
+            "店铺不存在！",
+        ));
     }
     let id = orders::insert_seckill_voucher(
         &state.db,
@@ -116,6 +124,24 @@ async fn create_seckill_voucher(
         },
     )
     .await?;
-    state.seckill.load_new_voucher(id, v.stock, v.begin_time, v.end_time).await;
+    state
+        .seckill
+        .load_new_voucher(id, v.stock, v.begin_time, v.end_time)
+        .await;
     ok(id.get())
+}
+
+/// `GET /voucher/seckill/{id}/stats`: the live state of a sale (stock in Redis and in the
+/// database, accepted vs written orders, the order stream's backlog), for the dashboard.
+async fn sale_stats(
+    State(state): State<AppState>,
+    AppPath(id): AppPath<VoucherId>,
+) -> ApiResult<SaleStats> {
+    match state.seckill.sale_stats(id).await? {
+        Some(stats) => ok(stats),
+        None => Err(ApiError::new(
+            super::ErrorCode::VoucherNotFound,
+            "优惠券不存在 (no flash-sale voucher with this id)",
+        )),
+    }
 }

@@ -144,7 +144,11 @@ impl Seckill {
     }
 
     /// Tries to buy `voucher` for `user`: the new order's id, or why not.
-    pub async fn grab(&self, user: UserId, voucher: VoucherId) -> Result<Result<i64, Refusal>, SeckillError> {
+    pub async fn grab(
+        &self,
+        user: UserId,
+        voucher: VoucherId,
+    ) -> Result<Result<i64, Refusal>, SeckillError> {
         let outcome = match self.settings.mode {
             SeckillMode::Async => self.grab_async(user, voucher).await?,
             SeckillMode::Sync => self.grab_sync(user, voucher).await?,
@@ -161,7 +165,11 @@ impl Seckill {
         Ok(outcome)
     }
 
-    async fn grab_async(&self, user: UserId, voucher: VoucherId) -> Result<Result<i64, Refusal>, SeckillError> {
+    async fn grab_async(
+        &self,
+        user: UserId,
+        voucher: VoucherId,
+    ) -> Result<Result<i64, Refusal>, SeckillError> {
         let shard = Keys::seckill_shard(voucher.get(), self.settings.shards);
         let order_id = self.ids.next_id().await?;
         let mut redis = self.redis.clone();
@@ -210,7 +218,11 @@ impl Seckill {
         let guard = lock
             .try_lock(Duration::from_secs(5), Some(Duration::from_secs(15)))
             .await?;
-        let loaded: bool = redis::cmd("HEXISTS").arg(&hash).arg("stock").query_async(&mut redis).await?;
+        let loaded: bool = redis::cmd("HEXISTS")
+            .arg(&hash)
+            .arg("stock")
+            .query_async(&mut redis)
+            .await?;
         if !loaded {
             self.stats.warm_ups.fetch_add(1, Ordering::Relaxed);
             self.load_from_database(voucher, shard).await?;
@@ -235,8 +247,12 @@ impl Seckill {
                 .await?;
             return Ok(());
         };
-        let persisted: std::collections::HashSet<i64> = snapshot.orders.iter().map(|(id, _)| *id).collect();
-        let unwritten: Vec<(i64, i64)> = queued.into_iter().filter(|(id, _)| !persisted.contains(id)).collect();
+        let persisted: std::collections::HashSet<i64> =
+            snapshot.orders.iter().map(|(id, _)| *id).collect();
+        let unwritten: Vec<(i64, i64)> = queued
+            .into_iter()
+            .filter(|(id, _)| !persisted.contains(id))
+            .collect();
         let stock = snapshot.voucher.stock - unwritten.len() as i64;
         let buyers: Vec<i64> = snapshot
             .orders
@@ -245,7 +261,11 @@ impl Seckill {
             .chain(unwritten.iter().map(|(_, u)| *u))
             .collect();
         for chunk in buyers.chunks(1000) {
-            let _: i64 = redis::cmd("SADD").arg(&buyers_key).arg(chunk).query_async(&mut redis).await?;
+            let _: i64 = redis::cmd("SADD")
+                .arg(&buyers_key)
+                .arg(chunk)
+                .query_async(&mut redis)
+                .await?;
         }
         let loaded: i64 = scripts::LOAD
             .key(&hash)
@@ -266,7 +286,11 @@ impl Seckill {
     }
 
     /// `(order id, user id)` of the shard's queued orders of one voucher (written or not).
-    async fn queued_orders(&self, shard: u32, voucher: i64) -> Result<Vec<(i64, i64)>, SeckillError> {
+    async fn queued_orders(
+        &self,
+        shard: u32,
+        voucher: i64,
+    ) -> Result<Vec<(i64, i64)>, SeckillError> {
         let stream = self.keys.seckill_stream(shard);
         let mut redis = self.redis.clone();
         let mut out = Vec::new();
@@ -283,7 +307,8 @@ impl Seckill {
             let n = reply.ids.len();
             for entry in &reply.ids {
                 let field = |k: &str| entry.get::<i64>(k);
-                if let (Some(id), Some(u), Some(v)) = (field("id"), field("userId"), field("voucherId"))
+                if let (Some(id), Some(u), Some(v)) =
+                    (field("id"), field("userId"), field("voucherId"))
                     && v == voucher
                 {
                     out.push((id, u));
@@ -299,7 +324,13 @@ impl Seckill {
 
     /// Loads a freshly created voucher into Redis (a failure is logged: the first request
     /// loads it instead).
-    pub async fn load_new_voucher(&self, voucher: VoucherId, stock: i64, begin: NaiveDateTime, end: NaiveDateTime) {
+    pub async fn load_new_voucher(
+        &self,
+        voucher: VoucherId,
+        stock: i64,
+        begin: NaiveDateTime,
+        end: NaiveDateTime,
+    ) {
         if self.settings.mode == SeckillMode::Sync {
             return;
         }
@@ -316,7 +347,11 @@ impl Seckill {
         }
     }
 
-    async fn grab_sync(&self, user: UserId, voucher: VoucherId) -> Result<Result<i64, Refusal>, SeckillError> {
+    async fn grab_sync(
+        &self,
+        user: UserId,
+        voucher: VoucherId,
+    ) -> Result<Result<i64, Refusal>, SeckillError> {
         let Some(v) = orders::seckill_voucher(&self.db, voucher).await? else {
             return Ok(Err(Refusal::UnknownVoucher));
         };
@@ -333,7 +368,10 @@ impl Seckill {
         // One attempt per user at a time, as the original's Redisson tryLock(): a concurrent
         // second request of the same user is a duplicate by definition.
         let lock = self.locks.lock(&format!("order:{user}"))?;
-        let Some(guard) = lock.try_lock(Duration::ZERO, Some(Duration::from_secs(10))).await? else {
+        let Some(guard) = lock
+            .try_lock(Duration::ZERO, Some(Duration::from_secs(10)))
+            .await?
+        else {
             return Ok(Err(Refusal::Duplicate));
         };
         let order_id = self.ids.next_id().await;
@@ -360,7 +398,11 @@ impl Seckill {
     }
 
     /// An order's status as its owner may see it.
-    pub async fn order_status(&self, user: UserId, order_id: i64) -> Result<OrderStatus, SeckillError> {
+    pub async fn order_status(
+        &self,
+        user: UserId,
+        order_id: i64,
+    ) -> Result<OrderStatus, SeckillError> {
         if let Some(order) = orders::order(&self.db, order_id).await? {
             return Ok(if order.user_id == user.get() {
                 OrderStatus::Created(order)
@@ -381,6 +423,123 @@ impl Seckill {
             _ => OrderStatus::Unknown,
         })
     }
+}
+
+/// A live view of one sale, for the dashboard.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SaleStats {
+    pub voucher_id: i64,
+    /// Stock left as Redis sees it (what buyers race for); `None` when not loaded.
+    pub redis_stock: Option<i64>,
+    /// Stock left in the database (lags behind while orders are queued).
+    pub db_stock: i64,
+    /// Buyers accepted so far (the Redis buyer set).
+    pub accepted: i64,
+    /// Orders written to the database.
+    pub persisted: i64,
+    /// Entries in the shard's order stream (written ones are trimmed away over time).
+    pub stream_length: i64,
+    /// Entries delivered to a worker and not yet acknowledged.
+    pub pending: i64,
+    /// Entries not yet delivered to any worker (Redis 7's consumer-group lag).
+    pub lag: Option<i64>,
+    #[serde(with = "crate::storage::datetime_format")]
+    pub begin_time: NaiveDateTime,
+    #[serde(with = "crate::storage::datetime_format")]
+    pub end_time: NaiveDateTime,
+    /// The server's clock in milliseconds, so a page can count down without trusting its own.
+    pub now_millis: i64,
+}
+
+impl Seckill {
+    /// The live state of a sale; `None` for an unknown voucher.
+    pub async fn sale_stats(&self, voucher: VoucherId) -> Result<Option<SaleStats>, SeckillError> {
+        let Some(v) = orders::seckill_voucher(&self.db, voucher).await? else {
+            return Ok(None);
+        };
+        let persisted = orders::count_orders_of_voucher(&self.db, voucher).await?;
+        let shard = Keys::seckill_shard(voucher.get(), self.settings.shards);
+        let stream = self.keys.seckill_stream(shard);
+        let mut redis = self.redis.clone();
+        let (redis_stock, accepted, stream_length): (Option<i64>, i64, i64) = redis::pipe()
+            .cmd("HGET")
+            .arg(self.keys.seckill_voucher(shard, voucher.get()))
+            .arg("stock")
+            .cmd("SCARD")
+            .arg(self.keys.seckill_buyers(shard, voucher.get()))
+            .cmd("XLEN")
+            .arg(&stream)
+            .query_async(&mut redis)
+            .await?;
+        let groups: redis::RedisResult<redis::Value> = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg(&stream)
+            .query_async(&mut redis)
+            .await;
+        let (pending, lag) = group_counters(groups.ok());
+        Ok(Some(SaleStats {
+            voucher_id: voucher.get(),
+            redis_stock,
+            db_stock: v.stock,
+            accepted: if self.settings.mode == SeckillMode::Sync {
+                persisted
+            } else {
+                accepted
+            },
+            persisted,
+            stream_length,
+            pending,
+            lag,
+            begin_time: v.begin_time,
+            end_time: v.end_time,
+            now_millis: Local::now().timestamp_millis(),
+        }))
+    }
+}
+
+/// `pending` and `lag` of the order group from an `XINFO GROUPS` reply.
+fn group_counters(reply: Option<redis::Value>) -> (i64, Option<i64>) {
+    let Some(redis::Value::Array(groups)) = reply else {
+        return (0, None);
+    };
+    for g in groups {
+        let fields: Vec<(String, redis::Value)> = match g {
+            redis::Value::Array(items) => items
+                .chunks(2)
+                .filter_map(|kv| match kv {
+                    [k, v] => redis::from_redis_value_ref::<String>(k)
+                        .ok()
+                        .map(|k| (k, v.clone())),
+                    _ => None,
+                })
+                .collect(),
+            redis::Value::Map(items) => items
+                .into_iter()
+                .filter_map(|(k, v)| {
+                    redis::from_redis_value_ref::<String>(&k)
+                        .ok()
+                        .map(|k| (k, v))
+                })
+                .collect(),
+            _ => continue,
+        };
+        let get = |name: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| k == name)
+                .and_then(|(_, v)| redis::from_redis_value_ref::<i64>(v).ok())
+        };
+        let is_ours = fields.iter().any(|(k, v)| {
+            k == "name"
+                && redis::from_redis_value_ref::<String>(v).ok().as_deref()
+                    == Some(crate::worker::GROUP)
+        });
+        if is_ours {
+            return (get("pending").unwrap_or(0), get("lag"));
+        }
+    }
+    (0, None)
 }
 
 /// Milliseconds since the epoch of a server-local date-time (the original stores local time).

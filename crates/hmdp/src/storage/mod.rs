@@ -12,8 +12,8 @@
 //! `UNSIGNED`, which sqlx refuses to decode into `i64` on MySQL although every id fits.
 
 pub mod catalogue;
-pub mod orders;
 mod migrate;
+pub mod orders;
 mod seed;
 pub mod users;
 

@@ -151,8 +151,12 @@ pub async fn write_order_batch(db: &Db, orders: &[NewOrder]) -> Result<u64, Batc
         by_voucher.entry(o.voucher_id).or_default().push(o);
     }
     let insert_head = match db {
-        Db::Sqlite(_) => "INSERT OR IGNORE INTO tb_voucher_order (id, user_id, voucher_id, pay_type, status) VALUES ",
-        Db::MySql(_) => "INSERT IGNORE INTO tb_voucher_order (id, user_id, voucher_id, pay_type, status) VALUES ",
+        Db::Sqlite(_) => {
+            "INSERT OR IGNORE INTO tb_voucher_order (id, user_id, voucher_id, pay_type, status) VALUES "
+        }
+        Db::MySql(_) => {
+            "INSERT IGNORE INTO tb_voucher_order (id, user_id, voucher_id, pay_type, status) VALUES "
+        }
     };
     let total = crate::on_pool!(db, pool => {
         let mut tx = pool.begin().await?;
@@ -253,7 +257,10 @@ pub struct VoucherOrder {
     pub pay_type: i64,
     /// 1 unpaid, 2 paid, 3 used, 4 cancelled, 5 refunding, 6 refunded.
     pub status: i64,
-    #[serde(with = "datetime_format::option", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        with = "datetime_format::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub create_time: Option<NaiveDateTime>,
 }
 
@@ -270,7 +277,8 @@ impl_from_row!(VoucherOrder, |row| {
     })
 });
 
-const ORDER_COLUMNS: &str = "SELECT id, user_id, voucher_id, pay_type, status, create_time FROM tb_voucher_order";
+const ORDER_COLUMNS: &str =
+    "SELECT id, user_id, voucher_id, pay_type, status, create_time FROM tb_voucher_order";
 
 /// One order by id.
 pub async fn order(db: &Db, id: i64) -> Result<Option<VoucherOrder>> {
@@ -303,5 +311,15 @@ pub async fn existing_order_ids(db: &Db, ids: &[i64]) -> Result<Vec<i64>> {
             q = q.bind(*id);
         }
         q.fetch_all(pool).await?
+    }))
+}
+
+/// How many orders of a voucher are in the database.
+pub async fn count_orders_of_voucher(db: &Db, voucher: VoucherId) -> Result<i64> {
+    Ok(crate::on_pool!(db, pool => {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?")
+            .bind(voucher.get())
+            .fetch_one(pool)
+            .await?
     }))
 }

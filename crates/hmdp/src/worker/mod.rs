@@ -111,7 +111,11 @@ impl OrderWorker {
             let host = std::fs::read_to_string("/etc/hostname")
                 .map(|h| h.trim().to_owned())
                 .unwrap_or_else(|_| "host".into());
-            format!("{host}-{}-{}", std::process::id(), &uuid::Uuid::new_v4().simple().to_string()[..8])
+            format!(
+                "{host}-{}-{}",
+                std::process::id(),
+                &uuid::Uuid::new_v4().simple().to_string()[..8]
+            )
         });
         Self {
             db,
@@ -192,7 +196,8 @@ impl OrderWorker {
                 last_claim = Instant::now();
                 self.step_claim(shard).await
             } else {
-                self.step_new(shard, &mut reader, Duration::from_millis(1000)).await
+                self.step_new(shard, &mut reader, Duration::from_millis(1000))
+                    .await
             };
             match result {
                 Ok(Step::Idle) if own_pending => own_pending = false,
@@ -203,7 +208,10 @@ impl OrderWorker {
                     {
                         group_ready = false; // the stream was deleted (e.g. Redis flushed)
                     }
-                    self.stats.db_outages.fetch_add(matches!(e, WorkerError::Storage(_)) as u64, Ordering::Relaxed);
+                    self.stats.db_outages.fetch_add(
+                        matches!(e, WorkerError::Storage(_)) as u64,
+                        Ordering::Relaxed,
+                    );
                     tracing::warn!(error = %e, shard, retry_in = ?backoff, "order batch not written; will retry");
                     own_pending = true;
                     if sleep_or_stop(&mut stop, backoff).await {
@@ -239,13 +247,22 @@ impl OrderWorker {
     }
 
     /// Re-reads and writes this consumer's own pending entries (after a restart or a failure).
-    pub async fn step_pending(&self, shard: u32, reader: &mut RedisConn) -> Result<Step, WorkerError> {
+    pub async fn step_pending(
+        &self,
+        shard: u32,
+        reader: &mut RedisConn,
+    ) -> Result<Step, WorkerError> {
         let entries = self.read(shard, reader, "0", None).await?;
         self.write(shard, entries).await
     }
 
     /// Reads and writes new entries, blocking up to `block` for them.
-    pub async fn step_new(&self, shard: u32, reader: &mut RedisConn, block: Duration) -> Result<Step, WorkerError> {
+    pub async fn step_new(
+        &self,
+        shard: u32,
+        reader: &mut RedisConn,
+        block: Duration,
+    ) -> Result<Step, WorkerError> {
         let entries = self.read(shard, reader, ">", Some(block)).await?;
         self.write(shard, entries).await
     }
@@ -263,8 +280,14 @@ impl OrderWorker {
             .query_async(&mut self.redis.clone())
             .await?;
         if !reply.claimed.is_empty() {
-            self.stats.claimed.fetch_add(reply.claimed.len() as u64, Ordering::Relaxed);
-            tracing::info!(shard, entries = reply.claimed.len(), "took over orders left by another consumer");
+            self.stats
+                .claimed
+                .fetch_add(reply.claimed.len() as u64, Ordering::Relaxed);
+            tracing::info!(
+                shard,
+                entries = reply.claimed.len(),
+                "took over orders left by another consumer"
+            );
         }
         self.write(shard, reply.claimed).await
     }
@@ -277,11 +300,17 @@ impl OrderWorker {
         block: Option<Duration>,
     ) -> Result<Vec<StreamId>, WorkerError> {
         let mut cmd = redis::cmd("XREADGROUP");
-        cmd.arg("GROUP").arg(GROUP).arg(&self.consumer).arg("COUNT").arg(self.settings.batch);
+        cmd.arg("GROUP")
+            .arg(GROUP)
+            .arg(&self.consumer)
+            .arg("COUNT")
+            .arg(self.settings.batch);
         if let Some(b) = block {
             cmd.arg("BLOCK").arg(b.as_millis() as u64);
         }
-        cmd.arg("STREAMS").arg(self.keys.seckill_stream(shard)).arg(from);
+        cmd.arg("STREAMS")
+            .arg(self.keys.seckill_stream(shard))
+            .arg(from);
         let reply: Option<StreamReadReply> = cmd.query_async(reader).await?;
         Ok(reply
             .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
@@ -308,12 +337,19 @@ impl OrderWorker {
         let started = Instant::now();
         match orders::write_order_batch(&self.db, &orders).await {
             Ok(inserted) => {
-                self.stats.write_micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                self.stats
+                    .write_micros
+                    .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
                 self.stats.batches.fetch_add(1, Ordering::Relaxed);
-                self.stats.last_batch.store(orders.len() as u64, Ordering::Relaxed);
+                self.stats
+                    .last_batch
+                    .store(orders.len() as u64, Ordering::Relaxed);
                 self.stats.persisted.fetch_add(inserted, Ordering::Relaxed);
-                self.stats.already_written.fetch_add(orders.len() as u64 - inserted, Ordering::Relaxed);
-                self.ack(shard, good.iter().map(|(id, _)| id.as_str()), &orders).await?;
+                self.stats
+                    .already_written
+                    .fetch_add(orders.len() as u64 - inserted, Ordering::Relaxed);
+                self.ack(shard, good.iter().map(|(id, _)| id.as_str()), &orders)
+                    .await?;
                 Ok(Step::Wrote(orders.len()))
             }
             Err(BatchError::Storage(e)) if e.is_unavailable() => Err(e.into()),
@@ -324,12 +360,20 @@ impl OrderWorker {
                     match orders::write_order_batch(&self.db, std::slice::from_ref(order)).await {
                         Ok(inserted) => {
                             self.stats.persisted.fetch_add(inserted, Ordering::Relaxed);
-                            self.ack(shard, std::iter::once(id.as_str()), std::slice::from_ref(order)).await?;
+                            self.ack(
+                                shard,
+                                std::iter::once(id.as_str()),
+                                std::slice::from_ref(order),
+                            )
+                            .await?;
                             written += 1;
                         }
                         Err(BatchError::Storage(e)) if e.is_unavailable() => return Err(e.into()),
                         Err(err) => {
-                            let entry = entries.iter().find(|e| &e.id == id).expect("entry of the batch");
+                            let entry = entries
+                                .iter()
+                                .find(|e| &e.id == id)
+                                .expect("entry of the batch");
                             if self.deliveries(shard, id).await? >= self.settings.max_deliveries {
                                 self.dead_letter(shard, entry, &format!("{err:?}")).await?;
                             } else {
@@ -343,9 +387,16 @@ impl OrderWorker {
         }
     }
 
-    async fn ack<'a>(&self, shard: u32, ids: impl Iterator<Item = &'a str>, orders: &[NewOrder]) -> Result<(), WorkerError> {
+    async fn ack<'a>(
+        &self,
+        shard: u32,
+        ids: impl Iterator<Item = &'a str>,
+        orders: &[NewOrder],
+    ) -> Result<(), WorkerError> {
         let mut pipe = redis::pipe();
-        pipe.cmd("XACK").arg(self.keys.seckill_stream(shard)).arg(GROUP);
+        pipe.cmd("XACK")
+            .arg(self.keys.seckill_stream(shard))
+            .arg(GROUP);
         for id in ids {
             pipe.arg(id);
         }
@@ -374,7 +425,12 @@ impl OrderWorker {
         Ok(rows.first().map(|r| r.3).unwrap_or(0))
     }
 
-    async fn dead_letter(&self, shard: u32, entry: &StreamId, reason: &str) -> Result<(), WorkerError> {
+    async fn dead_letter(
+        &self,
+        shard: u32,
+        entry: &StreamId,
+        reason: &str,
+    ) -> Result<(), WorkerError> {
         let mut cmd = redis::cmd("XADD");
         cmd.arg(self.keys.seckill_dead_letters(shard)).arg("*");
         for (k, v) in &entry.map {
@@ -401,15 +457,21 @@ impl OrderWorker {
     pub async fn trim(&self, shard: u32) -> Result<(), WorkerError> {
         let stream = self.keys.seckill_stream(shard);
         let mut redis = self.redis.clone();
-        let groups: redis::streams::StreamInfoGroupsReply =
-            redis::cmd("XINFO").arg("GROUPS").arg(&stream).query_async(&mut redis).await?;
+        let groups: redis::streams::StreamInfoGroupsReply = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg(&stream)
+            .query_async(&mut redis)
+            .await?;
         let Some(group) = groups.groups.iter().find(|g| g.name == GROUP) else {
             return Ok(());
         };
         let mut min_id = group.last_delivered_id.clone();
         if group.pending > 0 {
-            let summary: redis::streams::StreamPendingReply =
-                redis::cmd("XPENDING").arg(&stream).arg(GROUP).query_async(&mut redis).await?;
+            let summary: redis::streams::StreamPendingReply = redis::cmd("XPENDING")
+                .arg(&stream)
+                .arg(GROUP)
+                .query_async(&mut redis)
+                .await?;
             if let redis::streams::StreamPendingReply::Data(d) = summary
                 && stream_id_less(&d.start_id, &min_id)
             {
@@ -419,7 +481,12 @@ impl OrderWorker {
         if min_id == "0-0" {
             return Ok(());
         }
-        let _: i64 = redis::cmd("XTRIM").arg(&stream).arg("MINID").arg(&min_id).query_async(&mut redis).await?;
+        let _: i64 = redis::cmd("XTRIM")
+            .arg(&stream)
+            .arg("MINID")
+            .arg(&min_id)
+            .query_async(&mut redis)
+            .await?;
         Ok(())
     }
 }
@@ -428,7 +495,11 @@ fn parse(e: &StreamId) -> Option<NewOrder> {
     let id = e.get::<i64>("id")?;
     let user_id = e.get::<i64>("userId")?;
     let voucher_id = e.get::<i64>("voucherId")?;
-    (id > 0 && user_id > 0 && voucher_id > 0).then_some(NewOrder { id, user_id, voucher_id })
+    (id > 0 && user_id > 0 && voucher_id > 0).then_some(NewOrder {
+        id,
+        user_id,
+        voucher_id,
+    })
 }
 
 /// Orders stream ids (`ms-seq`) numerically.
