@@ -210,6 +210,33 @@ impl LastInsertId for sqlx::mysql::MySqlQueryResult {
     }
 }
 
+/// Starts a transaction that will write.
+///
+/// On SQLite it is `BEGIN IMMEDIATE`: a plain (deferred) transaction that reads first and writes
+/// later fails with `SQLITE_BUSY` when another writer got in between, while an immediate one
+/// queues for the write lock under the busy timeout. MySQL needs nothing special.
+pub(crate) trait BeginWrite {
+    type Db: sqlx::Database;
+    fn begin_write(
+        &self,
+    ) -> impl std::future::Future<Output = Result<sqlx::Transaction<'static, Self::Db>, sqlx::Error>>
+    + Send;
+}
+
+impl BeginWrite for SqlitePool {
+    type Db = sqlx::Sqlite;
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+        self.begin_with("BEGIN IMMEDIATE").await
+    }
+}
+
+impl BeginWrite for MySqlPool {
+    type Db = MySql;
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, MySql>, sqlx::Error> {
+        self.begin().await
+    }
+}
+
 /// True when a database error is a unique-key violation.
 pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())

@@ -3,7 +3,7 @@
 use chrono::NaiveDateTime;
 use serde::Serialize;
 
-use super::{Db, Result, datetime_format, impl_from_row, is_unique_violation, last_id};
+use super::{BeginWrite, Db, Result, datetime_format, impl_from_row, is_unique_violation, last_id};
 use crate::domain::{UserId, VoucherId};
 
 /// A flash-sale voucher's sale fields.
@@ -42,7 +42,7 @@ pub struct NewSeckillVoucher {
 /// Saves `tb_voucher` (type 1) and `tb_seckill_voucher` in one transaction.
 pub async fn insert_seckill_voucher(db: &Db, v: &NewSeckillVoucher) -> Result<VoucherId> {
     let id = crate::on_pool!(db, pool => {
-        let mut tx = pool.begin().await?;
+        let mut tx = pool.begin_write().await?;
         let r = sqlx::query(
             "INSERT INTO tb_voucher (shop_id, title, sub_title, rules, pay_value, actual_value, type, status) \
              VALUES (?, ?, ?, ?, ?, ?, 1, 1)",
@@ -159,7 +159,7 @@ pub async fn write_order_batch(db: &Db, orders: &[NewOrder]) -> Result<u64, Batc
         }
     };
     let total = crate::on_pool!(db, pool => {
-        let mut tx = pool.begin().await?;
+        let mut tx = pool.begin_write().await?;
         let mut total = 0u64;
         for (voucher_id, group) in &by_voucher {
             let sql = format!("{insert_head}{}", vec!["(?, ?, ?, 1, 1)"; group.len()].join(", "));
@@ -204,7 +204,7 @@ pub enum SyncOutcome {
 /// user, take one from stock optimistically (`stock > 0`), insert the order.
 pub async fn create_order_sync(db: &Db, order: NewOrder) -> Result<SyncOutcome> {
     crate::on_pool!(db, pool => {
-        let mut tx = pool.begin().await?;
+        let mut tx = pool.begin_write().await?;
         let existing: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM tb_voucher_order WHERE user_id = ? AND voucher_id = ?",
         )

@@ -6,7 +6,7 @@
 
 use chrono::{Duration, Utc};
 
-use super::{Db, Result, last_id};
+use super::{BeginWrite, Db, Result, last_id};
 
 struct DemoType {
     name: &'static str,
@@ -146,7 +146,7 @@ pub(super) async fn seed_if_empty(db: &Db) -> Result<bool> {
     let begin = now - Duration::hours(1);
     let end = now + Duration::days(30);
     crate::on_pool!(db, pool => {
-        let mut tx = pool.begin().await?;
+        let mut tx = pool.begin_write().await?;
         let mut type_ids = Vec::with_capacity(TYPES.len());
         for t in TYPES {
             let r = sqlx::query("INSERT INTO tb_shop_type (name, icon, sort) VALUES (?, ?, ?)")

@@ -120,14 +120,14 @@ async fn a_hung_redis_means_a_fast_timeout_in_the_envelope() {
 
 /// A TCP proxy in front of MariaDB that can cut every connection and refuse new ones, to play
 /// "the database went away" without stopping the shared server.
-struct CuttableProxy {
-    port: u16,
+pub struct CuttableProxy {
+    pub port: u16,
     up: std::sync::Arc<std::sync::atomic::AtomicBool>,
     cut: tokio::sync::watch::Sender<u64>,
 }
 
 impl CuttableProxy {
-    async fn start(upstream: String) -> Self {
+    pub async fn start(upstream: String) -> Self {
         use std::sync::{
             Arc,
             atomic::{AtomicBool, Ordering},
@@ -162,12 +162,12 @@ impl CuttableProxy {
         Self { port, up, cut }
     }
 
-    fn go_down(&self) {
+    pub fn go_down(&self) {
         self.up.store(false, std::sync::atomic::Ordering::SeqCst);
         self.cut.send_modify(|n| *n += 1);
     }
 
-    fn come_back(&self) {
+    pub fn come_back(&self) {
         self.up.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }

@@ -15,5 +15,6 @@ mod compat;
 mod embedded;
 mod failures;
 mod login;
+mod seckill;
 mod shops;
 mod static_files;

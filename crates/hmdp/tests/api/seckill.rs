@@ -1,0 +1,647 @@
+//! The flash sale end to end, in both modes, on SQLite and MariaDB; the order worker under
+//! crashes and a database outage.
+
+use std::{
+    collections::HashSet,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use chrono::{Duration as ChronoDuration, Local};
+use hmdp::config::SeckillMode;
+use serde_json::json;
+
+use crate::helpers::{ADMIN_TOKEN, Backend, TestApp, spawn_app_with};
+
+/// Creates a flash-sale voucher on shop 1 whose sale runs from `begin` to `end` seconds from now.
+pub async fn create_sale(app: &TestApp, stock: i64, begin: i64, end: i64) -> i64 {
+    let fmt = |secs: i64| {
+        (Local::now().naive_local() + ChronoDuration::seconds(secs))
+            .format("%Y-%m-%dT%H:%M:%S")
+            .to_string()
+    };
+    let body = json!({"shopId": 1, "title": "限时抢购券", "subTitle": "测试", "rules": "每人一张",
+        "payValue": 990, "actualValue": 5000, "stock": stock, "beginTime": fmt(begin), "endTime": fmt(end)});
+    let r = app
+        .send(
+            app.client
+                .post(app.url("/api/voucher/seckill"))
+                .header("x-admin-token", ADMIN_TOKEN)
+                .json(&body),
+        )
+        .await;
+    assert!(r.success(), "{r:?}");
+    r.body["data"].as_i64().unwrap()
+}
+
+/// `n` distinct users logged in through the real API, `concurrency` at a time.
+pub async fn login_many(app: &Arc<TestApp>, n: usize) -> Vec<String> {
+    let sem = Arc::new(tokio::sync::Semaphore::new(32));
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let (app, sem) = (app.clone(), sem.clone());
+        tasks.push(tokio::spawn(async move {
+            let _permit = sem.acquire().await.unwrap();
+            app.login(&format!("1390{:07}", i)).await
+        }));
+    }
+    let mut tokens = Vec::new();
+    for t in tasks {
+        tokens.push(t.await.unwrap());
+    }
+    tokens
+}
+
+/// The raw answer text of a grab (order ids exceed what f64 holds, so no JSON numbers here).
+async fn grab_raw(app: &TestApp, voucher: i64, token: &str) -> (u16, String) {
+    let r = app
+        .client
+        .post(app.url(&format!("/api/voucher-order/seckill/{voucher}")))
+        .header("authorization", token)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+fn order_id_of(body: &str) -> Option<i64> {
+    body.strip_prefix("{\"success\":true,\"data\":")?
+        .strip_suffix('}')?
+        .parse()
+        .ok()
+}
+
+fn code_of(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body).unwrap()["code"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
+}
+
+async fn db_count(app: &TestApp, sql: &str, voucher: i64) -> i64 {
+    match &app.state.db {
+        hmdp::storage::Db::Sqlite(p) => sqlx::query_scalar(sql)
+            .bind(voucher)
+            .fetch_one(p)
+            .await
+            .unwrap(),
+        hmdp::storage::Db::MySql(p) => sqlx::query_scalar(sql)
+            .bind(voucher)
+            .fetch_one(p)
+            .await
+            .unwrap(),
+    }
+}
+
+async fn db_order_ids(app: &TestApp, voucher: i64) -> Vec<i64> {
+    let sql = "SELECT id FROM tb_voucher_order WHERE voucher_id = ?";
+    match &app.state.db {
+        hmdp::storage::Db::Sqlite(p) => sqlx::query_scalar(sql)
+            .bind(voucher)
+            .fetch_all(p)
+            .await
+            .unwrap(),
+        hmdp::storage::Db::MySql(p) => sqlx::query_scalar(sql)
+            .bind(voucher)
+            .fetch_all(p)
+            .await
+            .unwrap(),
+    }
+}
+
+/// Waits until the database holds `n` orders of the voucher (the worker drains the stream).
+async fn wait_for_orders(app: &TestApp, voucher: i64, n: i64) {
+    let started = Instant::now();
+    loop {
+        let have = db_count(
+            app,
+            "SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?",
+            voucher,
+        )
+        .await;
+        if have >= n {
+            assert_eq!(have, n, "more orders than expected");
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "only {have} of {n} orders written"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn redis_stock(app: &TestApp, voucher: i64) -> Option<i64> {
+    redis::AsyncCommands::hget(
+        &mut app.redis().await,
+        format!("{}seckill:{{s0}}:voucher:{voucher}", app.prefix),
+        "stock",
+    )
+    .await
+    .unwrap()
+}
+
+macro_rules! sale_matrix {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                use super::*;
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite_async() { super::$name(Backend::Sqlite, SeckillMode::Async).await }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite_sync() { super::$name(Backend::Sqlite, SeckillMode::Sync).await }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn mysql_async() { super::$name(Backend::MySql, SeckillMode::Async).await }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn mysql_sync() { super::$name(Backend::MySql, SeckillMode::Sync).await }
+            }
+        )*
+    };
+}
+
+sale_matrix!(
+    a_crowd_never_oversells,
+    one_user_gets_one_order,
+    the_sale_window_is_enforced
+);
+
+async fn a_crowd_never_oversells(backend: Backend, mode: SeckillMode) {
+    let app = Arc::new(spawn_app_with(backend, |c| c.seckill.mode = mode).await);
+    let voucher = create_sale(&app, 100, -60, 3600).await;
+    let tokens = Arc::new(login_many(&app, 1000).await);
+
+    // 5,000 requests: every user five times, 200 in flight.
+    let sem = Arc::new(tokio::sync::Semaphore::new(200));
+    let mut tasks = Vec::new();
+    for round in 0..5 {
+        for (u, _) in tokens.iter().enumerate() {
+            let (app, tokens, sem) = (app.clone(), tokens.clone(), sem.clone());
+            tasks.push(tokio::spawn(async move {
+                let _p = sem.acquire().await.unwrap();
+                let (status, body) = grab_raw(&app, voucher, &tokens[u]).await;
+                (u, round, status, body)
+            }));
+        }
+    }
+    let mut winners = Vec::new();
+    let mut order_ids = Vec::new();
+    for t in tasks {
+        let (u, _round, status, body) = t.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        match order_id_of(&body) {
+            Some(id) => {
+                winners.push(u);
+                order_ids.push(id);
+            }
+            None => {
+                let code = code_of(&body);
+                assert!(
+                    code == "sold_out" || code == "duplicate_order",
+                    "unexpected refusal: {body}"
+                );
+            }
+        }
+    }
+    assert_eq!(order_ids.len(), 100, "exactly the stock was sold");
+    assert_eq!(
+        winners.iter().collect::<HashSet<_>>().len(),
+        100,
+        "100 distinct buyers"
+    );
+
+    wait_for_orders(&app, voucher, 100).await;
+    let users = db_count(
+        &app,
+        "SELECT COUNT(DISTINCT user_id) FROM tb_voucher_order WHERE voucher_id = ?",
+        voucher,
+    )
+    .await;
+    assert_eq!(users, 100);
+    let stock = db_count(
+        &app,
+        "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
+        voucher,
+    )
+    .await;
+    assert_eq!(stock, 0, "database stock");
+    if mode == SeckillMode::Async {
+        assert_eq!(redis_stock(&app, voucher).await, Some(0), "Redis stock");
+    }
+    let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
+    let returned: HashSet<i64> = order_ids.iter().copied().collect();
+    assert_eq!(
+        stored, returned,
+        "every order id answered as a success is in the database"
+    );
+}
+
+async fn one_user_gets_one_order(backend: Backend, mode: SeckillMode) {
+    let app = Arc::new(spawn_app_with(backend, |c| c.seckill.mode = mode).await);
+    let voucher = create_sale(&app, 10, -60, 3600).await;
+    let token = Arc::new(app.login("13812345678").await);
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let (app, token) = (app.clone(), token.clone());
+        tasks.push(tokio::spawn(async move {
+            grab_raw(&app, voucher, &token).await
+        }));
+    }
+    let mut wins = 0;
+    for t in tasks {
+        let (_, body) = t.await.unwrap();
+        if order_id_of(&body).is_some() {
+            wins += 1;
+        } else {
+            assert_eq!(code_of(&body), "duplicate_order", "{body}");
+        }
+    }
+    assert_eq!(wins, 1);
+    wait_for_orders(&app, voucher, 1).await;
+    let stock = db_count(
+        &app,
+        "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
+        voucher,
+    )
+    .await;
+    assert_eq!(stock, 9);
+}
+
+async fn the_sale_window_is_enforced(backend: Backend, mode: SeckillMode) {
+    let app = spawn_app_with(backend, |c| c.seckill.mode = mode).await;
+    let token = app.login("13812345678").await;
+    let future = create_sale(&app, 10, 3600, 7200).await;
+    let (_, body) = grab_raw(&app, future, &token).await;
+    assert_eq!(code_of(&body), "seckill_not_started", "{body}");
+    assert!(body.contains("秒杀尚未开始"));
+    let past = create_sale(&app, 10, -7200, -3600).await;
+    let (_, body) = grab_raw(&app, past, &token).await;
+    assert_eq!(code_of(&body), "seckill_ended", "{body}");
+    assert!(body.contains("秒杀已经结束"));
+    let (_, body) = grab_raw(&app, 987_654, &token).await;
+    assert_eq!(code_of(&body), "voucher_not_found", "{body}");
+    // Login is required.
+    let r = app
+        .client
+        .post(app.url(&format!("/api/voucher-order/seckill/{future}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_voucher_keys_are_rebuilt_from_the_database_without_overselling() {
+    let app = Arc::new(spawn_app_with(Backend::MySql, |c| c.seckill.worker = false).await);
+    let voucher = create_sale(&app, 50, -60, 3600).await;
+    let tokens = login_many(&app, 80).await;
+    // 30 buyers; their orders wait in the stream (no worker yet).
+    let mut won = Vec::new();
+    for t in &tokens[..30] {
+        won.push(order_id_of(&grab_raw(&app, voucher, t).await.1).expect("accepted"));
+    }
+    // Redis loses the voucher's keys (the stream survives).
+    let mut redis = app.redis().await;
+    let _: () = redis::AsyncCommands::del(
+        &mut redis,
+        &[
+            format!("{}seckill:{{s0}}:voucher:{voucher}", app.prefix),
+            format!("{}seckill:{{s0}}:buyers:{voucher}", app.prefix),
+        ],
+    )
+    .await
+    .unwrap();
+    // The first 30 buyers are still refused, and only 20 more are accepted.
+    for t in &tokens[..30] {
+        assert_eq!(
+            code_of(&grab_raw(&app, voucher, t).await.1),
+            "duplicate_order"
+        );
+    }
+    for t in &tokens[30..] {
+        if let Some(id) = order_id_of(&grab_raw(&app, voucher, t).await.1) {
+            won.push(id);
+        }
+    }
+    assert_eq!(won.len(), 50, "stock 50, never more");
+    assert_eq!(redis_stock(&app, voucher).await, Some(0));
+    assert_eq!(
+        app.state
+            .seckill
+            .stats()
+            .warm_ups
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+
+    // Now Redis loses everything of the sale after the orders were written.
+    let worker = worker_for(&app, "w-1");
+    drain(&worker).await;
+    wait_for_orders(&app, voucher, 50).await;
+    for pattern in [format!("{}seckill:*", app.prefix)] {
+        let keys: Vec<String> = redis::AsyncCommands::keys(&mut redis, &pattern)
+            .await
+            .unwrap();
+        let _: () = redis::AsyncCommands::del(&mut redis, keys).await.unwrap();
+    }
+    for t in &tokens {
+        let body = grab_raw(&app, voucher, t).await.1;
+        assert!(
+            order_id_of(&body).is_none(),
+            "sold out stays sold out: {body}"
+        );
+    }
+    let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
+    assert_eq!(stored, won.into_iter().collect::<HashSet<_>>());
+}
+
+fn worker_for(app: &TestApp, consumer: &str) -> hmdp::worker::OrderWorker {
+    let s = &app.state;
+    let mut settings = s.config.seckill.clone();
+    settings.claim_idle = Duration::from_millis(300);
+    settings.batch = 7;
+    hmdp::worker::OrderWorker::new(
+        s.db.clone(),
+        s.redis.clone(),
+        s.config.redis_url_or_default().to_owned(),
+        s.keys.clone(),
+        settings,
+        Some(consumer.to_owned()),
+    )
+}
+
+/// Runs the worker's steps until the stream has nothing more for it.
+async fn drain(worker: &hmdp::worker::OrderWorker) {
+    worker.ensure_group(0).await.unwrap();
+    let mut reader = hmdp::kv::RedisConn::connect(&crate::helpers::redis_url())
+        .await
+        .unwrap();
+    while worker.step_pending(0, &mut reader).await.unwrap() != hmdp::worker::Step::Idle {}
+    while worker
+        .step_new(0, &mut reader, Duration::from_millis(50))
+        .await
+        .unwrap()
+        != hmdp::worker::Step::Idle
+    {}
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_order_status_goes_from_pending_to_created() {
+    let app = spawn_app_with(Backend::Sqlite, |c| c.seckill.worker = false).await;
+    let voucher = create_sale(&app, 5, -60, 3600).await;
+    let token = app.login("13812345678").await;
+    let other = app.login("13912345678").await;
+    let id = order_id_of(&grab_raw(&app, voucher, &token).await.1).unwrap();
+    let r = app
+        .get(&format!("/api/voucher-order/{id}"), Some(&token))
+        .await;
+    assert_eq!(r.body["data"]["state"], "pending", "{r:?}");
+    assert_eq!(r.body["data"]["idStr"], id.to_string());
+    let r = app
+        .get(&format!("/api/voucher-order/{id}"), Some(&other))
+        .await;
+    assert_eq!(r.code(), "order_not_found", "only the owner sees an order");
+    drain(&worker_for(&app, "w")).await;
+    let r = app
+        .get(&format!("/api/voucher-order/{id}"), Some(&token))
+        .await;
+    assert_eq!(r.body["data"]["state"], "created", "{r:?}");
+    assert_eq!(r.body["data"]["order"]["voucherId"], voucher);
+    let mine = app.get("/api/voucher-order/of/me", Some(&token)).await;
+    assert_eq!(mine.body["data"][0]["idStr"], id.to_string());
+    assert_eq!(
+        app.get("/api/voucher-order/of/me", Some(&other)).await.body["data"],
+        json!([])
+    );
+    let stats = app
+        .get(&format!("/api/voucher/seckill/{voucher}/stats"), None)
+        .await;
+    assert_eq!(stats.body["data"]["accepted"], 1);
+    assert_eq!(stats.body["data"]["persisted"], 1);
+    assert_eq!(stats.body["data"]["redisStock"], 4);
+    assert_eq!(stats.body["data"]["dbStock"], 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_aborted_mid_batch_loses_and_duplicates_nothing() {
+    let app = Arc::new(spawn_app_with(Backend::MySql, |c| c.seckill.worker = false).await);
+    let voucher = create_sale(&app, 300, -60, 3600).await;
+    let tokens = login_many(&app, 300).await;
+    let mut won = HashSet::new();
+    for t in &tokens {
+        won.insert(order_id_of(&grab_raw(&app, voucher, t).await.1).unwrap());
+    }
+    // A worker starts, is aborted after a moment (mid-batch, entries delivered but not acked)…
+    let first = worker_for(&app, "doomed");
+    let task = tokio::spawn(first.clone().run_until(std::future::pending()));
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    task.abort();
+    let _ = task.await;
+    let written_by_first = first
+        .stats()
+        .persisted
+        .load(std::sync::atomic::Ordering::SeqCst);
+    // …and another worker (another consumer) takes over what it left pending.
+    let second = worker_for(&app, "heir");
+    let handle = tokio::spawn(
+        second
+            .clone()
+            .run_until(tokio::time::sleep(Duration::from_secs(20))),
+    );
+    wait_for_orders(&app, voucher, 300).await;
+    handle.abort();
+    let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
+    assert_eq!(stored, won, "every accepted order written once");
+    let stock = db_count(
+        &app,
+        "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
+        voucher,
+    )
+    .await;
+    assert_eq!(stock, 0, "stock decremented exactly once per order");
+    assert!(
+        written_by_first < 300,
+        "the first worker really was cut off ({written_by_first})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_stream_entry_goes_to_the_dead_letters() {
+    let app = spawn_app_with(Backend::Sqlite, |c| c.seckill.worker = false).await;
+    let voucher = create_sale(&app, 5, -60, 3600).await;
+    let token = app.login("13812345678").await;
+    let id = order_id_of(&grab_raw(&app, voucher, &token).await.1).unwrap();
+    let stream = format!("{}seckill:{{s0}}:orders", app.prefix);
+    let _: String = redis::cmd("XADD")
+        .arg(&stream)
+        .arg("*")
+        .arg("id")
+        .arg("not-a-number")
+        .query_async(&mut app.redis().await)
+        .await
+        .unwrap();
+    let worker = worker_for(&app, "w");
+    drain(&worker).await;
+    assert_eq!(
+        worker
+            .stats()
+            .dead_lettered
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    let dead: i64 = redis::AsyncCommands::xlen(
+        &mut app.redis().await,
+        format!("{}seckill:{{s0}}:orders:dead", app.prefix),
+    )
+    .await
+    .unwrap();
+    assert_eq!(dead, 1);
+    assert_eq!(
+        db_order_ids(&app, voucher).await,
+        vec![id],
+        "the good order is written"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_going_away_while_orders_arrive_loses_nothing() {
+    let app = Arc::new(spawn_app_with(Backend::MySql, |c| c.seckill.worker = false).await);
+    let voucher = create_sale(&app, 200, -60, 3600).await;
+    let tokens = login_many(&app, 200).await;
+
+    // The worker reaches the database through a proxy that we can cut.
+    let db_url = match &app.state.db {
+        hmdp::storage::Db::MySql(_) => app.state.config.database_url.clone(),
+        _ => unreachable!(),
+    };
+    let server = crate::helpers::mysql_server_url();
+    let hostport = server.rsplit('@').next().unwrap().to_owned();
+    let proxy = crate::failures::CuttableProxy::start(hostport.clone()).await;
+    let worker_db = hmdp::storage::Db::connect(
+        &db_url.replace(&hostport, &format!("127.0.0.1:{}", proxy.port)),
+        2,
+    )
+    .await
+    .unwrap();
+    let s = &app.state;
+    let mut settings = s.config.seckill.clone();
+    settings.batch = 20;
+    let worker = hmdp::worker::OrderWorker::new(
+        worker_db,
+        s.redis.clone(),
+        crate::helpers::redis_url(),
+        s.keys.clone(),
+        settings,
+        Some("behind-proxy".into()),
+    );
+    let handle = tokio::spawn(
+        worker
+            .clone()
+            .run_until(tokio::time::sleep(Duration::from_secs(60))),
+    );
+    proxy.go_down();
+
+    let mut won = HashSet::new();
+    for t in &tokens {
+        won.insert(
+            order_id_of(&grab_raw(&app, voucher, t).await.1)
+                .expect("accepted while the database is away"),
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        db_order_ids(&app, voucher).await.len(),
+        0,
+        "nothing can be written yet"
+    );
+    assert!(
+        worker
+            .stats()
+            .db_outages
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > 0,
+        "the worker noticed"
+    );
+
+    proxy.come_back();
+    wait_for_orders(&app, voucher, 200).await;
+    handle.abort();
+    let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
+    assert_eq!(stored, won);
+    assert_eq!(
+        db_count(
+            &app,
+            "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
+            voucher
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        worker
+            .stats()
+            .dead_lettered
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "an outage is not a poison message"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_process_loses_and_duplicates_nothing() {
+    let app = Arc::new(spawn_app_with(Backend::MySql, |c| c.seckill.worker = false).await);
+    let voucher = create_sale(&app, 600, -60, 3600).await;
+    let tokens = login_many(&app, 600).await;
+    let mut won = HashSet::new();
+    for t in &tokens {
+        won.insert(order_id_of(&grab_raw(&app, voucher, t).await.1).unwrap());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spawn_worker = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_hmdp"))
+            .arg("worker")
+            .current_dir(dir.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HMDP_DATABASE_URL", &app.state.config.database_url)
+            .env("HMDP_REDIS_URL", crate::helpers::redis_url())
+            .env("HMDP_REDIS_PREFIX", &app.prefix)
+            .env("HMDP_WORKER_BATCH", "5")
+            .env("HMDP_WORKER_CLAIM_IDLE_MS", "300")
+            .env("HMDP_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut first = spawn_worker();
+    // Kill it -9 as soon as it has written something.
+    let started = Instant::now();
+    while db_order_ids(&app, voucher).await.is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the worker process wrote nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let after_kill = db_order_ids(&app, voucher).await.len();
+    eprintln!("worker process killed after writing {after_kill} of 600 orders");
+
+    let mut second = spawn_worker();
+    wait_for_orders(&app, voucher, 600).await;
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
+    assert!(second.wait().unwrap().success(), "graceful stop on SIGTERM");
+    let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
+    assert_eq!(stored, won, "every accepted order written exactly once");
+    assert_eq!(
+        db_count(
+            &app,
+            "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
+            voucher
+        )
+        .await,
+        0
+    );
+}
