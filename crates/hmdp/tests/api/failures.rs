@@ -13,6 +13,11 @@ pub struct RedisProcess(pub Child);
 
 impl RedisProcess {
     pub async fn start(port: u16) -> Self {
+        Self::start_with(port, &[]).await
+    }
+
+    /// A private redis-server with extra arguments (e.g. cluster mode).
+    pub async fn start_with(port: u16, extra: &[&str]) -> Self {
         let child = Command::new("redis-server")
             .args([
                 "--port",
@@ -24,6 +29,7 @@ impl RedisProcess {
                 "--appendonly",
                 "no",
             ])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

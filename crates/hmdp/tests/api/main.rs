@@ -11,6 +11,7 @@
 mod helpers;
 
 mod admin;
+mod cluster;
 mod compat;
 mod embedded;
 mod failures;
