@@ -248,25 +248,33 @@ pub async fn shop_positions(db: &Db, type_id: Option<i64>) -> Result<Vec<ShopPos
     }))
 }
 
+/// Binds a shop's writable fields in column order (name … open_hours).
+macro_rules! bind_shop_fields {
+    ($query:expr, $s:expr) => {
+        $query
+            .bind(&$s.name)
+            .bind($s.type_id)
+            .bind(&$s.images)
+            .bind(&$s.area)
+            .bind(&$s.address)
+            .bind($s.x)
+            .bind($s.y)
+            .bind($s.avg_price)
+            .bind($s.sold)
+            .bind($s.comments)
+            .bind($s.score)
+            .bind(&$s.open_hours)
+    };
+}
+
 /// Inserts a shop and returns its id.
 pub async fn insert_shop(db: &Db, s: &ShopInput) -> Result<ShopId> {
     let id = crate::on_pool!(db, pool => {
-        let r = sqlx::query(
+        let insert = sqlx::query(
             "INSERT INTO tb_shop (name, type_id, images, area, address, x, y, avg_price, sold, \
              comments, score, open_hours) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&s.name)
-        .bind(s.type_id)
-        .bind(&s.images)
-        .bind(&s.area)
-        .bind(&s.address)
-        .bind(s.x)
-        .bind(s.y)
-        .bind(s.avg_price)
-        .bind(s.sold)
-        .bind(s.comments)
-        .bind(s.score)
-        .bind(&s.open_hours)
+        );
+        let r = bind_shop_fields!(insert, s)
         .execute(pool)
         .await?;
         last_id(&r)
@@ -277,23 +285,12 @@ pub async fn insert_shop(db: &Db, s: &ShopInput) -> Result<ShopId> {
 /// Updates a shop; returns false when there is no shop with that id.
 pub async fn update_shop(db: &Db, id: ShopId, s: &ShopInput) -> Result<bool> {
     let affected = crate::on_pool!(db, pool => {
-        sqlx::query(
+        let update = sqlx::query(
             "UPDATE tb_shop SET name = ?, type_id = ?, images = ?, area = ?, address = ?, x = ?, \
              y = ?, avg_price = ?, sold = ?, comments = ?, score = ?, open_hours = ?, \
              update_time = CURRENT_TIMESTAMP WHERE id = ?",
-        )
-        .bind(&s.name)
-        .bind(s.type_id)
-        .bind(&s.images)
-        .bind(&s.area)
-        .bind(&s.address)
-        .bind(s.x)
-        .bind(s.y)
-        .bind(s.avg_price)
-        .bind(s.sold)
-        .bind(s.comments)
-        .bind(s.score)
-        .bind(&s.open_hours)
+        );
+        bind_shop_fields!(update, s)
         .bind(id.get())
         .execute(pool)
         .await?
