@@ -1,0 +1,651 @@
+//! The embedded web UI, driven in a real browser: headless Chromium through chromedriver.
+//!
+//! The test speaks the W3C WebDriver protocol (plain JSON over HTTP) with `reqwest`, so it
+//! needs no extra crate; the browser comes from Debian (`chromium` and `chromium-driver`,
+//! i.e. `/usr/bin/chromium` and `/usr/bin/chromedriver`; override with `HMDP_CHROMIUM` and
+//! `HMDP_CHROMEDRIVER`). The service runs in-process on port 0 with a capturing SMS sender,
+//! its own Redis prefix (removed afterwards) and a SQLite file in a temporary folder.
+//!
+//! One flow, like a user would go: log in with the code from the "server log", open a shop,
+//! grab the flash-sale voucher and see the order go pending → created, grab again and see the
+//! refusal, look at my orders, create a voucher as admin, and watch the live dashboard count
+//! a small sale fired from the test. Screenshots land in
+//! `$CARGO_TARGET_DIR/ui-screenshots/` (or `target/ui-screenshots/`), also when a step fails.
+
+use std::{
+    net::{SocketAddr, TcpListener},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use futures_util::future::BoxFuture;
+use hmdp::{
+    Application, Config, Dependencies,
+    auth::{SmsError, SmsSender},
+    config::{ManagedRedis, Secret},
+};
+use redis::AsyncCommands;
+use serde_json::{Value, json};
+
+const ADMIN_TOKEN: &str = "browser-test-admin-token-42";
+
+fn redis_url() -> String {
+    std::env::var("HMDP_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+// ------------------------------------------------------------------------------ the service
+
+/// Records the codes "sent", standing in for the server log.
+#[derive(Default)]
+struct CapturingSms {
+    sent: Mutex<Vec<(String, String)>>,
+}
+
+impl CapturingSms {
+    fn last_code_for(&self, phone: &str) -> Option<String> {
+        let sent = self.sent.lock().unwrap();
+        sent.iter()
+            .rev()
+            .find(|(p, _)| p == phone)
+            .map(|(_, c)| c.clone())
+    }
+}
+
+impl SmsSender for CapturingSms {
+    fn send_code<'a>(
+        &'a self,
+        phone: &'a str,
+        code: &'a str,
+    ) -> BoxFuture<'a, Result<(), SmsError>> {
+        self.sent
+            .lock()
+            .unwrap()
+            .push((phone.to_owned(), code.to_owned()));
+        Box::pin(async { Ok(()) })
+    }
+}
+
+struct TestApp {
+    addr: SocketAddr,
+    sms: Arc<CapturingSms>,
+    http: reqwest::Client,
+    prefix: String,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl TestApp {
+    async fn spawn() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = format!("t:{}:", uuid::Uuid::new_v4().simple());
+        let config = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            database_url: format!("sqlite://{}/hmdp.db", dir.path().display()),
+            db_max_connections: 5,
+            redis_url: Some(redis_url()),
+            redis_managed: ManagedRedis::Never,
+            redis_prefix: prefix.clone(),
+            admin_token: Some(Secret::new(ADMIN_TOKEN)),
+            data_dir: dir.path().to_owned(),
+            ..Config::default()
+        };
+        let sms = Arc::new(CapturingSms::default());
+        let app = Application::build_with(config, Dependencies { sms: sms.clone() })
+            .await
+            .expect("the app builds (is Redis running? set HMDP_TEST_REDIS_URL)");
+        let addr = app.local_addr();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(app.run_until(async {
+            let _ = rx.await;
+        }));
+        Self {
+            addr,
+            sms,
+            http: reqwest::Client::builder()
+                .no_proxy()
+                .timeout(Duration::from_secs(20))
+                .build()
+                .unwrap(),
+            prefix,
+            shutdown: Some(tx),
+            _dir: dir,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Logs a user in over HTTP (for the crowd in the sale); the session token.
+    async fn login(&self, phone: &str) -> String {
+        let r: Value = self
+            .http
+            .post(self.url(&format!("/api/user/code?phone={phone}")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(r["success"], true, "send code: {r}");
+        let code = self.sms.last_code_for(phone).expect("a code was sent");
+        let r: Value = self
+            .http
+            .post(self.url("/api/user/login"))
+            .json(&json!({"phone": phone, "code": code}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(r["success"], true, "login: {r}");
+        r["data"].as_str().unwrap().to_owned()
+    }
+
+    async fn grab(&self, token: &str, voucher: i64) -> Value {
+        self.http
+            .post(self.url(&format!("/api/voucher-order/seckill/{voucher}")))
+            .header("authorization", token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        // Remove this test's Redis keys (slot-mates start with `{prefix`), on a private runtime
+        // because Drop may run inside the test's.
+        let prefix = self.prefix.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let Ok(client) = redis::Client::open(redis_url()) else {
+                    return;
+                };
+                let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+                    return;
+                };
+                for pattern in [format!("{prefix}*"), format!("{{{prefix}*")] {
+                    let keys: Vec<String> = conn.keys(&pattern).await.unwrap_or_default();
+                    if !keys.is_empty() {
+                        let _: redis::RedisResult<()> = conn.del(keys).await;
+                    }
+                }
+            })
+        })
+        .join();
+    }
+}
+
+// ------------------------------------------------------------------------------ the browser
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn screenshot_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    target.join("ui-screenshots")
+}
+
+/// The key under which WebDriver returns element references.
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// A chromedriver process and one browser session in it.
+struct Browser {
+    driver: Child,
+    http: reqwest::Client,
+    session: String,
+    base: String,
+    shots: PathBuf,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    async fn launch() -> Self {
+        let chromedriver =
+            std::env::var("HMDP_CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
+        let chromium =
+            std::env::var("HMDP_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+        let port = free_port();
+        let driver = Command::new(&chromedriver)
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start {chromedriver} ({e}); install the Debian packages \
+                     `chromium` and `chromium-driver`"
+                )
+            });
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .unwrap();
+        let base = format!("http://127.0.0.1:{port}");
+        let profile = tempfile::tempdir().unwrap();
+        let mut browser = Self {
+            driver,
+            http,
+            session: String::new(),
+            base,
+            shots: screenshot_dir(),
+            _profile: profile,
+        };
+        let started = Instant::now();
+        loop {
+            let ready = match browser
+                .http
+                .get(format!("{}/status", browser.base))
+                .send()
+                .await
+            {
+                Ok(r) => r
+                    .json::<Value>()
+                    .await
+                    .map(|v| v["value"]["ready"] == true)
+                    .unwrap_or(false),
+                Err(_) => false,
+            };
+            if ready {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "chromedriver did not become ready"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let args = [
+            "--headless".to_owned(),
+            "--no-sandbox".to_owned(),
+            "--disable-gpu".to_owned(),
+            "--disable-quic".to_owned(),
+            "--no-first-run".to_owned(),
+            "--disable-background-networking".to_owned(),
+            "--disable-component-update".to_owned(),
+            "--disable-sync".to_owned(),
+            "--disable-dev-shm-usage".to_owned(),
+            "--no-proxy-server".to_owned(),
+            "--lang=zh-CN".to_owned(),
+            // A phone-sized window, tall enough that screenshots show whole pages.
+            "--window-size=420,1280".to_owned(),
+            format!("--user-data-dir={}", browser._profile.path().display()),
+        ];
+        let caps = json!({
+            "capabilities": {
+                "alwaysMatch": {
+                    "browserName": "chrome",
+                    "goog:chromeOptions": { "binary": chromium, "args": args },
+                }
+            }
+        });
+        let v = browser
+            .cmd(reqwest::Method::POST, "/session", Some(caps))
+            .await;
+        browser.session = v["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {v}"))
+            .to_owned();
+        std::fs::create_dir_all(&browser.shots).unwrap();
+        browser
+    }
+
+    /// One WebDriver command; its `value`, or a panic with the driver's error.
+    async fn cmd(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let url = if path == "/session" {
+            format!("{}{path}", self.base)
+        } else {
+            format!("{}/session/{}{path}", self.base, self.session)
+        };
+        let mut req = self.http.request(method.clone(), &url);
+        if let Some(b) = body {
+            req = req.json(&b);
+        } else if method == reqwest::Method::POST {
+            req = req.json(&json!({}));
+        }
+        let resp = req.send().await.unwrap_or_else(|e| panic!("{path}: {e}"));
+        let v: Value = resp.json().await.unwrap();
+        let value = v["value"].clone();
+        if let Some(err) = value.get("error").and_then(Value::as_str) {
+            panic!("WebDriver {path}: {err}: {}", value["message"]);
+        }
+        value
+    }
+
+    async fn goto(&self, url: &str) {
+        self.cmd(reqwest::Method::POST, "/url", Some(json!({ "url": url })))
+            .await;
+    }
+
+    async fn js(&self, script: &str, args: Value) -> Value {
+        self.cmd(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({ "script": script, "args": args })),
+        )
+        .await
+    }
+
+    /// The visible text of the first element matching `css`, if any.
+    async fn text(&self, css: &str) -> Option<String> {
+        self.js(
+            "const e = document.querySelector(arguments[0]); return e ? e.innerText : null;",
+            json!([css]),
+        )
+        .await
+        .as_str()
+        .map(str::to_owned)
+    }
+
+    async fn element(&self, css: &str) -> String {
+        let v = self
+            .cmd(
+                reqwest::Method::POST,
+                "/element",
+                Some(json!({ "using": "css selector", "value": css })),
+            )
+            .await;
+        v[ELEMENT]
+            .as_str()
+            .unwrap_or_else(|| panic!("find {css}: {v}"))
+            .to_owned()
+    }
+
+    /// Clicks like a user (WebDriver scrolls the element into view and checks it is clickable).
+    async fn click(&self, css: &str) {
+        let id = self.element(css).await;
+        self.cmd(reqwest::Method::POST, &format!("/element/{id}/click"), None)
+            .await;
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let id = self.element(css).await;
+        self.cmd(reqwest::Method::POST, &format!("/element/{id}/clear"), None)
+            .await;
+        self.cmd(
+            reqwest::Method::POST,
+            &format!("/element/{id}/value"),
+            Some(json!({ "text": text })),
+        )
+        .await;
+    }
+
+    /// Waits until the element's text satisfies `ok`; its text. On timeout: a screenshot
+    /// named `FAILED-<what>` and a panic showing what the page said.
+    async fn wait_text(&self, css: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let text = self.text(css).await;
+            if let Some(t) = &text
+                && ok(t)
+            {
+                return t.clone();
+            }
+            if Instant::now() > deadline {
+                self.screenshot(&format!("FAILED-{what}")).await;
+                let page = self.text("body").await.unwrap_or_default();
+                panic!(
+                    "timed out waiting for {what} at `{css}` (found {text:?}); the page says:\n{page}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn wait_contains(&self, css: &str, needle: &str) -> String {
+        self.wait_text(css, needle, |t| t.contains(needle)).await
+    }
+
+    async fn screenshot(&self, name: &str) {
+        let v = self.cmd(reqwest::Method::GET, "/screenshot", None).await;
+        let png = base64_decode(v.as_str().unwrap());
+        let path = self.shots.join(format!("{name}.png"));
+        std::fs::write(&path, png).unwrap();
+        eprintln!("screenshot: {}", path.display());
+    }
+
+    /// JavaScript errors and CSP violations the page recorded (see app.js).
+    async fn page_errors(&self) -> Vec<String> {
+        let v = self
+            .js("return (window.__hmdpErrors || []).slice();", json!([]))
+            .await;
+        v.as_array()
+            .map(|a| a.iter().map(|e| e.to_string()).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if !self.session.is_empty() {
+            // Best effort: end the session so chromium exits before its driver.
+            let url = format!("{}/session/{}", self.base, self.session);
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async move {
+                    let client = reqwest::Client::builder()
+                        .no_proxy()
+                        .timeout(Duration::from_secs(10))
+                        .build()
+                        .unwrap();
+                    let _ = client.delete(url).send().await;
+                })
+            })
+            .join();
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// Standard base64 (the screenshot encoding); a dozen lines instead of a dependency.
+fn base64_decode(text: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => continue, // padding, line breaks
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    out
+}
+
+// ------------------------------------------------------------------------------ the test
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
+    let app = TestApp::spawn().await;
+    let b = Browser::launch().await;
+    let base = app.url("");
+
+    // The UI is the root page (no HMDP_STATIC_DIR), and lives at /app/ as well.
+    b.goto(&format!("{base}/")).await;
+    b.wait_contains(".brand", "hmdp").await;
+    b.goto(&format!("{base}/app/#/login")).await;
+
+    // Log in: the page says where the code is in log-SMS mode, in both languages.
+    let hint = b.wait_contains("#code-hint", "服务器日志").await;
+    assert!(hint.contains("server log"), "{hint}");
+    let phone = "13800000001";
+    b.type_into("#phone", phone).await;
+    b.click("#send-code").await;
+    b.wait_contains("#login-msg", "验证码已发送").await;
+    let code = app
+        .sms
+        .last_code_for(phone)
+        .expect("the page asked for a code");
+    b.type_into("#code", &code).await;
+    b.screenshot("01-login").await;
+    b.click("#login-btn").await;
+
+    // Home: the shop types; the header shows who is logged in.
+    b.wait_contains("#types", "美食").await;
+    let who = b
+        .wait_text("#who", "a nickname", |t| !t.contains("未登录"))
+        .await;
+    assert!(who.starts_with("user_"), "nickname: {who}");
+    b.screenshot("02-home").await;
+
+    // Language toggle: English labels, then back to Chinese.
+    b.click("#lang").await;
+    b.wait_contains("#tabbar", "Orders").await;
+    b.click("#lang").await;
+    b.wait_contains("#tabbar", "订单").await;
+
+    // Shop types → shop list → shop detail with its flash-sale voucher.
+    b.click("#types a[data-type-id=\"1\"]").await;
+    b.wait_contains("#shops", "锦江老码头火锅").await;
+    b.screenshot("03-shops").await;
+    b.click("#shops a[data-shop-id=\"1\"]").await;
+    b.wait_contains("#shop-name", "锦江老码头火锅").await;
+    let voucher = ".voucher[data-voucher-id=\"1\"]";
+    b.wait_contains(&format!("{voucher} .stock"), "剩余 100 张")
+        .await;
+    b.wait_contains(&format!("{voucher} .countdown"), "距结束")
+        .await;
+
+    // Grab: success with the order id, then the order goes pending → created.
+    b.wait_contains(&format!("{voucher} .grab"), "立即抢购")
+        .await;
+    b.click(&format!("{voucher} .grab")).await;
+    b.wait_contains(&format!("{voucher} .result"), "抢购成功")
+        .await;
+    let order_id = b
+        .text(&format!("{voucher} .result .order-id"))
+        .await
+        .unwrap();
+    assert!(
+        order_id.len() >= 16 && order_id.bytes().all(|c| c.is_ascii_digit()),
+        "order id shown in full: {order_id}"
+    );
+    b.wait_contains(&format!("{voucher} .result .state"), "已创建")
+        .await;
+    b.wait_contains(&format!("{voucher} .stock"), "剩余 99 张")
+        .await;
+    b.screenshot("04-grabbed").await;
+
+    // Grab again: the refusal.
+    b.click(&format!("{voucher} .grab")).await;
+    b.wait_contains(&format!("{voucher} .result"), "不能重复下单")
+        .await;
+    b.screenshot("05-refused").await;
+
+    // My orders: the order, with all its digits.
+    b.click("#tabbar a[data-tab=\"orders\"]").await;
+    b.wait_contains("#orders", &order_id).await;
+    b.screenshot("06-orders").await;
+
+    // Admin: a wrong token is refused, the right one creates a sale.
+    b.click("#tabbar a[data-tab=\"admin\"]").await;
+    b.wait_contains("#admin-shop-name", "锦江老码头火锅").await;
+    b.type_into("#admin-token", "not-the-token").await;
+    b.type_into("#a-title", "浏览器测试秒杀券").await;
+    b.type_into("#a-stock", "20").await;
+    b.click("#admin-submit").await;
+    b.wait_contains("#admin-result", "管理员令牌不正确").await;
+    b.type_into("#admin-token", ADMIN_TOKEN).await;
+    b.click("#admin-submit").await;
+    b.wait_contains("#admin-result", "创建成功").await;
+    b.screenshot("07-admin").await;
+    let created = b
+        .js(
+            "return document.querySelector('#admin-result').dataset.voucherId;",
+            json!([]),
+        )
+        .await;
+    let sale: i64 = created.as_str().unwrap().parse().unwrap();
+
+    // The dashboard of the new sale: full stock, nothing accepted yet.
+    b.click("#admin-open-dash").await;
+    b.wait_contains("#dash-status", "进行中").await;
+    b.wait_text("#stat-stock .v", "stock 20", |t| t == "20")
+        .await;
+    b.wait_text("#stat-accepted .v", "accepted 0", |t| t == "0")
+        .await;
+
+    // A small sale: eight buyers, fired from the test while the dashboard watches.
+    let mut tokens = Vec::new();
+    for i in 0..8 {
+        tokens.push(app.login(&format!("1390000{:04}", i)).await);
+    }
+    let before = b
+        .js(
+            "return document.querySelector('#line-accepted').getAttribute('points');",
+            json!([]),
+        )
+        .await;
+    for (i, t) in tokens.iter().enumerate() {
+        let r = app.grab(t, sale).await;
+        assert_eq!(r["success"], true, "buyer {i}: {r}");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        if i == 3 {
+            b.wait_text("#stat-accepted .v", "some accepted", |t| {
+                t.parse::<i64>().is_ok_and(|n| n >= 1)
+            })
+            .await;
+            b.screenshot("08-dashboard-during-sale").await;
+        }
+    }
+    b.wait_text("#stat-accepted .v", "accepted 8", |t| t == "8")
+        .await;
+    b.wait_text("#stat-stock .v", "stock 12", |t| t == "12")
+        .await;
+    b.wait_text("#stat-persisted .v", "persisted 8", |t| t == "8")
+        .await;
+    let peak = b.wait_contains("#stat-rate .small", "峰值").await;
+    let peak: f64 = peak
+        .trim_start_matches("峰值 ")
+        .trim_end_matches("/秒")
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("peak rate {peak:?}: {e}"));
+    assert!(peak > 0.0, "the dashboard saw a positive rate");
+    let after = b
+        .js(
+            "return document.querySelector('#line-accepted').getAttribute('points');",
+            json!([]),
+        )
+        .await;
+    assert_ne!(before, after, "the chart moved");
+    b.screenshot("09-dashboard-after-sale").await;
+
+    let errors = b.page_errors().await;
+    assert!(errors.is_empty(), "the page reported errors: {errors:?}");
+}

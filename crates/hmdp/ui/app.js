@@ -1,0 +1,1005 @@
+// hmdp web UI: a small single-page app on hash routes, no dependencies, no build step.
+//
+// Safety rule: every piece of server or user text reaches the DOM through textContent or
+// setAttribute (see h()); nothing is ever assigned to innerHTML.
+'use strict';
+
+(() => {
+  // Uncaught errors and CSP violations are kept for the browser test (and for curious users).
+  const errors = (window.__hmdpErrors = []);
+  window.addEventListener('error', (e) => errors.push('error: ' + e.message));
+  window.addEventListener('unhandledrejection', (e) => errors.push('rejection: ' + String(e.reason)));
+  document.addEventListener('securitypolicyviolation', (e) =>
+    errors.push('csp: ' + e.violatedDirective + ' ' + e.blockedURI));
+
+  const TOKEN_KEY = 'hmdp.token';
+  const LANG_KEY = 'hmdp.lang';
+  const ADMIN_KEY = 'hmdp.adminToken';
+
+  // ---------------------------------------------------------------- text (中文 / English)
+
+  const I18N = {
+    zh: {
+      'nav.home': '首页', 'nav.orders': '订单', 'nav.dash': '看板', 'nav.admin': '管理', 'nav.me': '我的',
+      'lang.other': 'EN',
+      'who.guest': '未登录',
+      'err.network': '网络错误，请稍后重试',
+      'loading': '加载中…',
+      'login.title': '手机号登录',
+      'login.phone': '手机号',
+      'login.code': '验证码',
+      'login.send': '发送验证码',
+      'login.resend': '{0} 秒后重发',
+      'login.submit': '登录',
+      'login.sent': '验证码已发送到 {0}。',
+      'login.ok': '登录成功',
+      'home.search': '搜索店铺名',
+      'home.go': '搜索',
+      'home.types': '分类',
+      'home.tip': '选一个分类看看附近的店铺和秒杀券。',
+      'type.more': '加载更多',
+      'type.end': '没有更多了',
+      'type.none': '这个分类还没有店铺',
+      'type.nearby': '按距离排序',
+      'type.nogeo': '无法获取位置',
+      'search.none': '没有找到店铺',
+      'shop.perPerson': '人均 ¥{0}',
+      'shop.sold': '已售 {0}',
+      'shop.comments': '{0} 条评价',
+      'shop.hours': '营业时间',
+      'shop.address': '地址',
+      'shop.vouchers': '优惠券',
+      'shop.noVouchers': '暂无优惠券',
+      'shop.notFound': '店铺不存在',
+      'v.seckill': '限时秒杀',
+      'v.regular': '普通券',
+      'v.stock': '剩余 {0} 张',
+      'v.startsIn': '距开始 {0}',
+      'v.endsIn': '距结束 {0}',
+      'v.ended': '已结束',
+      'v.grab': '立即抢购',
+      'v.notStarted': '未开始',
+      'v.grabbing': '抢购中…',
+      'v.dash': '实时看板',
+      'v.success': '抢购成功！订单号 {0}',
+      'v.state': '订单状态：',
+      'state.pending': '排队写入中 (pending)',
+      'state.created': '已创建 (created)',
+      'state.unknown': '查询中…',
+      'orders.title': '我的订单',
+      'orders.none': '还没有订单',
+      'orders.note': '刚抢到的订单写入数据库后才会出现在这里。',
+      'orders.id': '订单号', 'orders.voucher': '券', 'orders.status': '状态', 'orders.time': '下单时间',
+      'status.1': '未支付', 'status.2': '已支付', 'status.3': '已核销', 'status.4': '已取消', 'status.5': '退款中', 'status.6': '已退款',
+      'me.title': '我的',
+      'me.logout': '退出登录',
+      'me.login': '去登录',
+      'me.guest': '你还没有登录。',
+      'admin.title': '管理：创建秒杀券',
+      'admin.token': '管理员令牌 (x-admin-token)',
+      'admin.tokenNote': '只保存在当前标签页 (sessionStorage)，关闭即清除。',
+      'admin.shop': '店铺 ID',
+      'admin.title2': '标题',
+      'admin.sub': '副标题',
+      'admin.rules': '使用规则',
+      'admin.pay': '售价 (元)',
+      'admin.actual': '面值 (元)',
+      'admin.stock': '库存',
+      'admin.begin': '开始时间 (服务器本地时间)',
+      'admin.end': '结束时间',
+      'admin.submit': '创建秒杀券',
+      'admin.created': '创建成功：秒杀券 #{0}',
+      'admin.denied': '管理员令牌不正确',
+      'admin.openDash': '打开实时看板',
+      'admin.openShop': '查看店铺',
+      'dash.title': '秒杀实时看板',
+      'dash.voucher': '秒杀券 ID',
+      'dash.go': '查看',
+      'dash.stock': '剩余库存 (Redis)',
+      'dash.db': '数据库库存',
+      'dash.accepted': '已抢到',
+      'dash.persisted': '已落库',
+      'dash.backlog': '待写入',
+      'dash.stream': '队列长度',
+      'dash.rate': '抢到/秒',
+      'dash.wrate': '落库/秒',
+      'dash.peak': '峰值 {0}/秒',
+      'dash.notStarted': '未开始，{0} 后开抢',
+      'dash.running': '进行中，{0} 后结束',
+      'dash.ended': '已结束',
+      'dash.legendA': '抢到/秒',
+      'dash.legendP': '落库/秒',
+      'dash.legendS': '剩余库存比例',
+      'dash.window': '最近 60 秒，每 0.5 秒刷新',
+      'notFound': '页面不存在',
+      'day': '天',
+    },
+    en: {
+      'nav.home': 'Home', 'nav.orders': 'Orders', 'nav.dash': 'Live', 'nav.admin': 'Admin', 'nav.me': 'Me',
+      'lang.other': '中文',
+      'who.guest': 'not logged in',
+      'err.network': 'Network error, please retry',
+      'loading': 'Loading…',
+      'login.title': 'Log in with your phone',
+      'login.phone': 'Phone number',
+      'login.code': 'Code',
+      'login.send': 'Send code',
+      'login.resend': 'Resend in {0}s',
+      'login.submit': 'Log in',
+      'login.sent': 'A code was sent to {0}.',
+      'login.ok': 'Logged in',
+      'home.search': 'Search shops by name',
+      'home.go': 'Search',
+      'home.types': 'Categories',
+      'home.tip': 'Pick a category to see shops and their flash-sale vouchers.',
+      'type.more': 'Load more',
+      'type.end': 'No more shops',
+      'type.none': 'No shops in this category yet',
+      'type.nearby': 'Sort by distance',
+      'type.nogeo': 'Location unavailable',
+      'search.none': 'No shop found',
+      'shop.perPerson': '¥{0} per person',
+      'shop.sold': '{0} sold',
+      'shop.comments': '{0} reviews',
+      'shop.hours': 'Opening hours',
+      'shop.address': 'Address',
+      'shop.vouchers': 'Vouchers',
+      'shop.noVouchers': 'No vouchers',
+      'shop.notFound': 'No such shop',
+      'v.seckill': 'Flash sale',
+      'v.regular': 'Voucher',
+      'v.stock': '{0} left',
+      'v.startsIn': 'Starts in {0}',
+      'v.endsIn': 'Ends in {0}',
+      'v.ended': 'Ended',
+      'v.grab': 'Grab it',
+      'v.notStarted': 'Not started',
+      'v.grabbing': 'Grabbing…',
+      'v.dash': 'Live dashboard',
+      'v.success': 'Got it! Order {0}',
+      'v.state': 'Order status: ',
+      'state.pending': 'queued (pending)',
+      'state.created': 'created',
+      'state.unknown': 'checking…',
+      'orders.title': 'My orders',
+      'orders.none': 'No orders yet',
+      'orders.note': 'A new order shows up here once it is written to the database.',
+      'orders.id': 'Order', 'orders.voucher': 'Voucher', 'orders.status': 'Status', 'orders.time': 'Created',
+      'status.1': 'unpaid', 'status.2': 'paid', 'status.3': 'used', 'status.4': 'cancelled', 'status.5': 'refunding', 'status.6': 'refunded',
+      'me.title': 'Me',
+      'me.logout': 'Log out',
+      'me.login': 'Log in',
+      'me.guest': 'You are not logged in.',
+      'admin.title': 'Admin: create a flash-sale voucher',
+      'admin.token': 'Admin token (x-admin-token)',
+      'admin.tokenNote': 'Kept in this tab only (sessionStorage); gone when the tab closes.',
+      'admin.shop': 'Shop id',
+      'admin.title2': 'Title',
+      'admin.sub': 'Subtitle',
+      'admin.rules': 'Rules',
+      'admin.pay': 'Price (yuan)',
+      'admin.actual': 'Face value (yuan)',
+      'admin.stock': 'Stock',
+      'admin.begin': 'Begins (server local time)',
+      'admin.end': 'Ends',
+      'admin.submit': 'Create flash-sale voucher',
+      'admin.created': 'Created flash-sale voucher #{0}',
+      'admin.denied': 'Wrong admin token',
+      'admin.openDash': 'Open the live dashboard',
+      'admin.openShop': 'View the shop',
+      'dash.title': 'Flash sale, live',
+      'dash.voucher': 'Flash-sale voucher id',
+      'dash.go': 'Show',
+      'dash.stock': 'Stock left (Redis)',
+      'dash.db': 'Stock in database',
+      'dash.accepted': 'Accepted',
+      'dash.persisted': 'Persisted',
+      'dash.backlog': 'Backlog',
+      'dash.stream': 'Stream length',
+      'dash.rate': 'Accepted/s',
+      'dash.wrate': 'Persisted/s',
+      'dash.peak': 'peak {0}/s',
+      'dash.notStarted': 'Not started; opens in {0}',
+      'dash.running': 'Running; ends in {0}',
+      'dash.ended': 'Ended',
+      'dash.legendA': 'accepted/s',
+      'dash.legendP': 'persisted/s',
+      'dash.legendS': 'stock left (share)',
+      'dash.window': 'Last 60 s, refreshed every 0.5 s',
+      'notFound': 'No such page',
+      'day': 'd',
+    },
+  };
+
+  let lang = localStorage.getItem(LANG_KEY) === 'en' ? 'en' : 'zh';
+
+  function t(key, ...args) {
+    let s = I18N[lang][key] ?? I18N.zh[key] ?? key;
+    args.forEach((a, i) => { s = s.replace('{' + i + '}', String(a)); });
+    return s;
+  }
+
+  // ---------------------------------------------------------------- DOM helpers
+
+  /** Builds an element; strings become text nodes, never markup. */
+  function h(tag, props, ...kids) {
+    const el = document.createElement(tag);
+    setProps(el, props);
+    append(el, kids);
+    return el;
+  }
+
+  const SVG_NS = 'http://www.w3.org/2000/svg';
+  function s(tag, props, ...kids) {
+    const el = document.createElementNS(SVG_NS, tag);
+    setProps(el, props);
+    append(el, kids);
+    return el;
+  }
+
+  function setProps(el, props) {
+    for (const [k, v] of Object.entries(props || {})) {
+      if (v == null || v === false) continue;
+      if (k === 'class') el.setAttribute('class', v);
+      else if (k === 'text') el.textContent = String(v);
+      else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+      else el.setAttribute(k, v === true ? '' : String(v));
+    }
+  }
+
+  function append(el, kids) {
+    for (const kid of kids.flat()) {
+      if (kid == null || kid === false) continue;
+      el.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+    }
+  }
+
+  function notice(kind, ...kids) {
+    return h('div', { class: 'notice ' + kind, role: kind === 'bad' ? 'alert' : 'status' }, ...kids);
+  }
+
+  function go(hash) {
+    if (location.hash === hash) route();
+    else location.hash = hash;
+  }
+
+  // ---------------------------------------------------------------- API
+
+  function token() {
+    return localStorage.getItem(TOKEN_KEY);
+  }
+
+  /** Calls the API; resolves to {status, text, json, ok}. Never throws. */
+  async function api(method, path, body, headers) {
+    const hs = Object.assign({}, headers);
+    const tok = token();
+    if (tok) hs.authorization = tok;
+    if (body !== undefined) hs['content-type'] = 'application/json';
+    let resp;
+    try {
+      resp = await fetch('/api' + path, {
+        method,
+        headers: hs,
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+    } catch (e) {
+      return { status: 0, text: '', ok: false, json: { success: false, errorMsg: t('err.network') } };
+    }
+    const text = await resp.text();
+    let json;
+    try {
+      json = JSON.parse(text);
+    } catch (e) {
+      json = { success: false, errorMsg: text || resp.statusText };
+    }
+    if (json === null || typeof json !== 'object') json = { success: false, errorMsg: String(text) };
+    if (resp.status === 401 && tok) {
+      // The session expired: forget it and ask for a new login.
+      localStorage.removeItem(TOKEN_KEY);
+      me = null;
+      renderWho();
+    }
+    return { status: resp.status, text, json, ok: json.success === true };
+  }
+
+  function errorText(r) {
+    const msg = r.json.errorMsg || ('HTTP ' + r.status);
+    return r.json.code ? msg + ' [' + r.json.code + ']' : msg;
+  }
+
+  function needLogin() {
+    go('#/login?next=' + encodeURIComponent(location.hash || '#/'));
+  }
+
+  // ---------------------------------------------------------------- formatting
+
+  function yuan(fen) {
+    const n = Number(fen) || 0;
+    return '¥' + (n % 100 === 0 ? String(n / 100) : (n / 100).toFixed(2));
+  }
+
+  /** "yyyy-MM-ddTHH:mm:ss" in the server's local time, read as this browser's local time. */
+  function parseLocal(text) {
+    const m = /^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2}))?/.exec(String(text || ''));
+    if (!m) return NaN;
+    return new Date(+m[1], m[2] - 1, +m[3], +m[4], +m[5], +(m[6] || 0)).getTime();
+  }
+
+  function pad(n) {
+    return String(n).padStart(2, '0');
+  }
+
+  function duration(ms) {
+    let sec = Math.max(0, Math.floor(ms / 1000));
+    const d = Math.floor(sec / 86400);
+    sec %= 86400;
+    const hms = pad(Math.floor(sec / 3600)) + ':' + pad(Math.floor((sec % 3600) / 60)) + ':' + pad(sec % 60);
+    return d > 0 ? d + t('day') + ' ' + hms : hms;
+  }
+
+  function localInput(date) {
+    return date.getFullYear() + '-' + pad(date.getMonth() + 1) + '-' + pad(date.getDate()) +
+      'T' + pad(date.getHours()) + ':' + pad(date.getMinutes()) + ':' + pad(date.getSeconds());
+  }
+
+  function stars(score) {
+    const n = Math.round((Number(score) || 0) / 10);
+    return '★★★★★'.slice(0, n) + '☆☆☆☆☆'.slice(0, 5 - n) + ' ' + ((Number(score) || 0) / 10).toFixed(1);
+  }
+
+  const TYPE_EMOJI = [
+    [/美食|food/i, '🍲'], [/咖啡|coffee/i, '☕'], [/KTV|ktv/, '🎤'], [/健身|gym/i, '💪'],
+    [/美发|丽人/, '💇'], [/按摩|足疗|massage/i, '💆'], [/美容|SPA|美睫|美甲/i, '💅'],
+    [/亲子|游乐/, '🎠'], [/酒吧|bar/i, '🍺'], [/轰趴/, '🎉'],
+  ];
+
+  function typeEmoji(type) {
+    const key = (type.name || '') + ' ' + (type.icon || '');
+    for (const [re, e] of TYPE_EMOJI) if (re.test(key)) return e;
+    return '🏷️';
+  }
+
+  function thumb(shop) {
+    const box = h('div', { class: 'thumb' });
+    box.style.background = 'hsl(' + ((Number(shop.id) * 57) % 360) + ', 60%, 55%)';
+    const first = String(shop.images || '').split(',')[0].trim();
+    if (/^https?:\/\//.test(first)) {
+      const img = h('img', { src: first, alt: '', loading: 'lazy', referrerpolicy: 'no-referrer' });
+      img.addEventListener('error', () => img.remove());
+      box.append(img);
+    } else {
+      box.textContent = Array.from(String(shop.name || '?'))[0];
+    }
+    return box;
+  }
+
+  // ---------------------------------------------------------------- session (who am I)
+
+  let me = null;
+
+  async function loadMe() {
+    if (!token()) {
+      me = null;
+    } else {
+      const r = await api('GET', '/user/me');
+      me = r.ok ? r.json.data : null;
+    }
+    renderWho();
+  }
+
+  function renderWho() {
+    const who = document.getElementById('who');
+    if (who) who.textContent = me ? (me.nickName || ('#' + me.id)) : t('who.guest');
+  }
+
+  // ---------------------------------------------------------------- router
+
+  let generation = 0;
+  let cleanups = [];
+
+  /** Per-view context: timers registered here stop when the user navigates away. */
+  function makeCtx() {
+    const gen = ++generation;
+    return {
+      alive: () => gen === generation,
+      every(fn, ms) {
+        if (gen !== generation) return;
+        const id = setInterval(fn, ms);
+        cleanups.push(() => clearInterval(id));
+      },
+    };
+  }
+
+  const ROUTES = {
+    '': viewHome, login: viewLogin, type: viewType, search: viewSearch, shop: viewShop,
+    orders: viewOrders, me: viewMe, admin: viewAdmin, dash: viewDash,
+  };
+
+  function route() {
+    cleanups.forEach((f) => f());
+    cleanups = [];
+    const hash = location.hash.replace(/^#/, '') || '/';
+    const q = hash.indexOf('?');
+    const path = q < 0 ? hash : hash.slice(0, q);
+    const params = new URLSearchParams(q < 0 ? '' : hash.slice(q + 1));
+    const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+    const view = document.getElementById('view');
+    const root = h('div', { class: 'page', 'data-page': parts[0] || 'home' });
+    view.replaceChildren(root);
+    for (const a of document.querySelectorAll('#tabbar a')) {
+      a.classList.toggle('active', a.dataset.tab === (parts[0] || 'home'));
+    }
+    const fn = ROUTES[parts[0] || ''] || viewNotFound;
+    Promise.resolve(fn(root, parts.slice(1), params, makeCtx())).catch((e) => {
+      root.append(notice('bad', String(e && e.message ? e.message : e)));
+    });
+    window.scrollTo(0, 0);
+  }
+
+  function applyStaticText() {
+    document.documentElement.lang = lang === 'zh' ? 'zh-CN' : 'en';
+    for (const el of document.querySelectorAll('[data-t]')) el.textContent = t(el.dataset.t);
+    document.getElementById('lang').textContent = t('lang.other');
+    renderWho();
+  }
+
+  // ---------------------------------------------------------------- views
+
+  function viewNotFound(root) {
+    root.append(h('div', { class: 'empty' }, t('notFound')));
+  }
+
+  function viewLogin(root, _parts, params) {
+    const phone = h('input', { id: 'phone', type: 'tel', inputmode: 'numeric', maxlength: 11, autocomplete: 'tel', placeholder: '13812345678' });
+    const code = h('input', { id: 'code', inputmode: 'numeric', maxlength: 6, autocomplete: 'one-time-code', placeholder: '123456' });
+    const send = h('button', { id: 'send-code', class: 'btn ghost', type: 'button' }, t('login.send'));
+    const submit = h('button', { id: 'login-btn', class: 'btn block', type: 'submit' }, t('login.submit'));
+    const msg = h('div', { id: 'login-msg' });
+    // Always bilingual: the operator may read either language.
+    const hint = notice('info',
+      h('p', {}, '演示环境默认不发真短信：点击“发送验证码”后，请在服务器日志里找这一行：'),
+      h('p', {}, h('code', {}, 'SMS (simulated, HMDP logs instead of sending): login code for <手机号> is <验证码>')),
+      h('p', {}, 'Demo mode: no text message is sent. After "Send code", look in the server log for the line above ("login code for <phone> is <code>").'));
+    hint.id = 'code-hint';
+
+    let timer = null;
+    send.addEventListener('click', async () => {
+      msg.replaceChildren();
+      send.disabled = true;
+      const r = await api('POST', '/user/code?phone=' + encodeURIComponent(phone.value.trim()));
+      if (!r.ok) {
+        send.disabled = false;
+        msg.replaceChildren(notice('bad', errorText(r)));
+        return;
+      }
+      msg.replaceChildren(notice('ok', t('login.sent', phone.value.trim())));
+      code.focus();
+      let left = 60;
+      send.textContent = t('login.resend', left);
+      timer = setInterval(() => {
+        left -= 1;
+        if (left <= 0 || !send.isConnected) {
+          clearInterval(timer);
+          send.disabled = false;
+          send.textContent = t('login.send');
+        } else {
+          send.textContent = t('login.resend', left);
+        }
+      }, 1000);
+      cleanups.push(() => clearInterval(timer));
+    });
+
+    const form = h('form', { id: 'login-form', novalidate: true },
+      h('label', { for: 'phone' }, t('login.phone')), phone,
+      h('label', { for: 'code' }, t('login.code')),
+      h('div', { class: 'row' }, h('div', { class: 'grow' }, code), send),
+      submit);
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      submit.disabled = true;
+      const r = await api('POST', '/user/login', { phone: phone.value.trim(), code: code.value.trim() });
+      submit.disabled = false;
+      if (!r.ok || typeof r.json.data !== 'string') {
+        msg.replaceChildren(notice('bad', errorText(r)));
+        return;
+      }
+      localStorage.setItem(TOKEN_KEY, r.json.data);
+      await loadMe();
+      const next = params.get('next') || '';
+      go(next.startsWith('#/') && !next.startsWith('#/login') ? next : '#/');
+    });
+    root.append(h('div', { class: 'card' }, h('h1', {}, t('login.title')), hint, form, msg));
+  }
+
+  async function viewHome(root) {
+    const q = h('input', { id: 'search', type: 'search', placeholder: t('home.search') });
+    const form = h('form', { class: 'row' }, h('div', { class: 'grow' }, q),
+      h('button', { class: 'btn', type: 'submit' }, t('home.go')));
+    form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      if (q.value.trim()) go('#/search?name=' + encodeURIComponent(q.value.trim()));
+    });
+    const types = h('div', { class: 'types', id: 'types' }, h('div', { class: 'muted' }, t('loading')));
+    root.append(h('div', { class: 'card' }, form), h('h2', {}, t('home.types')), types,
+      h('p', { class: 'muted small' }, t('home.tip')));
+    const r = await api('GET', '/shop-type/list');
+    if (!r.ok) {
+      types.replaceChildren(notice('bad', errorText(r)));
+      return;
+    }
+    typeCache = r.json.data || [];
+    types.replaceChildren(...typeCache.map((ty) =>
+      h('a', { class: 'type', href: '#/type/' + Number(ty.id), 'data-type-id': ty.id },
+        h('span', { class: 'emoji', 'aria-hidden': 'true' }, typeEmoji(ty)), h('span', {}, ty.name))));
+  }
+
+  let typeCache = null;
+
+  function shopCard(shop) {
+    const meta = [t('shop.perPerson', shop.avgPrice ?? '-'), shop.area || ''];
+    if (shop.distance != null) {
+      const d = Number(shop.distance);
+      meta.push(d >= 1000 ? (d / 1000).toFixed(1) + ' km' : Math.round(d) + ' m');
+    }
+    return h('a', { class: 'card shop', href: '#/shop/' + Number(shop.id), 'data-shop-id': shop.id },
+      thumb(shop),
+      h('div', { class: 'grow' },
+        h('div', { class: 'name' }, shop.name),
+        h('div', { class: 'small' }, h('span', { class: 'stars' }, stars(shop.score)), ' · ', t('shop.comments', shop.comments ?? 0)),
+        h('div', { class: 'muted small' }, meta.filter(Boolean).join(' · ')),
+        h('div', { class: 'muted small' }, shop.address || '')));
+  }
+
+  async function viewType(root, parts, params) {
+    const typeId = Number(parts[0]);
+    if (!typeCache) {
+      const r = await api('GET', '/shop-type/list');
+      typeCache = r.ok ? r.json.data || [] : [];
+    }
+    const ty = typeCache.find((x) => Number(x.id) === typeId);
+    const x = params.get('x');
+    const y = params.get('y');
+    const nearby = h('button', { class: 'btn ghost small', type: 'button' }, t('type.nearby'));
+    const geoMsg = h('span', { class: 'muted small' });
+    nearby.addEventListener('click', () => {
+      if (!navigator.geolocation) {
+        geoMsg.textContent = t('type.nogeo');
+        return;
+      }
+      navigator.geolocation.getCurrentPosition(
+        (p) => go('#/type/' + typeId + '?x=' + p.coords.longitude.toFixed(5) + '&y=' + p.coords.latitude.toFixed(5)),
+        () => { geoMsg.textContent = t('type.nogeo'); },
+        { timeout: 8000 });
+    });
+    const list = h('div', { id: 'shops' });
+    const more = h('button', { class: 'btn ghost block', type: 'button' }, t('type.more'));
+    root.append(
+      h('div', { class: 'row wrap' }, h('h1', { class: 'grow' }, ty ? typeEmoji(ty) + ' ' + ty.name : '#' + typeId), nearby, geoMsg),
+      list, more);
+    let page = 0;
+    async function loadMore() {
+      page += 1;
+      more.disabled = true;
+      let path = '/shop/of/type?typeId=' + typeId + '&current=' + page;
+      if (x && y) path += '&x=' + encodeURIComponent(x) + '&y=' + encodeURIComponent(y);
+      const r = await api('GET', path);
+      if (!r.ok) {
+        list.append(notice('bad', errorText(r)));
+        return;
+      }
+      const shops = r.json.data || [];
+      list.append(...shops.map(shopCard));
+      if (shops.length < 5) {
+        more.textContent = page === 1 && shops.length === 0 ? t('type.none') : t('type.end');
+      } else {
+        more.disabled = false;
+      }
+    }
+    more.addEventListener('click', loadMore);
+    await loadMore();
+  }
+
+  async function viewSearch(root, _parts, params) {
+    const name = params.get('name') || '';
+    root.append(h('h1', {}, '🔍 ' + name));
+    const r = await api('GET', '/shop/of/name?name=' + encodeURIComponent(name) + '&current=1');
+    if (!r.ok) {
+      root.append(notice('bad', errorText(r)));
+      return;
+    }
+    const shops = r.json.data || [];
+    if (shops.length === 0) root.append(h('div', { class: 'empty' }, t('search.none')));
+    root.append(...shops.map(shopCard));
+  }
+
+  async function viewShop(root, parts, _params, ctx) {
+    const id = Number(parts[0]);
+    const [rs, rv] = await Promise.all([api('GET', '/shop/' + id), api('GET', '/voucher/list/' + id)]);
+    if (!rs.ok || !rs.json.data) {
+      root.append(notice('bad', rs.json.errorMsg || t('shop.notFound')));
+      return;
+    }
+    const shop = rs.json.data;
+    root.append(h('div', { class: 'card' },
+      h('div', { class: 'row' }, thumb(shop), h('div', { class: 'grow' },
+        h('h1', { id: 'shop-name' }, shop.name),
+        h('div', { class: 'small' }, h('span', { class: 'stars' }, stars(shop.score)), ' · ', t('shop.comments', shop.comments ?? 0)),
+        h('div', { class: 'muted small' }, t('shop.perPerson', shop.avgPrice ?? '-'), ' · ', t('shop.sold', shop.sold ?? 0)))),
+      h('p', { class: 'small' }, h('span', { class: 'muted' }, t('shop.address') + '：'), shop.address || ''),
+      h('p', { class: 'small' }, h('span', { class: 'muted' }, t('shop.hours') + '：'), shop.openHours || '')));
+
+    root.append(h('h2', {}, t('shop.vouchers')));
+    const vouchers = rv.ok ? rv.json.data || [] : [];
+    if (!rv.ok) root.append(notice('bad', errorText(rv)));
+    else if (vouchers.length === 0) root.append(h('div', { class: 'empty' }, t('shop.noVouchers')));
+    for (const v of vouchers) root.append(voucherCard(v, ctx));
+  }
+
+  function voucherCard(v, ctx) {
+    const seckill = Number(v.type) === 1;
+    const card = h('div', { class: 'card voucher', 'data-voucher-id': v.id },
+      h('div', { class: 'row' },
+        h('div', { class: 'grow' },
+          h('span', { class: 'tag' }, seckill ? t('v.seckill') : t('v.regular')),
+          h('div', { class: 'name' }, h('strong', {}, v.title)),
+          v.subTitle ? h('div', { class: 'muted small' }, v.subTitle) : null),
+        h('div', { class: 'center' }, h('div', { class: 'price' }, yuan(v.payValue)), h('div', { class: 'strike' }, yuan(v.actualValue)))),
+      v.rules ? h('p', { class: 'muted small' }, v.rules) : null);
+    if (!seckill) return card;
+
+    const stock = h('span', { class: 'stock' }, t('v.stock', v.stock ?? '-'));
+    const countdown = h('span', { class: 'countdown muted small' });
+    const bar = h('span');
+    const grab = h('button', { class: 'btn grab', type: 'button' }, t('v.grab'));
+    const result = h('div', { class: 'result' });
+    card.append(
+      h('div', { class: 'bar' }, bar),
+      h('div', { class: 'row' }, h('div', { class: 'grow' }, stock, ' · ', countdown), grab),
+      result,
+      h('p', { class: 'small' }, h('a', { class: 'tag', href: '#/dash/' + Number(v.id) }, '📈 ' + t('v.dash'))));
+
+    const begin = parseLocal(v.beginTime);
+    const end = parseLocal(v.endTime);
+    let skew = 0; // server clock minus ours, from the stats endpoint
+    let total = null;
+    let busy = false;
+    function tick() {
+      const now = Date.now() + skew;
+      let phase;
+      if (now < begin) {
+        countdown.textContent = t('v.startsIn', duration(begin - now));
+        phase = 'before';
+      } else if (now >= end) {
+        countdown.textContent = t('v.ended');
+        phase = 'after';
+      } else {
+        countdown.textContent = t('v.endsIn', duration(end - now));
+        phase = 'open';
+      }
+      if (!busy) {
+        grab.disabled = phase !== 'open';
+        grab.textContent = phase === 'before' ? t('v.notStarted') : phase === 'after' ? t('v.ended') : t('v.grab');
+      }
+    }
+    async function refreshStock() {
+      const r = await api('GET', '/voucher/seckill/' + Number(v.id) + '/stats');
+      if (!r.ok || !r.json.data) return;
+      const st = r.json.data;
+      skew = Number(st.nowMillis) - Date.now();
+      const left = st.redisStock ?? st.dbStock;
+      stock.textContent = t('v.stock', left);
+      total = Number(left) + Number(st.accepted);
+      bar.style.width = total > 0 ? (100 * Number(left) / total).toFixed(1) + '%' : '0%';
+      tick();
+    }
+    tick();
+    refreshStock();
+    ctx.every(tick, 1000);
+    ctx.every(refreshStock, 2000);
+
+    grab.addEventListener('click', async () => {
+      if (!token()) {
+        needLogin();
+        return;
+      }
+      busy = true;
+      grab.disabled = true;
+      grab.textContent = t('v.grabbing');
+      const r = await api('POST', '/voucher-order/seckill/' + Number(v.id));
+      busy = false;
+      tick();
+      if (r.status === 401) {
+        needLogin();
+        return;
+      }
+      if (!r.ok) {
+        result.replaceChildren(notice('bad', errorText(r)));
+        refreshStock();
+        return;
+      }
+      // The order id is above 2^53: JSON.parse would round it, so read the digits.
+      const m = /"data"\s*:\s*"?(\d+)/.exec(r.text);
+      const orderId = m ? m[1] : String(r.json.data);
+      const state = h('span', { class: 'state', 'data-state': '' }, t('state.unknown'));
+      result.replaceChildren(notice('ok',
+        h('div', { class: 'success' }, t('v.success', ''), h('span', { class: 'mono order-id' }, orderId)),
+        h('div', {}, t('v.state'), state)));
+      refreshStock();
+      followOrder(orderId, state, ctx);
+    });
+    return card;
+  }
+
+  /** Polls an order until the worker has written it (pending → created). */
+  async function followOrder(orderId, el, ctx) {
+    for (let i = 0; i < 60 && ctx.alive() && el.isConnected; i += 1) {
+      const r = await api('GET', '/voucher-order/' + orderId);
+      if (r.ok && r.json.data) {
+        const st = r.json.data.state;
+        el.textContent = t('state.' + (st === 'created' ? 'created' : 'pending'));
+        el.className = 'state ' + st;
+        el.dataset.state = st;
+        if (st === 'created') return;
+      }
+      await new Promise((res) => setTimeout(res, 500));
+    }
+  }
+
+  async function viewOrders(root) {
+    if (!token()) {
+      needLogin();
+      return;
+    }
+    root.append(h('h1', {}, t('orders.title')));
+    const r = await api('GET', '/voucher-order/of/me');
+    if (r.status === 401) {
+      needLogin();
+      return;
+    }
+    if (!r.ok) {
+      root.append(notice('bad', errorText(r)));
+      return;
+    }
+    const orders = r.json.data || [];
+    // Ids above 2^53 lose digits in JSON.parse; idStr carries them intact.
+    const rows = orders.map((o) => h('tr', { 'data-order-id': o.idStr || '' },
+      h('td', { class: 'mono' }, o.idStr || String(o.id)),
+      h('td', {}, h('a', { href: '#/dash/' + Number(o.voucherId) }, '#' + o.voucherId)),
+      h('td', {}, t('status.' + o.status)),
+      h('td', { class: 'small' }, String(o.createTime || '').replace('T', ' '))));
+    root.append(h('div', { class: 'card' }, orders.length === 0
+      ? h('div', { class: 'empty' }, t('orders.none'))
+      : h('table', { id: 'orders' },
+        h('thead', {}, h('tr', {}, h('th', {}, t('orders.id')), h('th', {}, t('orders.voucher')), h('th', {}, t('orders.status')), h('th', {}, t('orders.time')))),
+        h('tbody', {}, rows))),
+    h('p', { class: 'muted small' }, t('orders.note')));
+  }
+
+  async function viewMe(root) {
+    await loadMe();
+    root.append(h('h1', {}, t('me.title')));
+    if (!me) {
+      root.append(h('div', { class: 'card' }, h('p', {}, t('me.guest')),
+        h('a', { class: 'btn block', href: '#/login' }, t('me.login'))));
+      return;
+    }
+    const out = h('button', { class: 'btn ghost block', id: 'logout', type: 'button' }, t('me.logout'));
+    out.addEventListener('click', async () => {
+      await api('POST', '/user/logout');
+      localStorage.removeItem(TOKEN_KEY);
+      me = null;
+      renderWho();
+      go('#/login');
+    });
+    root.append(h('div', { class: 'card' },
+      h('div', { class: 'row' }, h('div', { class: 'thumb' }, '👤'),
+        h('div', { class: 'grow' }, h('div', { class: 'name', id: 'me-name' }, me.nickName || ''), h('div', { class: 'muted small' }, 'id ' + me.id))),
+      h('a', { class: 'btn block', href: '#/orders' }, t('orders.title')),
+      out));
+  }
+
+  function viewAdmin(root) {
+    const tok = h('input', { id: 'admin-token', type: 'password', autocomplete: 'off', value: sessionStorage.getItem(ADMIN_KEY) || '' });
+    tok.addEventListener('input', () => sessionStorage.setItem(ADMIN_KEY, tok.value));
+    const now = new Date();
+    now.setSeconds(0, 0);
+    const field = (id, label, props) => [h('label', { for: id }, label), h('input', Object.assign({ id, name: id }, props))];
+    const shopName = h('div', { class: 'muted small', id: 'admin-shop-name' });
+    const form = h('form', { id: 'admin-form', novalidate: true },
+      field('a-shop', t('admin.shop'), { type: 'number', min: 1, value: 1 }), shopName,
+      field('a-title', t('admin.title2'), { value: '100元代金券', maxlength: 255 }),
+      field('a-sub', t('admin.sub'), { value: '周一至周五可用' }),
+      field('a-rules', t('admin.rules'), { value: '全场通用，无需预约' }),
+      h('div', { class: 'grid2' },
+        h('div', {}, field('a-pay', t('admin.pay'), { type: 'number', min: 0, step: '0.01', value: 69 })),
+        h('div', {}, field('a-actual', t('admin.actual'), { type: 'number', min: 0, step: '0.01', value: 100 }))),
+      field('a-stock', t('admin.stock'), { type: 'number', min: 1, value: 100 }),
+      field('a-begin', t('admin.begin'), { type: 'datetime-local', step: 1, value: localInput(now) }),
+      field('a-end', t('admin.end'), { type: 'datetime-local', step: 1, value: localInput(new Date(now.getTime() + 86400000)) }),
+      h('button', { class: 'btn block', id: 'admin-submit', type: 'submit' }, t('admin.submit')));
+    const result = h('div', { id: 'admin-result' });
+    const val = (id) => form.querySelector('#' + id).value.trim();
+    const time = (id) => { const x = val(id); return x.length === 16 ? x + ':00' : x; };
+    async function showShop() {
+      const r = await api('GET', '/shop/' + Number(val('a-shop')));
+      shopName.textContent = r.ok && r.json.data ? r.json.data.name : (r.json.errorMsg || '');
+    }
+    form.querySelector('#a-shop').addEventListener('change', showShop);
+    showShop();
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      const body = {
+        shopId: Number(val('a-shop')),
+        title: val('a-title'),
+        subTitle: val('a-sub'),
+        rules: val('a-rules'),
+        payValue: Math.round(Number(val('a-pay')) * 100),
+        actualValue: Math.round(Number(val('a-actual')) * 100),
+        stock: Number(val('a-stock')),
+        beginTime: time('a-begin'),
+        endTime: time('a-end'),
+      };
+      const btn = form.querySelector('#admin-submit');
+      btn.disabled = true;
+      const r = await api('POST', '/voucher/seckill', body, { 'x-admin-token': tok.value });
+      btn.disabled = false;
+      if (!r.ok) {
+        result.replaceChildren(notice('bad', r.status === 403 ? t('admin.denied') + ' — ' + errorText(r) : errorText(r)));
+        return;
+      }
+      const id = Number(r.json.data);
+      result.dataset.voucherId = String(id);
+      result.replaceChildren(notice('ok', h('div', { class: 'created' }, t('admin.created', id)),
+        h('div', { class: 'row wrap' },
+          h('a', { class: 'btn small', id: 'admin-open-dash', href: '#/dash/' + id }, '📈 ' + t('admin.openDash')),
+          h('a', { class: 'btn ghost small', href: '#/shop/' + body.shopId }, t('admin.openShop')))));
+    });
+    root.append(h('h1', {}, t('admin.title')),
+      h('div', { class: 'card' }, h('label', { for: 'admin-token' }, t('admin.token')), tok,
+        h('div', { class: 'muted small' }, t('admin.tokenNote'))),
+      h('div', { class: 'card' }, form, result));
+  }
+
+  const CHART_W = 600;
+  const CHART_H = 180;
+  const SAMPLES = 120; // 60 s at one sample per 500 ms
+
+  function viewDash(root, parts, _params, ctx) {
+    const vid = Number(parts[0]) || 1;
+    const input = h('input', { id: 'dash-voucher', type: 'number', min: 1, value: vid });
+    const pick = h('form', { class: 'row' }, h('div', { class: 'grow' }, input), h('button', { class: 'btn', type: 'submit' }, t('dash.go')));
+    pick.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      go('#/dash/' + Number(input.value));
+    });
+    const stat = (id, key, cls) => {
+      const v = h('div', { class: 'v' }, '–');
+      const sub = h('div', { class: 'muted small' });
+      return { el: h('div', { class: 'stat ' + (cls || ''), id }, h('div', { class: 'k' }, t(key)), v, sub), v, sub };
+    };
+    const st = {
+      stock: stat('stat-stock', 'dash.stock'),
+      accepted: stat('stat-accepted', 'dash.accepted'),
+      persisted: stat('stat-persisted', 'dash.persisted'),
+      rate: stat('stat-rate', 'dash.rate'),
+      db: stat('stat-db', 'dash.db'),
+      backlog: stat('stat-backlog', 'dash.backlog'),
+      stream: stat('stat-stream', 'dash.stream'),
+      wrate: stat('stat-wrate', 'dash.wrate'),
+    };
+    const status = h('div', { id: 'dash-status', class: 'countdown' }, t('loading'));
+    const bar = h('span');
+    const err = h('div', { id: 'dash-error' });
+
+    // The chart: accepted/s and persisted/s (left scale), stock left as a share (dashed).
+    const lineA = s('polyline', { fill: 'none', stroke: '#ff6633', 'stroke-width': 2.5, 'stroke-linejoin': 'round', id: 'line-accepted' });
+    const lineP = s('polyline', { fill: 'none', stroke: '#2f6fde', 'stroke-width': 2, 'stroke-linejoin': 'round', id: 'line-persisted' });
+    const lineS = s('polyline', { fill: 'none', stroke: '#999', 'stroke-width': 1.5, 'stroke-dasharray': '5 4', id: 'line-stock' });
+    const maxLabel = s('text', { x: 6, y: 14, 'font-size': 12, fill: '#999' }, '');
+    const grid = [0.25, 0.5, 0.75].map((f) => s('line', { x1: 0, x2: CHART_W, y1: CHART_H * f, y2: CHART_H * f, stroke: '#f0f0f0' }));
+    const chart = s('svg', { class: 'chart', id: 'dash-chart', viewBox: '0 0 ' + CHART_W + ' ' + CHART_H, preserveAspectRatio: 'none', role: 'img', 'aria-label': t('dash.title') },
+      ...grid, lineS, lineP, lineA, maxLabel);
+    const legend = h('div', { class: 'legend' },
+      h('span', {}, h('i', { class: 'la' }), t('dash.legendA')),
+      h('span', {}, h('i', { class: 'lp' }), t('dash.legendP')),
+      h('span', {}, h('i', { class: 'ls' }), t('dash.legendS')),
+      h('span', {}, t('dash.window')));
+    legend.querySelector('.la').style.background = '#ff6633';
+    legend.querySelector('.lp').style.background = '#2f6fde';
+    legend.querySelector('.ls').style.background = '#999';
+
+    root.append(h('h1', {}, '📈 ' + t('dash.title')),
+      h('div', { class: 'card' }, h('label', { for: 'dash-voucher' }, t('dash.voucher')), pick,
+        h('p', {}, status), h('div', { class: 'bar' }, bar)),
+      err,
+      h('div', { class: 'stats' }, Object.values(st).map((x) => x.el)),
+      h('h2', {}, t('dash.rate')),
+      chart, legend);
+
+    const samples = []; // {a: accepted/s, p: persisted/s, s: stock share}
+    let prev = null;
+    let peak = 0;
+    let inFlight = false;
+
+    function draw() {
+      const max = Math.max(1, ...samples.map((x) => Math.max(x.a, x.p)));
+      const xAt = (i) => (CHART_W * (i + SAMPLES - samples.length)) / (SAMPLES - 1);
+      const yAt = (v) => CHART_H - 4 - ((CHART_H - 22) * v) / max;
+      lineA.setAttribute('points', samples.map((x, i) => xAt(i).toFixed(1) + ',' + yAt(x.a).toFixed(1)).join(' '));
+      lineP.setAttribute('points', samples.map((x, i) => xAt(i).toFixed(1) + ',' + yAt(x.p).toFixed(1)).join(' '));
+      lineS.setAttribute('points', samples.map((x, i) => xAt(i).toFixed(1) + ',' + (CHART_H - 4 - (CHART_H - 22) * x.s).toFixed(1)).join(' '));
+      maxLabel.textContent = max.toFixed(max < 10 ? 1 : 0) + '/s';
+      chart.dataset.samples = String(samples.length);
+    }
+
+    function show(x, value) {
+      x.v.textContent = String(value);
+      x.el.dataset.value = String(value);
+    }
+
+    async function poll() {
+      if (inFlight || !ctx.alive()) return;
+      inFlight = true;
+      const r = await api('GET', '/voucher/seckill/' + vid + '/stats');
+      inFlight = false;
+      if (!ctx.alive()) return;
+      if (!r.ok || !r.json.data) {
+        err.replaceChildren(notice('bad', errorText(r)));
+        return;
+      }
+      err.replaceChildren();
+      const d = r.json.data;
+      const left = d.redisStock ?? d.dbStock;
+      const now = Number(d.nowMillis);
+      let a = 0;
+      let p = 0;
+      if (prev && now > prev.now) {
+        const dt = (now - prev.now) / 1000;
+        a = Math.max(0, (d.accepted - prev.accepted) / dt);
+        p = Math.max(0, (d.persisted - prev.persisted) / dt);
+      }
+      prev = { now, accepted: d.accepted, persisted: d.persisted };
+      peak = Math.max(peak, a);
+      const total = Number(left) + Number(d.accepted);
+      samples.push({ a, p, s: total > 0 ? Number(left) / total : 0 });
+      while (samples.length > SAMPLES) samples.shift();
+
+      show(st.stock, left);
+      show(st.accepted, d.accepted);
+      show(st.persisted, d.persisted);
+      show(st.db, d.dbStock);
+      show(st.backlog, Number(d.pending) + Number(d.lag ?? 0));
+      st.backlog.sub.textContent = 'pending ' + d.pending + ' · lag ' + (d.lag ?? '–');
+      show(st.stream, d.streamLength);
+      show(st.rate, a.toFixed(1));
+      st.rate.sub.textContent = t('dash.peak', peak.toFixed(1));
+      show(st.wrate, p.toFixed(1));
+      bar.style.width = total > 0 ? (100 * Number(left) / total).toFixed(1) + '%' : '0%';
+
+      const begin = parseLocal(d.beginTime);
+      const end = parseLocal(d.endTime);
+      // Both ends are server-local times read as this browser's local time (same zone assumed);
+      // the server's clock avoids trusting ours.
+      const local = now;
+      status.textContent = local < begin ? t('dash.notStarted', duration(begin - local))
+        : local >= end ? t('dash.ended') : t('dash.running', duration(end - local));
+      status.dataset.phase = local < begin ? 'before' : local >= end ? 'after' : 'open';
+      draw();
+    }
+    poll();
+    ctx.every(poll, 500);
+  }
+
+  // ---------------------------------------------------------------- start
+
+  document.getElementById('lang').addEventListener('click', () => {
+    lang = lang === 'zh' ? 'en' : 'zh';
+    localStorage.setItem(LANG_KEY, lang);
+    applyStaticText();
+    route();
+  });
+  window.addEventListener('hashchange', route);
+  applyStaticText();
+  loadMe();
+  route();
+})();
