@@ -78,9 +78,13 @@ struct TestApp {
 
 impl TestApp {
     async fn spawn() -> Self {
+        Self::spawn_with(|_| {}).await
+    }
+
+    async fn spawn_with(adjust: impl FnOnce(&mut Config)) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let prefix = format!("t:{}:", uuid::Uuid::new_v4().simple());
-        let config = Config {
+        let mut config = Config {
             listen: "127.0.0.1:0".parse().unwrap(),
             database_url: format!("sqlite://{}/hmdp.db", dir.path().display()),
             db_max_connections: 5,
@@ -91,6 +95,7 @@ impl TestApp {
             data_dir: dir.path().to_owned(),
             ..Config::default()
         };
+        adjust(&mut config);
         let sms = Arc::new(CapturingSms::default());
         let app = Application::build_with(config, Dependencies { sms: sms.clone() })
             .await
@@ -360,7 +365,9 @@ impl Browser {
         .map(str::to_owned)
     }
 
+    /// The element matching `css`, waiting for it to appear (pages render asynchronously).
     async fn element(&self, css: &str) -> String {
+        self.wait_text(css, "the element", |_| true).await;
         let v = self
             .cmd(
                 reqwest::Method::POST,
@@ -526,8 +533,11 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
     // Language toggle: English labels, then back to Chinese.
     b.click("#lang").await;
     b.wait_contains("#tabbar", "Orders").await;
+    b.wait_contains(".page", "Categories").await;
+    b.screenshot("02-home-en").await;
     b.click("#lang").await;
     b.wait_contains("#tabbar", "订单").await;
+    b.wait_contains(".page", "分类").await;
 
     // Shop types → shop list → shop detail with its flash-sale voucher.
     b.click("#types a[data-type-id=\"1\"]").await;
@@ -600,22 +610,18 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
     b.wait_text("#stat-accepted .v", "accepted 0", |t| t == "0")
         .await;
 
-    // A small sale: eight buyers, fired from the test while the dashboard watches.
+    // A small sale: eight buyers, fired from the test over ~3 s while the dashboard watches.
     let mut tokens = Vec::new();
     for i in 0..8 {
         tokens.push(app.login(&format!("1390000{:04}", i)).await);
     }
-    let before = b
-        .js(
-            "return document.querySelector('#line-accepted').getAttribute('points');",
-            json!([]),
-        )
-        .await;
+    let points = "return document.querySelector('#line-accepted').getAttribute('points');";
+    let before = b.js(points, json!([])).await;
     for (i, t) in tokens.iter().enumerate() {
         let r = app.grab(t, sale).await;
         assert_eq!(r["success"], true, "buyer {i}: {r}");
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        if i == 3 {
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        if i == 4 {
             b.wait_text("#stat-accepted .v", "some accepted", |t| {
                 t.parse::<i64>().is_ok_and(|n| n >= 1)
             })
@@ -623,6 +629,9 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
             b.screenshot("08-dashboard-during-sale").await;
         }
     }
+    // One more buyer too many for nobody: a repeat is refused and changes nothing.
+    let r = app.grab(&tokens[0], sale).await;
+    assert_eq!(r["code"], "duplicate_order", "{r}");
     b.wait_text("#stat-accepted .v", "accepted 8", |t| t == "8")
         .await;
     b.wait_text("#stat-stock .v", "stock 12", |t| t == "12")
@@ -648,4 +657,92 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
 
     let errors = b.page_errors().await;
     assert!(errors.is_empty(), "the page reported errors: {errors:?}");
+}
+
+/// The URL layout: our UI at `/app/` always and at `/` only without `HMDP_STATIC_DIR`; it
+/// shadows no API path. Plain HTTP, no browser.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ui_lives_at_app_and_at_the_root_unless_a_static_dir_owns_it() {
+    let no_redirects = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let get = |app: &TestApp, path: &str| no_redirects.get(app.url(path)).send();
+
+    let app = TestApp::spawn().await;
+    for path in ["/", "/app/", "/app/index.html"] {
+        let r = get(&app, path).await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert!(
+            r.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html")
+        );
+        assert!(
+            r.headers().contains_key("content-security-policy"),
+            "{path}"
+        );
+        assert!(r.text().await.unwrap().contains("/app/app.js"), "{path}");
+    }
+    let r = get(&app, "/app").await.unwrap();
+    assert_eq!(r.status(), 308);
+    assert_eq!(r.headers()["location"], "/app/");
+    for (path, kind) in [
+        ("/app/app.js", "text/javascript"),
+        ("/app/app.css", "text/css"),
+        ("/app/icon.svg", "image/svg+xml"),
+    ] {
+        let r = get(&app, path).await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert!(
+            r.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with(kind),
+            "{path}"
+        );
+    }
+    // The API is untouched, at both mount points; unknown paths stay 404 envelopes.
+    for path in ["/shop-type/list", "/api/shop-type/list", "/health"] {
+        let r = get(&app, path).await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert!(
+            r.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("application/json"),
+            "{path}"
+        );
+    }
+    let r: Value = get(&app, "/app/nope.js")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["code"], "not_found");
+    let r = no_redirects.post(app.url("/")).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    drop(app);
+
+    // With the operator's pages: they own `/`, our UI stays at `/app/`.
+    let site = tempfile::tempdir().unwrap();
+    std::fs::write(site.path().join("index.html"), "<h1>original pages</h1>").unwrap();
+    let root = site.path().to_owned();
+    let app = TestApp::spawn_with(move |c| c.static_dir = Some(root)).await;
+    let r = get(&app, "/").await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "<h1>original pages</h1>");
+    let r = get(&app, "/app/").await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("/app/app.js"));
+    let r: Value = get(&app, "/missing.html")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["code"], "not_found");
 }

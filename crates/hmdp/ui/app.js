@@ -110,7 +110,7 @@
       'dash.legendA': '抢到/秒',
       'dash.legendP': '落库/秒',
       'dash.legendS': '剩余库存比例',
-      'dash.window': '最近 60 秒，每 0.5 秒刷新',
+      'dash.window': '最近 30 秒，每 0.5 秒刷新',
       'notFound': '页面不存在',
       'day': '天',
     },
@@ -205,7 +205,7 @@
       'dash.legendA': 'accepted/s',
       'dash.legendP': 'persisted/s',
       'dash.legendS': 'stock left (share)',
-      'dash.window': 'Last 60 s, refreshed every 0.5 s',
+      'dash.window': 'Last 30 s, refreshed every 0.5 s',
       'notFound': 'No such page',
       'day': 'd',
     },
@@ -635,6 +635,11 @@
     for (const v of vouchers) root.append(voucherCard(v, ctx));
   }
 
+  /** Rules are stored with literal `\n` separators (as in the original data): one line each. */
+  function ruleLines(rules) {
+    return String(rules).split(/\\n|\n/).flatMap((line, i) => (i ? [h('br'), line] : [line]));
+  }
+
   function voucherCard(v, ctx) {
     const seckill = Number(v.type) === 1;
     const card = h('div', { class: 'card voucher', 'data-voucher-id': v.id },
@@ -644,7 +649,7 @@
           h('div', { class: 'name' }, h('strong', {}, v.title)),
           v.subTitle ? h('div', { class: 'muted small' }, v.subTitle) : null),
         h('div', { class: 'center' }, h('div', { class: 'price' }, yuan(v.payValue)), h('div', { class: 'strike' }, yuan(v.actualValue)))),
-      v.rules ? h('p', { class: 'muted small' }, v.rules) : null);
+      v.rules ? h('p', { class: 'muted small rules' }, ruleLines(v.rules)) : null);
     if (!seckill) return card;
 
     const stock = h('span', { class: 'stock' }, t('v.stock', v.stock ?? '-'));
@@ -862,7 +867,7 @@
 
   const CHART_W = 600;
   const CHART_H = 180;
-  const SAMPLES = 120; // 60 s at one sample per 500 ms
+  const SAMPLES = 60; // 30 s at one sample per 500 ms
 
   function viewDash(root, parts, _params, ctx) {
     const vid = Number(parts[0]) || 1;
@@ -892,9 +897,9 @@
     const err = h('div', { id: 'dash-error' });
 
     // The chart: accepted/s and persisted/s (left scale), stock left as a share (dashed).
-    const lineA = s('polyline', { fill: 'none', stroke: '#ff6633', 'stroke-width': 2.5, 'stroke-linejoin': 'round', id: 'line-accepted' });
-    const lineP = s('polyline', { fill: 'none', stroke: '#2f6fde', 'stroke-width': 2, 'stroke-linejoin': 'round', id: 'line-persisted' });
-    const lineS = s('polyline', { fill: 'none', stroke: '#999', 'stroke-width': 1.5, 'stroke-dasharray': '5 4', id: 'line-stock' });
+    const lineA = s('polyline', { fill: 'none', stroke: '#ff6633', 'stroke-width': 2.5, 'vector-effect': 'non-scaling-stroke', 'stroke-linejoin': 'round', id: 'line-accepted' });
+    const lineP = s('polyline', { fill: 'none', stroke: '#2f6fde', 'stroke-width': 2, 'vector-effect': 'non-scaling-stroke', 'stroke-linejoin': 'round', id: 'line-persisted' });
+    const lineS = s('polyline', { fill: 'none', stroke: '#999', 'stroke-width': 1.5, 'vector-effect': 'non-scaling-stroke', 'stroke-dasharray': '5 4', id: 'line-stock' });
     const maxLabel = s('text', { x: 6, y: 14, 'font-size': 12, fill: '#999' }, '');
     const grid = [0.25, 0.5, 0.75].map((f) => s('line', { x1: 0, x2: CHART_W, y1: CHART_H * f, y2: CHART_H * f, stroke: '#f0f0f0' }));
     const chart = s('svg', { class: 'chart', id: 'dash-chart', viewBox: '0 0 ' + CHART_W + ' ' + CHART_H, preserveAspectRatio: 'none', role: 'img', 'aria-label': t('dash.title') },
@@ -923,7 +928,8 @@
 
     function draw() {
       const max = Math.max(1, ...samples.map((x) => Math.max(x.a, x.p)));
-      const xAt = (i) => (CHART_W * (i + SAMPLES - samples.length)) / (SAMPLES - 1);
+      // Fills from the left, then scrolls: the newest sample is always the last point.
+      const xAt = (i) => (CHART_W * i) / (SAMPLES - 1);
       const yAt = (v) => CHART_H - 4 - ((CHART_H - 22) * v) / max;
       lineA.setAttribute('points', samples.map((x, i) => xAt(i).toFixed(1) + ',' + yAt(x.a).toFixed(1)).join(' '));
       lineP.setAttribute('points', samples.map((x, i) => xAt(i).toFixed(1) + ',' + yAt(x.p).toFixed(1)).join(' '));
