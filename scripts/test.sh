@@ -4,8 +4,8 @@
 #   scripts/test.sh            # everything (what CI runs)
 #   scripts/test.sh -p hmdp    # extra arguments go to `cargo test`
 #
-# It makes sure the servers the tests need are there first: installs redis-server and
-# mariadb-server with apt-get when missing (as root), starts them when they are not running, and
+# It makes sure what the tests need is there first: installs redis-server, mariadb-server and
+# chromium + chromium-driver with apt-get when missing (as root), starts them when they are not running, and
 # creates a MariaDB account for the tests. Override the targets with HMDP_TEST_REDIS_URL and
 # HMDP_TEST_MYSQL_URL to use servers of your own.
 set -euo pipefail
@@ -18,6 +18,9 @@ need_install=()
 command -v redis-server >/dev/null || need_install+=(redis-server)
 command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || need_install+=(mariadb-server)
 command -v mariadb >/dev/null || need_install+=(mariadb-client)
+# The UI test drives Debian's headless Chromium over WebDriver (no browser downloads).
+command -v chromium >/dev/null || need_install+=(chromium)
+command -v chromedriver >/dev/null || need_install+=(chromium-driver)
 if [ ${#need_install[@]} -gt 0 ]; then
   log "installing ${need_install[*]} (apt-get)"
   as_root apt-get update -qq
