@@ -754,3 +754,66 @@ async fn two_workers_share_the_stream_and_trimming_keeps_unwritten_orders() {
     let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
     assert_same_orders(&stored, &won);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_the_database_keeps_refusing_go_to_the_dead_letters_after_n_deliveries() {
+    let app = spawn_app_with(Backend::Sqlite, |c| c.seckill.worker = false).await;
+    let voucher = create_sale(&app, 5, -60, 3600).await;
+    let mut accepted = 0;
+    for phone in ["13812345678", "13912345678", "13712345678"] {
+        let token = app.login(phone).await;
+        accepted += order_id_of(&grab_raw(&app, voucher, &token).await.1).is_some() as usize;
+    }
+    assert_eq!(accepted, 3);
+    // Someone zeroes the stock in the database behind the sale's back: the writes are refused.
+    if let hmdp::storage::Db::Sqlite(p) = &app.state.db {
+        sqlx::query("UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = ?")
+            .bind(voucher)
+            .execute(p)
+            .await
+            .unwrap();
+    }
+    let s = &app.state;
+    let mut settings = s.config.seckill.clone();
+    settings.max_deliveries = 3;
+    let worker = hmdp::worker::OrderWorker::new(
+        s.db.clone(),
+        s.redis.clone(),
+        crate::helpers::redis_url(),
+        s.keys.clone(),
+        settings,
+        Some("w".into()),
+    );
+    worker.ensure_group(0).await.unwrap();
+    let mut reader = hmdp::kv::RedisConn::connect(&crate::helpers::redis_url())
+        .await
+        .unwrap();
+    let mut rounds = 0;
+    worker
+        .step_new(0, &mut reader, Duration::from_millis(50))
+        .await
+        .unwrap();
+    while worker.step_pending(0, &mut reader).await.unwrap() != hmdp::worker::Step::Idle {
+        rounds += 1;
+        assert!(
+            rounds < 10,
+            "the refused orders never left the pending list"
+        );
+    }
+    assert_eq!(
+        worker
+            .stats()
+            .dead_lettered
+            .load(std::sync::atomic::Ordering::SeqCst),
+        3
+    );
+    assert!(rounds >= 2, "retried before giving up ({rounds} rounds)");
+    assert!(db_order_ids(&app, voucher).await.is_empty());
+    let dead: i64 = redis::AsyncCommands::xlen(
+        &mut app.redis().await,
+        format!("{}seckill:{{s0}}:orders:dead", app.prefix),
+    )
+    .await
+    .unwrap();
+    assert_eq!(dead, 3);
+}
