@@ -412,7 +412,11 @@ impl Browser {
                 return t.clone();
             }
             if Instant::now() > deadline {
-                self.screenshot(&format!("FAILED-{what}")).await;
+                let name: String = what
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+                    .collect();
+                self.screenshot(&format!("FAILED-{name}")).await;
                 let page = self.text("body").await.unwrap_or_default();
                 panic!(
                     "timed out waiting for {what} at `{css}` (found {text:?}); the page says:\n{page}"
@@ -654,6 +658,46 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
         .await;
     assert_ne!(before, after, "the chart moved");
     b.screenshot("09-dashboard-after-sale").await;
+
+    // A sale that has not begun: a countdown to the start and no way to grab yet.
+    let begin = chrono::Local::now().naive_local() + chrono::Duration::hours(2);
+    let end = begin + chrono::Duration::hours(1);
+    let r: Value = app
+        .http
+        .post(app.url("/api/voucher/seckill"))
+        .header("x-admin-token", ADMIN_TOKEN)
+        .json(&json!({
+            "shopId": 2, "title": "明日秒杀", "payValue": 100, "actualValue": 1000, "stock": 5,
+            "beginTime": begin.format("%Y-%m-%dT%H:%M:%S").to_string(),
+            "endTime": end.format("%Y-%m-%dT%H:%M:%S").to_string(),
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let later = r["data"].as_i64().unwrap_or_else(|| panic!("{r}"));
+    b.click("#tabbar a[data-tab=\"home\"]").await;
+    b.click("#types a[data-type-id=\"1\"]").await;
+    b.click("#shops a[data-shop-id=\"2\"]").await;
+    let card = format!(".voucher[data-voucher-id=\"{later}\"]");
+    let countdown = b
+        .wait_contains(&format!("{card} .countdown"), "距开始")
+        .await;
+    assert!(
+        countdown.contains("01:59:") || countdown.contains("02:00:00"),
+        "{countdown}"
+    );
+    b.wait_contains(&format!("{card} .grab"), "未开始").await;
+    let disabled = b
+        .js(
+            "return document.querySelector(arguments[0]).disabled;",
+            json!([format!("{card} .grab")]),
+        )
+        .await;
+    assert_eq!(disabled, true, "the grab button waits for the start");
+    b.screenshot("10-not-started").await;
 
     let errors = b.page_errors().await;
     assert!(errors.is_empty(), "the page reported errors: {errors:?}");
