@@ -817,3 +817,53 @@ async fn orders_the_database_keeps_refusing_go_to_the_dead_letters_after_n_deliv
     .unwrap();
     assert_eq!(dead, 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creating_a_flash_sale_validates_its_fields() {
+    let app = spawn_app_with(Backend::Sqlite, |_| {}).await;
+    let post = |body: serde_json::Value, admin: bool| {
+        let mut req = app.client.post(app.url("/api/voucher/seckill")).json(&body);
+        if admin {
+            req = req.header("x-admin-token", ADMIN_TOKEN);
+        }
+        app.send(req)
+    };
+    let good = json!({"shopId": 1, "title": "券", "payValue": 1, "actualValue": 2, "stock": 5,
+        "beginTime": "2030-01-01T00:00:00", "endTime": "2030-01-02T00:00:00"});
+    assert_eq!(post(good.clone(), false).await.code(), "admin_required");
+    let with = |k: &str, v: serde_json::Value| {
+        let mut b = good.clone();
+        b[k] = v;
+        b
+    };
+    for (body, needle) in [
+        (with("stock", json!(0)), "stock"),
+        (
+            with("endTime", json!("2029-12-31T00:00:00")),
+            "beginTime must be before endTime",
+        ),
+        (with("beginTime", json!("tomorrow")), "date-time"),
+        (with("title", json!("")), "title"),
+        (with("stock", json!("ten")), "stock"),
+    ] {
+        let r = post(body, true).await;
+        assert_eq!((r.status, r.code()), (400, "invalid_request"), "{r:?}");
+        assert!(r.msg().contains(needle), "{needle}: {r:?}");
+    }
+    let r = post(with("shopId", json!(424242)), true).await;
+    assert_eq!(r.code(), "shop_not_found");
+    // "yyyy-MM-dd HH:mm:ss" is accepted too, and the sale shows in the shop's voucher list.
+    let r = post(with("beginTime", json!("2029-12-31 08:00:00")), true).await;
+    assert!(r.success(), "{r:?}");
+    let list = app.get("/api/voucher/list/1", None).await;
+    let ours = list.body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["id"] == r.body["data"])
+        .cloned()
+        .unwrap();
+    assert_eq!(ours["stock"], 5);
+    assert_eq!(ours["beginTime"], "2029-12-31T08:00:00");
+    assert_eq!(ours["type"], 1);
+}
