@@ -73,6 +73,7 @@ struct TestApp {
     http: reqwest::Client,
     prefix: String,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     _dir: tempfile::TempDir,
 }
 
@@ -101,8 +102,9 @@ impl TestApp {
             .await
             .expect("the app builds (is Redis running? set HMDP_TEST_REDIS_URL)");
         let addr = app.local_addr();
+        eprintln!("redis prefix: {prefix}");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(app.run_until(async {
+        let server = tokio::spawn(app.run_until(async {
             let _ = rx.await;
         }));
         Self {
@@ -115,7 +117,23 @@ impl TestApp {
                 .unwrap(),
             prefix,
             shutdown: Some(tx),
+            server: Some(server),
             _dir: dir,
+        }
+    }
+
+    /// Stops the server and waits for it (its worker too), so that the key clean-up in
+    /// `Drop` runs after the last write. Without this (a panic), clean-up is best effort.
+    async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(server) = self.server.take() {
+            let done = tokio::time::timeout(Duration::from_secs(10), server).await;
+            assert!(
+                matches!(done, Ok(Ok(Ok(())))),
+                "the server stops cleanly: {done:?}"
+            );
         }
     }
 
@@ -701,6 +719,8 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
 
     let errors = b.page_errors().await;
     assert!(errors.is_empty(), "the page reported errors: {errors:?}");
+    drop(b);
+    app.stop().await;
 }
 
 /// The URL layout: our UI at `/app/` always and at `/` only without `HMDP_STATIC_DIR`; it
@@ -769,7 +789,7 @@ async fn the_ui_lives_at_app_and_at_the_root_unless_a_static_dir_owns_it() {
     assert_eq!(r["code"], "not_found");
     let r = no_redirects.post(app.url("/")).send().await.unwrap();
     assert_eq!(r.status(), 405);
-    drop(app);
+    app.stop().await;
 
     // With the operator's pages: they own `/`, our UI stays at `/app/`.
     let site = tempfile::tempdir().unwrap();
@@ -789,4 +809,5 @@ async fn the_ui_lives_at_app_and_at_the_root_unless_a_static_dir_owns_it() {
         .await
         .unwrap();
     assert_eq!(r["code"], "not_found");
+    app.stop().await;
 }
