@@ -141,6 +141,7 @@ impl Application {
             catalogue,
             seckill,
             worker: worker.as_ref().map(|w| w.stats().clone()),
+            http_metrics: Arc::default(),
             locks,
             sessions: SessionStore::new(redis.clone(), keys.clone(), config.session_ttl),
             codes: CodeIssuer::new(redis.clone(), keys.clone(), config.code.clone()),

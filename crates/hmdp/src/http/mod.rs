@@ -9,6 +9,7 @@
 mod error;
 mod extract;
 mod health;
+mod metrics;
 mod order;
 mod shop;
 mod ui;
@@ -34,6 +35,7 @@ use tracing::Level;
 
 pub use error::{ApiError, ApiResult, Envelope, ErrorCode, Reply, ok, ok_empty};
 pub use extract::{Admin, AppJson, AppPath, AppQuery, CurrentUser};
+pub use metrics::HttpMetrics;
 
 use crate::{
     auth::{CodeIssuer, SessionStore, SmsSender},
@@ -56,6 +58,8 @@ pub struct AppState {
     pub catalogue: Catalogue,
     pub locks: hmdp_lock::LockClient<RedisConn>,
     pub seckill: crate::seckill::Seckill,
+    /// Request counters and latency histograms for `/metrics`.
+    pub http_metrics: Arc<metrics::HttpMetrics>,
     /// The embedded order worker's counters, when it runs in this process.
     pub worker: Option<Arc<crate::worker::WorkerStats>>,
     pub admin_token: Arc<Secret>,
@@ -74,7 +78,12 @@ fn api() -> Router<AppState> {
 
 /// The complete application: the API at `/` and `/api`, the layers, and the static files.
 pub fn app(state: AppState) -> Router {
-    let api = api();
+    let api = api()
+        .route("/metrics", axum::routing::get(metrics::metrics))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ));
     let mut router = Router::new()
         .merge(ui::routes())
         .merge(api.clone())

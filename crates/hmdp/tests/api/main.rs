@@ -16,6 +16,7 @@ mod compat;
 mod embedded;
 mod failures;
 mod login;
+mod metrics;
 mod seckill;
 mod shops;
 mod static_files;

@@ -1,0 +1,300 @@
+//! `GET /metrics`: Prometheus text exposition of what the service is doing.
+//!
+//! Counters live where the work happens (cache client, flash sale, order worker) as plain
+//! atomics; this module only reads them, plus a per-route request histogram recorded by a
+//! `route_layer` middleware (so the label is the route template, e.g. `/shop/{id}`, never the
+//! raw path: unbounded label values would blow up Prometheus). Stream gauges are read from Redis
+//! when scraped.
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    sync::{Mutex, atomic::Ordering},
+    time::Instant,
+};
+
+use axum::{
+    extract::{MatchedPath, Request, State},
+    http::header,
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+
+use super::AppState;
+
+/// Upper bounds of the latency buckets, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
+#[derive(Default)]
+struct Series {
+    count: u64,
+    sum_seconds: f64,
+    buckets: [u64; BUCKETS.len()],
+}
+
+/// Request counters and latency histograms by (method, route, status).
+#[derive(Default)]
+pub struct HttpMetrics {
+    /// A `std` mutex: held for a map lookup and a few additions, never across an await.
+    series: Mutex<BTreeMap<(String, String, u16), Series>>,
+}
+
+impl HttpMetrics {
+    fn record(&self, method: &str, route: &str, status: u16, seconds: f64) {
+        let mut map = self.series.lock().expect("metrics poisoned");
+        let s = map
+            .entry((method.to_owned(), route.to_owned(), status))
+            .or_default();
+        s.count += 1;
+        s.sum_seconds += seconds;
+        for (i, le) in BUCKETS.iter().enumerate() {
+            if seconds <= *le {
+                s.buckets[i] += 1;
+            }
+        }
+    }
+}
+
+/// Records one request (installed with `route_layer`, so the matched route is known).
+pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().as_str().to_owned();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().trim_start_matches("/api").to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let resp = next.run(req).await;
+    state.http_metrics.record(
+        &method,
+        &route,
+        resp.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    resp
+}
+
+/// `GET /metrics`.
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let mut out = String::with_capacity(8 * 1024);
+    http_section(&mut out, &state);
+    counters_section(&mut out, &state);
+    stream_section(&mut out, &state).await;
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+}
+
+fn http_section(out: &mut String, state: &AppState) {
+    let map = state.http_metrics.series.lock().expect("metrics poisoned");
+    out.push_str("# HELP hmdp_http_requests_total HTTP requests by method, route and status.\n");
+    out.push_str("# TYPE hmdp_http_requests_total counter\n");
+    for ((m, r, s), v) in map.iter() {
+        let _ = writeln!(
+            out,
+            "hmdp_http_requests_total{{method=\"{m}\",route=\"{r}\",status=\"{s}\"}} {}",
+            v.count
+        );
+    }
+    out.push_str(
+        "# HELP hmdp_http_request_duration_seconds Request latency by method and route.\n",
+    );
+    out.push_str("# TYPE hmdp_http_request_duration_seconds histogram\n");
+    let mut by_route: BTreeMap<(&str, &str), Series> = BTreeMap::new();
+    for ((m, r, _), v) in map.iter() {
+        let agg = by_route.entry((m, r)).or_default();
+        agg.count += v.count;
+        agg.sum_seconds += v.sum_seconds;
+        for (a, b) in agg.buckets.iter_mut().zip(v.buckets.iter()) {
+            *a += b;
+        }
+    }
+    for ((m, r), v) in &by_route {
+        for (le, n) in BUCKETS.iter().zip(v.buckets.iter()) {
+            let _ = writeln!(
+                out,
+                "hmdp_http_request_duration_seconds_bucket{{method=\"{m}\",route=\"{r}\",le=\"{le}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "hmdp_http_request_duration_seconds_bucket{{method=\"{m}\",route=\"{r}\",le=\"+Inf\"}} {}",
+            v.count
+        );
+        let _ = writeln!(
+            out,
+            "hmdp_http_request_duration_seconds_sum{{method=\"{m}\",route=\"{r}\"}} {}",
+            v.sum_seconds
+        );
+        let _ = writeln!(
+            out,
+            "hmdp_http_request_duration_seconds_count{{method=\"{m}\",route=\"{r}\"}} {}",
+            v.count
+        );
+    }
+}
+
+fn counter(out: &mut String, name: &str, help: &str, samples: &[(&str, u64)]) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+    for (labels, v) in samples {
+        if labels.is_empty() {
+            let _ = writeln!(out, "{name} {v}");
+        } else {
+            let _ = writeln!(out, "{name}{{{labels}}} {v}");
+        }
+    }
+}
+
+fn counters_section(out: &mut String, state: &AppState) {
+    let c = state.catalogue.cache().stats();
+    let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    counter(
+        out,
+        "hmdp_cache_reads_total",
+        "Shop cache reads by result (l1, hit, null_hit, miss, filtered = turned away by the Bloom filter).",
+        &[
+            ("result=\"l1\"", l(&c.l1_hits)),
+            ("result=\"hit\"", l(&c.hits)),
+            ("result=\"null_hit\"", l(&c.null_hits)),
+            ("result=\"miss\"", l(&c.misses)),
+            ("result=\"filtered\"", l(&c.filtered)),
+        ],
+    );
+    counter(
+        out,
+        "hmdp_cache_loads_total",
+        "Database loads caused by cache misses.",
+        &[("", l(&c.loads))],
+    );
+    counter(
+        out,
+        "hmdp_cache_rebuilds_total",
+        "Background rebuilds of logically expired entries.",
+        &[("", l(&c.rebuilds))],
+    );
+    counter(
+        out,
+        "hmdp_cache_fallbacks_total",
+        "Reads served from the database because Redis was away.",
+        &[("", l(&c.fallbacks))],
+    );
+    let s = state.seckill.stats();
+    counter(
+        out,
+        "hmdp_seckill_outcomes_total",
+        "Flash-sale requests decided by this instance, by outcome code.",
+        &[
+            ("outcome=\"accepted\"", l(&s.accepted)),
+            ("outcome=\"sold_out\"", l(&s.sold_out)),
+            ("outcome=\"duplicate_order\"", l(&s.duplicate)),
+            ("outcome=\"seckill_not_started\"", l(&s.not_started)),
+            ("outcome=\"seckill_ended\"", l(&s.ended)),
+            ("outcome=\"voucher_not_found\"", l(&s.unknown)),
+        ],
+    );
+    counter(
+        out,
+        "hmdp_seckill_warm_ups_total",
+        "Vouchers loaded into Redis from the database.",
+        &[("", l(&s.warm_ups))],
+    );
+    if let Some(w) = &state.worker {
+        counter(
+            out,
+            "hmdp_worker_orders_written_total",
+            "Orders inserted by this process's worker.",
+            &[("", l(&w.persisted))],
+        );
+        counter(
+            out,
+            "hmdp_worker_redeliveries_total",
+            "Entries acknowledged that were already written.",
+            &[("", l(&w.already_written))],
+        );
+        counter(
+            out,
+            "hmdp_worker_batches_total",
+            "Committed order batches.",
+            &[("", l(&w.batches))],
+        );
+        counter(
+            out,
+            "hmdp_worker_dead_letters_total",
+            "Orders moved to a dead-letter stream.",
+            &[("", l(&w.dead_lettered))],
+        );
+        counter(
+            out,
+            "hmdp_worker_claimed_total",
+            "Entries taken over from other consumers.",
+            &[("", l(&w.claimed))],
+        );
+        counter(
+            out,
+            "hmdp_worker_db_outages_total",
+            "Batch writes that failed because the database was away.",
+            &[("", l(&w.db_outages))],
+        );
+        let _ = writeln!(
+            out,
+            "# HELP hmdp_worker_write_seconds_total Database time spent writing committed batches.\n# TYPE hmdp_worker_write_seconds_total counter\nhmdp_worker_write_seconds_total {}",
+            l(&w.write_micros) as f64 / 1e6
+        );
+        let _ = writeln!(
+            out,
+            "# HELP hmdp_worker_last_batch_size Orders in the last committed batch.\n# TYPE hmdp_worker_last_batch_size gauge\nhmdp_worker_last_batch_size {}",
+            l(&w.last_batch)
+        );
+    }
+}
+
+async fn stream_section(out: &mut String, state: &AppState) {
+    let mut redis = state.redis.clone();
+    let shards = state.config.seckill.shards;
+    let mut lines = (String::new(), String::new(), String::new());
+    for shard in 0..shards {
+        let stream = state.keys.seckill_stream(shard);
+        let len: redis::RedisResult<i64> = redis::cmd("XLEN")
+            .arg(&stream)
+            .query_async(&mut redis)
+            .await;
+        let groups: redis::RedisResult<redis::streams::StreamInfoGroupsReply> = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg(&stream)
+            .query_async(&mut redis)
+            .await;
+        if let Ok(len) = len {
+            let _ = writeln!(
+                lines.0,
+                "hmdp_order_stream_length{{shard=\"{shard}\"}} {len}"
+            );
+        }
+        if let Ok(g) = groups
+            && let Some(g) = g.groups.iter().find(|g| g.name == crate::worker::GROUP)
+        {
+            let _ = writeln!(
+                lines.1,
+                "hmdp_order_stream_pending{{shard=\"{shard}\"}} {}",
+                g.pending
+            );
+            if let Some(lag) = g.lag {
+                let _ = writeln!(lines.2, "hmdp_order_stream_lag{{shard=\"{shard}\"}} {lag}");
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP hmdp_order_stream_length Entries in each order stream.\n# TYPE hmdp_order_stream_length gauge\n{}",
+        lines.0.trim_end()
+    );
+    let _ = writeln!(
+        out,
+        "# HELP hmdp_order_stream_pending Entries delivered to a worker, not yet written.\n# TYPE hmdp_order_stream_pending gauge\n{}",
+        lines.1.trim_end()
+    );
+    let _ = writeln!(
+        out,
+        "# HELP hmdp_order_stream_lag Entries not yet delivered to any worker.\n# TYPE hmdp_order_stream_lag gauge\n{}",
+        lines.2.trim_end()
+    );
+}
