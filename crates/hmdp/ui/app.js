@@ -103,6 +103,11 @@
       'dash.stream': '队列长度',
       'dash.rate': '抢到/秒',
       'dash.wrate': '落库/秒',
+      'dash.req': '抢购请求/秒',
+      'dash.chart': '实时曲线',
+      'dash.reqNote': '含被拒绝的，本实例',
+      'dash.noMetrics': '需要 /metrics',
+      'dash.legendR': '请求/秒',
       'dash.peak': '峰值 {0}/秒',
       'dash.notStarted': '未开始，{0} 后开抢',
       'dash.running': '进行中，{0} 后结束',
@@ -198,6 +203,11 @@
       'dash.stream': 'Stream length',
       'dash.rate': 'Accepted/s',
       'dash.wrate': 'Persisted/s',
+      'dash.req': 'Grab requests/s',
+      'dash.chart': 'Live chart',
+      'dash.reqNote': 'refusals included, this instance',
+      'dash.noMetrics': 'needs /metrics',
+      'dash.legendR': 'requests/s',
       'dash.peak': 'peak {0}/s',
       'dash.notStarted': 'Not started; opens in {0}',
       'dash.running': 'Running; ends in {0}',
@@ -885,54 +895,63 @@
     const st = {
       stock: stat('stat-stock', 'dash.stock'),
       accepted: stat('stat-accepted', 'dash.accepted'),
-      persisted: stat('stat-persisted', 'dash.persisted'),
+      req: stat('stat-req', 'dash.req'),
       rate: stat('stat-rate', 'dash.rate'),
+      persisted: stat('stat-persisted', 'dash.persisted'),
+      wrate: stat('stat-wrate', 'dash.wrate'),
       db: stat('stat-db', 'dash.db'),
       backlog: stat('stat-backlog', 'dash.backlog'),
-      stream: stat('stat-stream', 'dash.stream'),
-      wrate: stat('stat-wrate', 'dash.wrate'),
     };
     const status = h('div', { id: 'dash-status', class: 'countdown' }, t('loading'));
     const bar = h('span');
     const err = h('div', { id: 'dash-error' });
 
-    // The chart: accepted/s and persisted/s (left scale), stock left as a share (dashed).
+    // The chart: accepted/s, persisted/s and requests/s on one scale; stock left as a share
+    // of the sale (dashed, 0 to 100 %).
     const lineA = s('polyline', { fill: 'none', stroke: '#ff6633', 'stroke-width': 2.5, 'vector-effect': 'non-scaling-stroke', 'stroke-linejoin': 'round', id: 'line-accepted' });
     const lineP = s('polyline', { fill: 'none', stroke: '#2f6fde', 'stroke-width': 2, 'vector-effect': 'non-scaling-stroke', 'stroke-linejoin': 'round', id: 'line-persisted' });
+    const lineR = s('polyline', { fill: 'none', stroke: '#1a9b50', 'stroke-width': 1.5, 'vector-effect': 'non-scaling-stroke', 'stroke-linejoin': 'round', id: 'line-requests' });
     const lineS = s('polyline', { fill: 'none', stroke: '#999', 'stroke-width': 1.5, 'vector-effect': 'non-scaling-stroke', 'stroke-dasharray': '5 4', id: 'line-stock' });
     const maxLabel = s('text', { x: 6, y: 14, 'font-size': 12, fill: '#999' }, '');
     const grid = [0.25, 0.5, 0.75].map((f) => s('line', { x1: 0, x2: CHART_W, y1: CHART_H * f, y2: CHART_H * f, stroke: '#f0f0f0' }));
     const chart = s('svg', { class: 'chart', id: 'dash-chart', viewBox: '0 0 ' + CHART_W + ' ' + CHART_H, preserveAspectRatio: 'none', role: 'img', 'aria-label': t('dash.title') },
-      ...grid, lineS, lineP, lineA, maxLabel);
+      ...grid, lineS, lineR, lineP, lineA, maxLabel);
     const legend = h('div', { class: 'legend' },
       h('span', {}, h('i', { class: 'la' }), t('dash.legendA')),
       h('span', {}, h('i', { class: 'lp' }), t('dash.legendP')),
+      h('span', {}, h('i', { class: 'lr' }), t('dash.legendR')),
       h('span', {}, h('i', { class: 'ls' }), t('dash.legendS')),
       h('span', {}, t('dash.window')));
     legend.querySelector('.la').style.background = '#ff6633';
     legend.querySelector('.lp').style.background = '#2f6fde';
     legend.querySelector('.ls').style.background = '#999';
+    legend.querySelector('.lr').style.background = '#1a9b50';
 
     root.append(h('h1', {}, '📈 ' + t('dash.title')),
       h('div', { class: 'card' }, h('label', { for: 'dash-voucher' }, t('dash.voucher')), pick,
         h('p', {}, status), h('div', { class: 'bar' }, bar)),
       err,
       h('div', { class: 'stats' }, Object.values(st).map((x) => x.el)),
-      h('h2', {}, t('dash.rate')),
+      h('h2', {}, t('dash.chart')),
       chart, legend);
 
-    const samples = []; // {a: accepted/s, p: persisted/s, s: stock share}
+    const samples = []; // {a: accepted/s, p: persisted/s, r: requests/s or null, s: stock share}
+    let reqRate = null; // grab requests per second from /metrics, when the server has it
+    let reqPrev = null;
+    let reqPeak = 0;
     let prev = null;
     let peak = 0;
     let inFlight = false;
 
     function draw() {
-      const max = Math.max(1, ...samples.map((x) => Math.max(x.a, x.p)));
+      const max = Math.max(1, ...samples.map((x) => Math.max(x.a, x.p, x.r ?? 0)));
       // Fills from the left, then scrolls: the newest sample is always the last point.
       const xAt = (i) => (CHART_W * i) / (SAMPLES - 1);
       const yAt = (v) => CHART_H - 4 - ((CHART_H - 22) * v) / max;
       lineA.setAttribute('points', samples.map((x, i) => xAt(i).toFixed(1) + ',' + yAt(x.a).toFixed(1)).join(' '));
       lineP.setAttribute('points', samples.map((x, i) => xAt(i).toFixed(1) + ',' + yAt(x.p).toFixed(1)).join(' '));
+      lineR.setAttribute('points', samples.filter((x) => x.r != null).length === 0 ? ''
+        : samples.map((x, i) => xAt(i).toFixed(1) + ',' + yAt(x.r ?? 0).toFixed(1)).join(' '));
       lineS.setAttribute('points', samples.map((x, i) => xAt(i).toFixed(1) + ',' + (CHART_H - 4 - (CHART_H - 22) * x.s).toFixed(1)).join(' '));
       maxLabel.textContent = max.toFixed(max < 10 ? 1 : 0) + '/s';
       chart.dataset.samples = String(samples.length);
@@ -967,7 +986,7 @@
       prev = { now, accepted: d.accepted, persisted: d.persisted };
       peak = Math.max(peak, a);
       const total = Number(left) + Number(d.accepted);
-      samples.push({ a, p, s: total > 0 ? Number(left) / total : 0 });
+      samples.push({ a, p, r: reqRate, s: total > 0 ? Number(left) / total : 0 });
       while (samples.length > SAMPLES) samples.shift();
 
       show(st.stock, left);
@@ -975,8 +994,13 @@
       show(st.persisted, d.persisted);
       show(st.db, d.dbStock);
       show(st.backlog, Number(d.pending) + Number(d.lag ?? 0));
-      st.backlog.sub.textContent = 'pending ' + d.pending + ' · lag ' + (d.lag ?? '–');
-      show(st.stream, d.streamLength);
+      st.backlog.sub.textContent = 'pending ' + d.pending + ' · lag ' + (d.lag ?? '–') + ' · ' + t('dash.stream') + ' ' + d.streamLength;
+      if (reqRate == null) {
+        st.req.sub.textContent = t('dash.noMetrics');
+      } else {
+        show(st.req, reqRate.toFixed(1));
+        st.req.sub.textContent = t('dash.peak', reqPeak.toFixed(1)) + ' · ' + t('dash.reqNote');
+      }
       show(st.rate, a.toFixed(1));
       st.rate.sub.textContent = t('dash.peak', peak.toFixed(1));
       show(st.wrate, p.toFixed(1));
@@ -992,8 +1016,46 @@
       status.dataset.phase = local < begin ? 'before' : local >= end ? 'after' : 'open';
       draw();
     }
+    // Requests per second need a request counter, which only /metrics has (all flash-sale
+    // vouchers of this instance, refusals included). Without it the tile says so.
+    async function pollRequests() {
+      const total = await grabRequestsTotal();
+      if (!ctx.alive()) return;
+      const at = performance.now();
+      if (total == null) {
+        reqRate = null;
+      } else {
+        if (reqPrev && at > reqPrev.at) {
+          reqRate = Math.max(0, ((total - reqPrev.total) * 1000) / (at - reqPrev.at));
+          reqPeak = Math.max(reqPeak, reqRate);
+        }
+        reqPrev = { at, total };
+      }
+    }
+    pollRequests();
     poll();
     ctx.every(poll, 500);
+    ctx.every(pollRequests, 1000);
+  }
+
+  /** Grab requests served so far (any voucher, any outcome), from `/metrics`; null without it. */
+  async function grabRequestsTotal() {
+    try {
+      const resp = await fetch('/metrics');
+      if (!resp.ok) return null;
+      const text = await resp.text();
+      if (!text.includes('hmdp_http_requests_total')) return null;
+      let sum = 0;
+      for (const line of text.split('\n')) {
+        if (!line.startsWith('hmdp_http_requests_total{')) continue;
+        if (!/route="(?:\/api)?\/voucher-order\/seckill\/\{[^"]*\}"/.test(line)) continue;
+        const n = Number(line.slice(line.lastIndexOf(' ') + 1));
+        if (Number.isFinite(n)) sum += n;
+      }
+      return sum;
+    } catch (e) {
+      return null;
+    }
   }
 
   // ---------------------------------------------------------------- start
