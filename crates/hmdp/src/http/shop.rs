@@ -73,9 +73,27 @@ async fn update_shop(
     ok_empty()
 }
 
+/// True for text with control characters (NUL, newlines, …), which no name or address needs
+/// and which some databases truncate at.
+fn has_control(s: &str) -> bool {
+    s.chars().any(char::is_control)
+}
+
 fn validate(s: &ShopInput) -> Result<(), ApiError> {
     if s.name.trim().is_empty() || s.name.chars().count() > 128 {
         return Err(ApiError::invalid("name must be 1 to 128 characters"));
+    }
+    let texts = [
+        Some(&s.name),
+        Some(&s.address),
+        Some(&s.images),
+        s.area.as_ref(),
+        s.open_hours.as_ref(),
+    ];
+    if texts.into_iter().flatten().any(|t| has_control(t)) {
+        return Err(ApiError::invalid(
+            "text fields must not contain control characters",
+        ));
     }
     if !(-180.0..=180.0).contains(&s.x) || !(-85.05..=85.05).contains(&s.y) {
         return Err(ApiError::invalid(
@@ -149,8 +167,10 @@ async fn shops_by_name(
 ) -> ApiResult<Vec<Shop>> {
     let current = page(q.current)?;
     let name = q.name.unwrap_or_default();
-    if name.chars().count() > 128 {
-        return Err(ApiError::invalid("name must be at most 128 characters"));
+    if name.chars().count() > 128 || has_control(&name) {
+        return Err(ApiError::invalid(
+            "name must be at most 128 characters, without control characters",
+        ));
     }
     ok(state.catalogue.shops_by_name(&name, current).await?)
 }

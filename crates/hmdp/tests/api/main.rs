@@ -10,6 +10,7 @@
 
 mod helpers;
 
+mod abuse;
 mod admin;
 mod cluster;
 mod compat;
