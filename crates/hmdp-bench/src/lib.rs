@@ -1,22 +1,36 @@
 //! # hmdp-bench
 //!
-//! Benchmarks that print numbers, each next to a raw baseline measured in the same run:
+//! Benchmarks that print numbers, each next to a raw baseline measured in the same run (on a
+//! shared 2-core machine only same-run ratios mean anything):
 //!
+//! - `seckill`: users log in through the API, an admin creates a flash-sale voucher, C
+//!   connections grab it; then the order worker drains and the invariants are **verified**
+//!   (the run exits non-zero if one fails). Baselines: the same Lua script on raw Redis,
+//!   pipelined and not; raw batched `INSERT` rows/s; the worker's drain rate. Async and sync
+//!   order paths in one run.
 //! - `shop`: cached `GET /shop/{id}` (with and without the L1) against raw unpipelined Redis
 //!   `GET`s; a penetration flood of unknown ids with and without the Bloom filter, counting the
 //!   database queries it causes.
+//! - `login`: the code + login flow (a new user each time) and `GET /user/me` (session reads).
+//! - `ids`, `lock`: the `hmdp-id` and `hmdp-lock` crates against raw `INCR` and raw
+//!   `SET NX` + `DEL`.
+//! - `conns`: the server's memory with many open connections.
 //!
 //! By default a scenario starts the service in-process on embedded defaults (a SQLite file in a
-//! temporary folder, the Redis at `--redis-url` under a fresh key prefix), so one command
-//! measures everything; `--url` targets a running server instead (database counts are then
-//! not available). Load comes from `--connections` keep-alive HTTP/1.1 connections, each
-//! sending its next request when the previous answer arrived (closed loop); latencies go into an
-//! HDR histogram.
+//! temporary folder — or a fresh MariaDB database with `--database-url mysql://…` — and the
+//! Redis at `--redis-url` under a fresh key prefix), so one command measures everything;
+//! `--url` targets a running server instead. Load comes from `--connections` keep-alive
+//! HTTP/1.1 connections, each sending its next request when the previous answer arrived
+//! (closed loop); latencies go into an HDR histogram and per-second buckets, which the
+//! `--svg` chart draws.
 
+pub mod check;
 pub mod load;
 pub mod report;
 pub mod scenarios;
 pub mod server;
+pub mod svg;
+pub mod timeline;
 
 use std::path::PathBuf;
 
@@ -40,30 +54,83 @@ pub struct Cli {
     /// Target a running server (e.g. http://127.0.0.1:8081) instead of starting one in-process.
     #[arg(long, global = true)]
     pub url: Option<String>,
+    /// In-process: `mysql://user@host:port` runs the server on a fresh MariaDB database
+    /// (dropped afterwards) instead of SQLite. With --url: the running server's database
+    /// (sqlite://… or mysql://…/db), read for the invariant checks.
+    #[arg(long, global = true)]
+    pub database_url: Option<String>,
+    /// With --url: the server's HMDP_REDIS_PREFIX (login codes and flash-sale keys are read
+    /// from Redis under it).
+    #[arg(long, default_value = "", global = true)]
+    pub redis_prefix: String,
+    /// With --url: the server's admin token (default: $HMDP_ADMIN_TOKEN).
+    #[arg(long, global = true)]
+    pub admin_token: Option<String>,
+    /// With --url: the server's HMDP_SECKILL_SHARDS.
+    #[arg(long, default_value_t = 1, global = true)]
+    pub seckill_shards: u32,
     /// Write the results as JSON to this file.
     #[arg(long, global = true)]
     pub json: Option<PathBuf>,
+    /// Write an SVG chart of throughput and latency over time to this file.
+    #[arg(long, global = true)]
+    pub svg: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Scenario {
+    /// Flash sale end to end with invariant checks; raw script, INSERT and drain baselines.
+    Seckill(scenarios::seckill::SeckillArgs),
     /// Cached shop reads vs raw Redis GET; penetration flood with and without the Bloom filter.
     Shop {
         /// Requests in each penetration flood.
         #[arg(long, default_value_t = 20_000)]
         flood: u64,
     },
+    /// Login flow (code + login, a new user each time) and session reads (GET /user/me).
+    Login,
+    /// hmdp-id generators (compatible, segment) vs raw INCR.
+    Ids,
+    /// hmdp-lock lock + unlock vs raw SET NX PX + DEL.
+    Lock,
+    /// Server memory with many open keep-alive connections.
+    Conns {
+        /// Connections to open.
+        #[arg(long, default_value_t = 10_000)]
+        count: usize,
+        /// With --url: the server's process id, to read its RSS from /proc.
+        #[arg(long)]
+        server_pid: Option<u32>,
+    },
 }
 
-/// Runs the chosen scenario and prints its report.
+/// Runs the chosen scenario, prints its report, writes the JSON and SVG files; fails when an
+/// invariant check failed.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let report = match &cli.scenario {
+        Scenario::Seckill(args) => scenarios::seckill::run(&cli, args).await?,
         Scenario::Shop { flood } => scenarios::shop::run(&cli, *flood).await?,
+        Scenario::Login => scenarios::login::run(&cli).await?,
+        Scenario::Ids => scenarios::ids::run(&cli).await?,
+        Scenario::Lock => scenarios::lock::run(&cli).await?,
+        Scenario::Conns { count, server_pid } => {
+            scenarios::conns::run(&cli, *count, *server_pid).await?
+        }
     };
     report.print();
     if let Some(path) = &cli.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
         eprintln!("results written to {}", path.display());
     }
+    if let Some(path) = &cli.svg {
+        let series = report.chart_series();
+        let title = format!(
+            "hmdp-bench {} — {} connections — {}",
+            report.scenario, report.connections, report.machine
+        );
+        std::fs::write(path, svg::render(&title, &series))?;
+        eprintln!("chart written to {}", path.display());
+    }
+    anyhow::ensure!(report.passed(), "an invariant check failed (see above)");
     Ok(())
 }

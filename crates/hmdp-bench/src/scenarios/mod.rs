@@ -1,3 +1,10 @@
-//! One module per scenario.
+//! One module per scenario, plus the shared set-up and raw baselines.
 
+pub mod baselines;
+pub mod conns;
+pub mod ids;
+pub mod lock;
+pub mod login;
+pub mod seckill;
+pub mod setup;
 pub mod shop;

@@ -1,0 +1,607 @@
+//! `seckill`: the flash sale end to end, then its invariants.
+//!
+//! N users log in through the real API, an admin creates a voucher with stock S, and C
+//! connections fire `POST /voucher-order/seckill/{id}`: every user once first, then random
+//! users (each user many times, the same user sometimes twice at once — the mix a real sale
+//! sees, and the one that finds double orders). When the load stops the bench waits for the
+//! order worker to write every accepted order, then checks the invariants (see
+//! [`crate::check`]) and fails the run if one does not hold.
+//!
+//! In the same run it measures the raw baselines ([`super::baselines`]): the same Lua script
+//! straight on Redis, pipelined and not, and plain batched `INSERT`s; and the drain rate of
+//! the order worker.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use clap::ValueEnum;
+use hmdp::{
+    config::SeckillMode,
+    kv::Keys,
+    storage::Db,
+    worker::{OrderWorker, WorkerStats},
+};
+
+use super::{
+    baselines::{pick_user, raw_grab, raw_insert},
+    setup::{CodeSource, User, create_users, create_voucher},
+    shop::target,
+};
+use crate::{
+    Cli,
+    check::{SaleState, check_sale},
+    load::{Outcome, Req, Stop, request_phase},
+    report::{Goal, Report, Row},
+    server::{self, BenchServer, Database},
+};
+
+/// Which order path(s) to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    Async,
+    Sync,
+    /// Async then sync, each on a fresh in-process server.
+    Both,
+}
+
+/// When the order worker runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Drain {
+    /// During the load, as in production (drain rate = accepted orders / time from the first
+    /// accepted order until the last is written; bounded by the accept rate).
+    Live,
+    /// Started after the load, on the whole backlog (in-process only): the worker's own rate.
+    Backlog,
+}
+
+/// The scenario's knobs.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SeckillArgs {
+    /// Users to log in through the API.
+    #[arg(long, default_value_t = 2000)]
+    pub users: usize,
+    /// The voucher's stock.
+    #[arg(long, default_value_t = 500)]
+    pub stock: i64,
+    /// async, sync or both (in-process). Against --url: a label; the server's
+    /// HMDP_SECKILL_MODE decides.
+    #[arg(long, value_enum, default_value_t = ModeArg::Both)]
+    pub mode: ModeArg,
+    /// When the order worker runs (backlog: in-process only).
+    #[arg(long, value_enum, default_value_t = Drain::Live)]
+    pub drain: Drain,
+    /// Scripts per pipeline in the pipelined raw baseline.
+    #[arg(long, default_value_t = 64)]
+    pub pipeline: usize,
+    /// Rows per transaction in the raw INSERT baseline (the worker's default batch).
+    #[arg(long, default_value_t = 200)]
+    pub insert_batch: usize,
+    /// Seconds to wait for the worker to write every accepted order before failing.
+    #[arg(long, default_value_t = 120)]
+    pub drain_timeout: u64,
+    /// Skip the raw baselines.
+    #[arg(long)]
+    pub no_baselines: bool,
+}
+
+/// What one mode's run measured.
+struct ModeResult {
+    mode: SeckillMode,
+    load: Outcome,
+    accepted: usize,
+    /// `(orders, seconds)` of the drain.
+    drain: Option<(u64, f64)>,
+}
+
+/// Orders of a voucher in the database.
+async fn db_orders(db: &Db, voucher: i64) -> anyhow::Result<Vec<(i64, i64)>> {
+    Ok(hmdp::on_pool!(db, pool => {
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT id, CAST(user_id AS SIGNED) FROM tb_voucher_order WHERE voucher_id = ?",
+        )
+        .bind(voucher)
+        .fetch_all(pool)
+        .await?
+    }))
+}
+
+async fn db_order_count(db: &Db, voucher: i64) -> anyhow::Result<i64> {
+    Ok(hmdp::on_pool!(db, pool => {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?")
+            .bind(voucher)
+            .fetch_one(pool)
+            .await?
+    }))
+}
+
+async fn db_stock(db: &Db, voucher: i64) -> anyhow::Result<i64> {
+    Ok(hmdp::on_pool!(db, pool => {
+        sqlx::query_scalar::<_, i64>("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?")
+            .bind(voucher)
+            .fetch_one(pool)
+            .await?
+    }))
+}
+
+/// Samples a growing count (orders written) in the background every `every`, remembering
+/// when each new value was first seen, so the moment the last order was written is known
+/// even though the bench only looks after the load ended.
+struct Watch {
+    seen: Arc<std::sync::Mutex<Vec<(u64, Instant)>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+/// When the count first reached `target`, from `(value, first seen)` samples in time order.
+fn first_reached(seen: &[(u64, Instant)], target: u64) -> Option<Instant> {
+    seen.iter().find(|(v, _)| *v >= target).map(|(_, t)| *t)
+}
+
+impl Watch {
+    fn start<F, Fut>(every: Duration, mut count: F) -> Self
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = u64> + Send,
+    {
+        let seen: Arc<std::sync::Mutex<Vec<(u64, Instant)>>> = Arc::default();
+        let stop: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+        let (s, st) = (seen.clone(), stop.clone());
+        let handle = tokio::spawn(async move {
+            let mut last = 0;
+            while !st.load(std::sync::atomic::Ordering::Relaxed) {
+                let n = count().await;
+                if n != last {
+                    s.lock().expect("watch").push((n, Instant::now()));
+                    last = n;
+                }
+                tokio::time::sleep(every).await;
+            }
+        });
+        Self { seen, stop, handle }
+    }
+
+    /// Waits (up to `timeout`) until the count reached `target`; when it first did.
+    async fn until(self, target: u64, timeout: Duration) -> Option<Instant> {
+        let deadline = Instant::now() + timeout;
+        let reached = loop {
+            let (r, n) = {
+                let seen = self.seen.lock().expect("watch");
+                (
+                    first_reached(&seen, target),
+                    seen.last().map_or(0, |(v, _)| *v),
+                )
+            };
+            if r.is_some() || Instant::now() >= deadline {
+                break r;
+            }
+            eprint!("\r  waiting for the order worker: {n}/{target} written   ");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        eprint!("\r{:80}\r", "");
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.handle.await;
+        reached
+    }
+}
+
+/// Where a mode runs: the in-process server or a running one.
+struct Target {
+    addr: std::net::SocketAddr,
+    server: Option<BenchServer>,
+    db: Db,
+    keys: Keys,
+    shards: u32,
+    admin_token: String,
+    codes: CodeSource,
+}
+
+async fn target_for(cli: &Cli, args: &SeckillArgs, mode: SeckillMode) -> anyhow::Result<Target> {
+    match &cli.url {
+        None => {
+            let backlog = args.drain == Drain::Backlog;
+            let server = server::start_on(
+                &cli.redis_url,
+                &Database::from_flag(cli.database_url.as_deref()),
+                |c| {
+                    c.seckill.mode = mode;
+                    if backlog {
+                        c.seckill.worker = false;
+                    }
+                    // Room for every connection's requests plus the worker.
+                    c.db_max_connections = c.db_max_connections.max(16);
+                },
+            )
+            .await?;
+            Ok(Target {
+                addr: server.addr,
+                db: server.state.db.clone(),
+                keys: server.state.keys.clone(),
+                shards: server.state.config.seckill.shards,
+                admin_token: server.admin_token.clone(),
+                codes: CodeSource::Sms(server.sms.clone()),
+                server: Some(server),
+            })
+        }
+        Some(url) => {
+            let database_url = cli.database_url.as_deref().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--url needs --database-url (the server's database) for the invariant checks"
+                )
+            })?;
+            let admin_token = cli
+                .admin_token
+                .clone()
+                .or_else(|| std::env::var("HMDP_ADMIN_TOKEN").ok())
+                .ok_or_else(|| {
+                    anyhow::anyhow!("--url needs --admin-token (or HMDP_ADMIN_TOKEN)")
+                })?;
+            let conn = redis::Client::open(cli.redis_url.as_str())?
+                .get_multiplexed_async_connection()
+                .await?;
+            Ok(Target {
+                addr: target(url)?,
+                server: None,
+                db: Db::connect(database_url, 4).await?,
+                keys: Keys::new(cli.redis_prefix.clone()),
+                shards: cli.seckill_shards,
+                admin_token,
+                codes: CodeSource::Redis {
+                    conn,
+                    prefix: cli.redis_prefix.clone(),
+                },
+            })
+        }
+    }
+}
+
+fn mode_name(m: SeckillMode) -> &'static str {
+    match m {
+        SeckillMode::Async => "async",
+        SeckillMode::Sync => "sync",
+    }
+}
+
+/// One mode: users, voucher, load, drain, invariants. Also runs the raw INSERT baseline on
+/// the target's database when asked (it must be the same database the worker writes to).
+async fn run_mode(
+    cli: &Cli,
+    args: &SeckillArgs,
+    mode: SeckillMode,
+    report: &mut Report,
+    insert_baseline: &mut Option<Outcome>,
+) -> anyhow::Result<ModeResult> {
+    let t = target_for(cli, args, mode).await?;
+    let name = mode_name(mode);
+    eprintln!(
+        "seckill/{name}: logging in {} users through the API…",
+        args.users
+    );
+    let started = Instant::now();
+    let users: Arc<Vec<User>> = Arc::new(create_users(t.addr, &t.codes, args.users, 32).await?);
+    eprintln!(
+        "seckill/{name}: {} users in {:.1}s; creating the voucher (stock {})",
+        users.len(),
+        started.elapsed().as_secs_f64(),
+        args.stock
+    );
+    let voucher = create_voucher(t.addr, &t.admin_token, args.stock).await?;
+
+    let n = users.len() as u64;
+    let u2 = users.clone();
+    let make = Arc::new(move |i: u64| {
+        let u = &u2[pick_user(i, n) as usize];
+        Req::post(format!("/api/voucher-order/seckill/{voucher}")).header("authorization", &u.token)
+    });
+    // The order worker's progress, watched from before the first order (live drain).
+    let persisted = |stats: Arc<WorkerStats>| {
+        move || {
+            let stats = stats.clone();
+            async move { stats.persisted.load(std::sync::atomic::Ordering::SeqCst) }
+        }
+    };
+    let live_watch = match (&t.server, args.drain, mode) {
+        (_, _, SeckillMode::Sync) | (Some(_), Drain::Backlog, _) => None,
+        (Some(s), Drain::Live, _) => Some(Watch::start(
+            Duration::from_millis(1),
+            persisted(s.state.worker.clone().expect("the in-process worker runs")),
+        )),
+        (None, _, _) => {
+            let db = t.db.clone();
+            Some(Watch::start(Duration::from_millis(10), move || {
+                let db = db.clone();
+                async move { db_order_count(&db, voucher).await.unwrap_or(0) as u64 }
+            }))
+        }
+    };
+    let load = request_phase(
+        &format!("seckill {name}"),
+        t.addr,
+        cli.connections,
+        Stop::AtLeast(Duration::from_secs(cli.seconds), n),
+        true,
+        make,
+    )
+    .await?;
+    let load_end = Instant::now();
+    let first_accept = load.first_success.map(|d| load_end - load.elapsed + d);
+    let returned: Vec<(i64, i64)> = load
+        .successes
+        .iter()
+        .filter_map(|(i, data)| {
+            data.as_i64()
+                .map(|id| (id, users[pick_user(*i, n) as usize].id))
+        })
+        .collect();
+    let accepted = returned.len();
+
+    // Drain: the worker writes every accepted order (sync mode wrote them already).
+    let timeout = Duration::from_secs(args.drain_timeout);
+    let mut drain = None;
+    let mut drained = true;
+    if let Some(w) = live_watch {
+        match (w.until(accepted as u64, timeout).await, first_accept) {
+            (Some(done), Some(first)) => {
+                drain = Some((accepted as u64, (done.max(first) - first).as_secs_f64()))
+            }
+            (None, _) => drained = false,
+            _ => {}
+        }
+    } else if let (Some(s), Drain::Backlog, SeckillMode::Async) = (&t.server, args.drain, mode) {
+        let worker = OrderWorker::new(
+            s.state.db.clone(),
+            s.state.redis.clone(),
+            cli.redis_url.clone(),
+            s.state.keys.clone(),
+            s.state.config.seckill.clone(),
+            None,
+        );
+        let w = Watch::start(Duration::from_millis(1), persisted(worker.stats().clone()));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let start = Instant::now();
+        let handle = tokio::spawn(worker.run_until(async {
+            let _ = rx.await;
+        }));
+        match w.until(accepted as u64, timeout).await {
+            Some(done) => drain = Some((accepted as u64, (done - start).as_secs_f64())),
+            None => drained = false,
+        }
+        let _ = tx.send(());
+        let _ = handle.await;
+    }
+
+    // Invariants.
+    let db_orders = db_orders(&t.db, voucher).await?;
+    let db_stock = db_stock(&t.db, voucher).await?;
+    let redis_stock = if mode == SeckillMode::Async {
+        let shard = Keys::seckill_shard(voucher, t.shards);
+        let mut conn = redis::Client::open(cli.redis_url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let s: Option<i64> = redis::cmd("HGET")
+            .arg(t.keys.seckill_voucher(shard, voucher))
+            .arg("stock")
+            .query_async(&mut conn)
+            .await?;
+        Some(s.unwrap_or(i64::MIN))
+    } else {
+        None
+    };
+    let mut checks = check_sale(&SaleState {
+        stock: args.stock,
+        users: users.len() as i64,
+        db_orders,
+        db_stock,
+        redis_stock,
+        returned,
+    });
+    checks.insert(
+        0,
+        crate::check::Check {
+            name: "every accepted order written".into(),
+            ok: drained,
+            detail: match mode {
+                SeckillMode::Async => format!(
+                    "{accepted} accepted, drained by the order worker (timeout {}s)",
+                    args.drain_timeout
+                ),
+                SeckillMode::Sync => format!("{accepted} accepted, written before answering"),
+            },
+        },
+    );
+    for c in &mut checks {
+        c.name = format!("{name}: {}", c.name);
+    }
+    report.checks.extend(checks);
+
+    // The raw INSERT baseline runs on the same database the worker wrote to, after the load.
+    if insert_baseline.is_none() && !args.no_baselines {
+        *insert_baseline = Some(
+            raw_insert(
+                &t.db,
+                args.insert_batch,
+                Duration::from_secs(cli.seconds.clamp(1, 5)),
+            )
+            .await?,
+        );
+    }
+    if let Some(s) = t.server {
+        s.stop().await;
+    }
+    Ok(ModeResult {
+        mode,
+        load,
+        accepted,
+        drain,
+    })
+}
+
+pub async fn run(cli: &Cli, args: &SeckillArgs) -> anyhow::Result<Report> {
+    let c = cli.connections;
+    let duration = Duration::from_secs(cli.seconds);
+    let mut report = Report::new("seckill", c);
+    let modes: Vec<SeckillMode> = match (args.mode, &cli.url) {
+        (ModeArg::Sync, _) => vec![SeckillMode::Sync],
+        (ModeArg::Async, _) | (ModeArg::Both, Some(_)) => vec![SeckillMode::Async],
+        (ModeArg::Both, None) => vec![SeckillMode::Async, SeckillMode::Sync],
+    };
+    let users = args.users as u64;
+
+    // Raw Redis baselines first, on their own keys.
+    let mut raw_plain = None;
+    let mut raw_piped = None;
+    if !args.no_baselines {
+        raw_plain = Some(raw_grab(&cli.redis_url, c, 1, duration, args.stock, users).await?);
+        raw_piped = Some(
+            raw_grab(
+                &cli.redis_url,
+                c,
+                args.pipeline,
+                duration,
+                args.stock,
+                users,
+            )
+            .await?,
+        );
+    }
+
+    let mut insert = None;
+    let mut results = Vec::new();
+    for mode in modes {
+        results.push(run_mode(cli, args, mode, &mut report, &mut insert).await?);
+    }
+
+    if let Some(o) = &raw_plain {
+        report.rows.push(Row::from_outcome(
+            &format!("raw Redis GRAB script, {c} conns, unpipelined"),
+            o,
+        ));
+    }
+    if let Some(o) = &raw_piped {
+        report.rows.push(Row::from_outcome(
+            &format!(
+                "raw Redis GRAB script, {} conns × pipeline {}",
+                (c / args.pipeline.max(1)).max(1),
+                args.pipeline
+            ),
+            o,
+        ));
+    }
+    for r in &results {
+        let name = mode_name(r.mode);
+        report.rows.push(
+            Row::from_outcome(&format!("POST /voucher-order/seckill ({name})"), &r.load)
+                .note(format!(
+                    "{} accepted, {} users, stock {}",
+                    r.accepted, args.users, args.stock
+                ))
+                .charted(),
+        );
+        if let Some((orders, secs)) = r.drain {
+            let how = match (args.drain, &cli.url) {
+                (Drain::Backlog, None) => "backlog, worker started after the load",
+                _ => "live: first accepted order → last written",
+            };
+            report.rows.push(Row::figure(
+                &format!("order drain into the database ({how})"),
+                orders,
+                secs,
+            ));
+        }
+    }
+    if let Some(o) = &insert {
+        report.rows.push(
+            Row::from_outcome(
+                &format!("raw batched INSERT rows ({} per tx)", args.insert_batch),
+                o,
+            )
+            .note("rate is rows/s; latency is per batch transaction"),
+        );
+    }
+
+    // Ratios and goals.
+    let backend = match results.first() {
+        Some(_) => match Database::from_flag(cli.database_url.as_deref()) {
+            Database::MySql(_) => "MariaDB",
+            Database::Sqlite if cli.url.is_some() => "the server's database",
+            Database::Sqlite => "SQLite",
+        },
+        None => "",
+    };
+    let async_r = results.iter().find(|r| r.mode == SeckillMode::Async);
+    let sync_r = results.iter().find(|r| r.mode == SeckillMode::Sync);
+    if let (Some(a), Some(s)) = (async_r, sync_r) {
+        report.summary.push(format!(
+            "async vs sync seckill, same run: {:.2}× the requests/s ({:.0} vs {:.0})",
+            a.load.rate() / s.load.rate().max(1e-9),
+            a.load.rate(),
+            s.load.rate()
+        ));
+    }
+    if let Some(a) = async_r {
+        let p99 = a.load.latency.value_at_quantile(0.99) as f64 / 1000.0;
+        if let Some(raw) = &raw_plain {
+            report.summary.push(format!(
+                "async seckill vs raw unpipelined EVALSHA ({c} connections): {:.2}×",
+                a.load.rate() / raw.rate()
+            ));
+        }
+        if let Some(raw) = &raw_piped {
+            let ratio = a.load.rate() / raw.rate();
+            report.summary.push(format!(
+                "async seckill vs raw pipelined EVALSHA (pipelines of {}): {ratio:.2}×",
+                args.pipeline
+            ));
+            report.goals.push(Goal::new(
+                "async seckill ≥ 50 % of raw pipelined EVALSHA of the same script",
+                format!(
+                    "{:.0} req/s vs {:.0} scripts/s = {:.0} %",
+                    a.load.rate(),
+                    raw.rate(),
+                    ratio * 100.0
+                ),
+                ratio >= 0.5,
+            ));
+        }
+        report.goals.push(Goal::new(
+            format!("async seckill p99 < 25 ms at {c} connections (goal is stated for 256)"),
+            format!("p99 {p99:.2} ms"),
+            p99 < 25.0,
+        ));
+        if let (Some((orders, secs)), Some(ins)) = (a.drain, &insert) {
+            let rate = orders as f64 / secs.max(1e-9);
+            let ratio = rate / ins.rate();
+            report.summary.push(format!(
+                "order drain vs raw batched INSERT into {backend}: {ratio:.2}× ({rate:.0} vs {:.0} rows/s)",
+                ins.rate()
+            ));
+            report.goals.push(Goal::new(
+                format!("order drain ≥ 30 % of raw batched INSERT rows/s ({backend})"),
+                format!(
+                    "{rate:.0} vs {:.0} rows/s = {:.0} %",
+                    ins.rate(),
+                    ratio * 100.0
+                ),
+                ratio >= 0.3,
+            ));
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_time_a_count_was_reached() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let seen = [(10, at(1)), (150, at(5)), (200, at(9)), (230, at(12))];
+        assert_eq!(first_reached(&seen, 200), Some(at(9)));
+        assert_eq!(first_reached(&seen, 151), Some(at(9)));
+        assert_eq!(first_reached(&seen, 5), Some(at(1)));
+        assert_eq!(first_reached(&seen, 231), None);
+    }
+}

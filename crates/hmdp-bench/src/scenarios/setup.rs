@@ -1,0 +1,203 @@
+//! Set-up through the real API: users (send a code, log in, read `/user/me`) and flash-sale
+//! vouchers (the admin route). Going through the API rather than the database keeps the bench
+//! honest against a running server, and exercises the same paths a client does.
+
+use std::{
+    collections::HashSet,
+    net::SocketAddr,
+    sync::{Arc, atomic::AtomicUsize, atomic::Ordering},
+};
+
+use chrono::{Duration as ChronoDuration, Local, NaiveDateTime};
+
+use crate::{
+    load::{Conn, Req, call_once},
+    server::CapturingSms,
+};
+
+/// Where login codes come from.
+#[derive(Clone)]
+pub enum CodeSource {
+    /// The in-process server's capturing SMS sender.
+    Sms(Arc<CapturingSms>),
+    /// A running server: the code is read from Redis at `{prefix}login:code:{phone}`.
+    Redis {
+        conn: redis::aio::MultiplexedConnection,
+        prefix: String,
+    },
+}
+
+impl CodeSource {
+    async fn code(&self, phone: &str) -> anyhow::Result<String> {
+        match self {
+            CodeSource::Sms(sms) => sms
+                .code_for(phone)
+                .ok_or_else(|| anyhow::anyhow!("no code was sent to {phone}")),
+            CodeSource::Redis { conn, prefix } => {
+                let mut conn = conn.clone();
+                let code: Option<String> = redis::cmd("GET")
+                    .arg(format!("{prefix}login:code:{phone}"))
+                    .query_async(&mut conn)
+                    .await?;
+                code.ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "no login code in Redis for {phone}: is --redis-prefix the server's HMDP_REDIS_PREFIX?"
+                    )
+                })
+            }
+        }
+    }
+}
+
+/// A logged-in user.
+#[derive(Debug, Clone)]
+pub struct User {
+    pub phone: String,
+    pub token: String,
+    pub id: i64,
+}
+
+/// `n` distinct random mobile numbers (`138` + 8 digits: valid for the phone rule, and a
+/// fresh run against a long-lived server almost never meets a number it used before, which
+/// would hit the per-phone code cooldown).
+pub fn phones(n: usize) -> Vec<String> {
+    let mut seen = HashSet::with_capacity(n);
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let p = format!("138{:08}", rand::random_range(0..100_000_000u32));
+        if seen.insert(p.clone()) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Logs one phone in over `conn`: code, login, `/user/me`.
+pub async fn login(conn: &mut Conn, codes: &CodeSource, phone: &str) -> anyhow::Result<User> {
+    let a = conn
+        .call(&Req::post(format!("/api/user/code?phone={phone}")))
+        .await?;
+    anyhow::ensure!(a.success(), "sending a code to {phone}: {}", a.code());
+    let code = codes.code(phone).await?;
+    let a = conn
+        .call(
+            &Req::post("/api/user/login").json(&serde_json::json!({"phone": phone, "code": code})),
+        )
+        .await?;
+    anyhow::ensure!(a.success(), "login of {phone}: {}", a.code());
+    let token = a
+        .data()
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("login answered no token"))?
+        .to_owned();
+    let a = conn
+        .call(&Req::get("/api/user/me").header("authorization", &token))
+        .await?;
+    anyhow::ensure!(a.success(), "/user/me of {phone}: {}", a.code());
+    let id = a.data()["id"]
+        .as_i64()
+        .ok_or_else(|| anyhow::anyhow!("/user/me answered no id"))?;
+    Ok(User {
+        phone: phone.to_owned(),
+        token,
+        id,
+    })
+}
+
+/// Creates `n` users through the login API over `parallel` connections.
+pub async fn create_users(
+    addr: SocketAddr,
+    codes: &CodeSource,
+    n: usize,
+    parallel: usize,
+) -> anyhow::Result<Vec<User>> {
+    let phones = Arc::new(phones(n));
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..parallel.clamp(1, n.max(1)) {
+        let (phones, next, codes) = (phones.clone(), next.clone(), codes.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut conn = Conn::connect(addr).await?;
+            let mut users = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(phone) = phones.get(i) else { break };
+                users.push((i, login(&mut conn, &codes, phone).await?));
+            }
+            anyhow::Ok(users)
+        }));
+    }
+    let mut users = Vec::with_capacity(n);
+    for t in tasks {
+        users.extend(t.await??);
+    }
+    users.sort_by_key(|(i, _)| *i);
+    Ok(users.into_iter().map(|(_, u)| u).collect())
+}
+
+/// The wire format of the API's times (server-local time, as the original).
+pub fn api_time(t: NaiveDateTime) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S").to_string()
+}
+
+/// The JSON body of a flash-sale voucher on sale from a minute ago for an hour.
+pub fn voucher_body(stock: i64, now: NaiveDateTime) -> serde_json::Value {
+    serde_json::json!({
+        "shopId": 1,
+        "title": format!("hmdp-bench flash sale of {stock}"),
+        "payValue": 100,
+        "actualValue": 1000,
+        "stock": stock,
+        "beginTime": api_time(now - ChronoDuration::minutes(1)),
+        "endTime": api_time(now + ChronoDuration::hours(1)),
+    })
+}
+
+/// Creates a flash-sale voucher through the admin route; its id.
+pub async fn create_voucher(
+    addr: SocketAddr,
+    admin_token: &str,
+    stock: i64,
+) -> anyhow::Result<i64> {
+    let a = call_once(
+        addr,
+        &Req::post("/api/voucher/seckill")
+            .header("x-admin-token", admin_token)
+            .json(&voucher_body(stock, Local::now().naive_local())),
+    )
+    .await?;
+    anyhow::ensure!(
+        a.success(),
+        "creating the voucher: {} ({})",
+        a.code(),
+        String::from_utf8_lossy(&a.body)
+    );
+    a.data()
+        .as_i64()
+        .ok_or_else(|| anyhow::anyhow!("the voucher route answered no id"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phones_are_distinct_and_valid() {
+        let p = phones(1000);
+        assert_eq!(p.iter().collect::<HashSet<_>>().len(), 1000);
+        assert!(p.iter().all(|p| p.len() == 11
+            && p.starts_with("138")
+            && p.bytes().all(|b| b.is_ascii_digit())));
+    }
+
+    #[test]
+    fn voucher_window_surrounds_now() {
+        let now =
+            NaiveDateTime::parse_from_str("2026-11-21T14:30:00", "%Y-%m-%dT%H:%M:%S").unwrap();
+        let b = voucher_body(500, now);
+        assert_eq!(b["beginTime"], "2026-11-21T14:29:00");
+        assert_eq!(b["endTime"], "2026-11-21T15:30:00");
+        assert_eq!(b["stock"], 500);
+        assert_eq!(b["shopId"], 1);
+    }
+}
