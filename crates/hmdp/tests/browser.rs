@@ -223,10 +223,20 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// `$CARGO_TARGET_DIR/ui-screenshots`, else `target/ui-screenshots` of the workspace (a
+/// relative `CARGO_TARGET_DIR` is taken from the workspace root, where CI runs cargo).
 fn screenshot_dir() -> PathBuf {
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+        .map(|t| {
+            if t.is_absolute() {
+                t
+            } else {
+                workspace.join(t)
+            }
+        })
+        .unwrap_or_else(|| workspace.join("target"));
     target.join("ui-screenshots")
 }
 
