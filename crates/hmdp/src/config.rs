@@ -196,6 +196,10 @@ pub struct Config {
     pub cache: CacheSettings,
     /// Flash sale and order worker (`HMDP_SECKILL_*`, `HMDP_WORKER*`, `HMDP_ID_MODE`).
     pub seckill: SeckillSettings,
+    /// `HMDP_RATE_LIMIT_IP`: requests per second per client IP (bursts of twice that); 0 = off.
+    pub rate_limit_ip: u32,
+    /// `HMDP_RATE_LIMIT_USER`: requests per second per logged-in user; 0 = off.
+    pub rate_limit_user: u32,
     /// `HMDP_BODY_LIMIT_BYTES`: largest accepted request body.
     pub body_limit: usize,
     /// `HMDP_REQUEST_TIMEOUT_MS`: a request taking longer is answered 503.
@@ -248,6 +252,8 @@ impl Default for Config {
                 claim_idle: Duration::from_secs(30),
                 id_mode: IdMode::Segment,
             },
+            rate_limit_ip: 200,
+            rate_limit_user: 20,
             body_limit: 64 * 1024,
             request_timeout: Duration::from_secs(10),
             log_filter: "info".to_owned(),
@@ -293,6 +299,8 @@ struct FileConfig {
     worker_max_deliveries: Option<u64>,
     worker_claim_idle_ms: Option<u64>,
     id_mode: Option<IdMode>,
+    rate_limit_ip: Option<u32>,
+    rate_limit_user: Option<u32>,
     body_limit_bytes: Option<usize>,
     request_timeout_ms: Option<u64>,
     log: Option<String>,
@@ -418,6 +426,12 @@ impl Config {
                     .get("HMDP_ID_MODE", f.id_mode)?
                     .unwrap_or(d.seckill.id_mode),
             },
+            rate_limit_ip: s
+                .get("HMDP_RATE_LIMIT_IP", f.rate_limit_ip)?
+                .unwrap_or(d.rate_limit_ip),
+            rate_limit_user: s
+                .get("HMDP_RATE_LIMIT_USER", f.rate_limit_user)?
+                .unwrap_or(d.rate_limit_user),
             body_limit: s
                 .get("HMDP_BODY_LIMIT_BYTES", f.body_limit_bytes)?
                 .unwrap_or(d.body_limit),
@@ -508,7 +522,8 @@ impl Config {
              code_min_interval={}s code_daily_limit={} code_max_attempts={} body_limit={}B \
              request_timeout={}ms db_max_connections={} shop_cache={:?} cache_ttl={}s \
              cache_null_ttl={}s cache_jitter={} l1_ttl={}ms bloom={} fallback_concurrency={} \
-             seckill_mode={:?} seckill_shards={} worker={} worker_batch={} id_mode={:?}",
+             seckill_mode={:?} seckill_shards={} worker={} worker_batch={} id_mode={:?} \
+             rate_limit_ip={}/s rate_limit_user={}/s",
             self.listen,
             redact_url(&self.database_url),
             self.redis_url
@@ -547,6 +562,8 @@ impl Config {
             self.seckill.worker,
             self.seckill.batch,
             self.seckill.id_mode,
+            self.rate_limit_ip,
+            self.rate_limit_user,
         )
     }
 }

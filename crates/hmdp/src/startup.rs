@@ -142,6 +142,10 @@ impl Application {
             seckill,
             worker: worker.as_ref().map(|w| w.stats().clone()),
             http_metrics: Arc::default(),
+            limits: Arc::new(crate::http::Limits::new(
+                config.rate_limit_ip,
+                config.rate_limit_user,
+            )),
             locks,
             sessions: SessionStore::new(redis.clone(), keys.clone(), config.session_ttl),
             codes: CodeIssuer::new(redis.clone(), keys.clone(), config.code.clone()),

@@ -9,6 +9,7 @@
 mod error;
 mod extract;
 mod health;
+mod limits;
 mod metrics;
 mod order;
 mod shop;
@@ -35,6 +36,7 @@ use tracing::Level;
 
 pub use error::{ApiError, ApiResult, Envelope, ErrorCode, Reply, ok, ok_empty};
 pub use extract::{Admin, AppJson, AppPath, AppQuery, CurrentUser};
+pub use limits::Limits;
 pub use metrics::HttpMetrics;
 
 use crate::{
@@ -58,6 +60,8 @@ pub struct AppState {
     pub catalogue: Catalogue,
     pub locks: hmdp_lock::LockClient<RedisConn>,
     pub seckill: crate::seckill::Seckill,
+    /// Per-IP and per-user request rate limits.
+    pub limits: Arc<limits::Limits>,
     /// Request counters and latency histograms for `/metrics`.
     pub http_metrics: Arc<metrics::HttpMetrics>,
     /// The embedded order worker's counters, when it runs in this process.
@@ -98,10 +102,19 @@ pub fn app(state: AppState) -> Router {
         ),
         None => router.fallback(not_found),
     };
+    // Layers run outside-in: trace, panic, timeout, body limit, IP limit, session, user limit.
     router
         .layer(middleware::from_fn_with_state(
             state.clone(),
+            limits::limit_user,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
             refresh_session,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            limits::limit_ip,
         ))
         .layer(DefaultBodyLimit::max(state.config.body_limit))
         .layer(middleware::from_fn_with_state(

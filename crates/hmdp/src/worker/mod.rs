@@ -174,6 +174,7 @@ impl OrderWorker {
         let mut backoff = Duration::from_millis(100);
         let claim_every = (self.settings.claim_idle / 2).max(Duration::from_millis(200));
         let mut last_claim = Instant::now();
+        let mut claiming = false;
         let mut last_trim = Instant::now();
         let mut group_ready = false;
         while !*stop.borrow() {
@@ -192,9 +193,13 @@ impl OrderWorker {
             }
             let result = if own_pending {
                 self.step_pending(shard, &mut reader).await
-            } else if last_claim.elapsed() >= claim_every {
+            } else if claiming || last_claim.elapsed() >= claim_every {
                 last_claim = Instant::now();
-                self.step_claim(shard).await
+                let r = self.step_claim(shard).await;
+                // A dead consumer's backlog is taken over batch after batch, not one batch
+                // per claim interval.
+                claiming = matches!(r, Ok(Step::Wrote(_)));
+                r
             } else {
                 self.step_new(shard, &mut reader, Duration::from_millis(1000))
                     .await

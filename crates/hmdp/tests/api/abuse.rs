@@ -120,3 +120,43 @@ fn urlencode(s: &str) -> String {
         })
         .collect()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn floods_from_one_address_or_one_user_are_rate_limited() {
+    use crate::helpers::spawn_app_with;
+    let app = spawn_app_with(Backend::Sqlite, |c| c.rate_limit_ip = 20).await;
+    let mut limited = 0;
+    for _ in 0..100 {
+        let r = app.get("/api/shop-type/list", None).await;
+        if r.status == 429 {
+            assert_eq!(r.code(), "rate_limited");
+            assert!(r.headers.contains_key("retry-after"));
+            limited += 1;
+        }
+    }
+    assert!(
+        limited >= 40,
+        "a burst of 100 over a 20/s (burst 40) limit: {limited} refused"
+    );
+
+    let app = spawn_app_with(Backend::Sqlite, |c| {
+        c.rate_limit_user = 5;
+        c.code.min_interval = std::time::Duration::ZERO;
+    })
+    .await;
+    let (greedy, calm) = (
+        app.login("13812345678").await,
+        app.login("13912345678").await,
+    );
+    let mut refused = 0;
+    for _ in 0..40 {
+        if app.get("/api/user/me", Some(&greedy)).await.status == 429 {
+            refused += 1;
+        }
+    }
+    assert!(refused >= 20, "{refused}");
+    assert!(
+        app.get("/api/user/me", Some(&calm)).await.success(),
+        "other users are not affected"
+    );
+}

@@ -163,6 +163,9 @@ pub fn test_config(database_url: String, dir: &std::path::Path) -> Config {
         redis_prefix: format!("t:{}:", uuid::Uuid::new_v4().simple()),
         admin_token: Some(Secret::new(ADMIN_TOKEN)),
         data_dir: dir.to_owned(),
+        // Tests fire bursts from one address; the limits have their own test.
+        rate_limit_ip: 0,
+        rate_limit_user: 0,
         ..Config::default()
     }
 }

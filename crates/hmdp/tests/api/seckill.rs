@@ -442,10 +442,51 @@ async fn a_worker_aborted_mid_batch_loses_and_duplicates_nothing() {
     for t in &tokens {
         won.insert(order_id_of(&grab_raw(&app, voucher, t).await.1).unwrap());
     }
-    // A worker starts, is aborted after a moment (mid-batch, entries delivered but not acked)…
-    let first = worker_for(&app, "doomed");
+    // A worker takes a batch and is aborted before it can write it: its database is made
+    // unreachable (a proxy that refuses), so the batch stays delivered-but-unacknowledged.
+    let server = crate::helpers::mysql_server_url();
+    let hostport = server.rsplit('@').next().unwrap().to_owned();
+    let proxy = crate::failures::CuttableProxy::start(hostport.clone()).await;
+    proxy.go_down();
+    let unreachable = hmdp::storage::Db::MySql(
+        sqlx::mysql::MySqlPoolOptions::new()
+            .acquire_timeout(Duration::from_millis(300))
+            .connect_lazy(
+                &app.state
+                    .config
+                    .database_url
+                    .replace(&hostport, &format!("127.0.0.1:{}", proxy.port)),
+            )
+            .unwrap(),
+    );
+    let s = &app.state;
+    let first = hmdp::worker::OrderWorker::new(
+        unreachable,
+        s.redis.clone(),
+        crate::helpers::redis_url(),
+        s.keys.clone(),
+        s.config.seckill.clone(),
+        Some("doomed".into()),
+    );
     let task = tokio::spawn(first.clone().run_until(std::future::pending()));
-    tokio::time::sleep(Duration::from_millis(60)).await;
+    let stream = format!("{}seckill:{{s0}}:orders", app.prefix);
+    let started = Instant::now();
+    loop {
+        let pending: redis::streams::StreamPendingReply = redis::cmd("XPENDING")
+            .arg(&stream)
+            .arg(hmdp::worker::GROUP)
+            .query_async(&mut app.redis().await)
+            .await
+            .unwrap_or_default();
+        if pending.count() > 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the first worker never read"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     task.abort();
     let _ = task.await;
     let written_by_first = first
@@ -470,9 +511,9 @@ async fn a_worker_aborted_mid_batch_loses_and_duplicates_nothing() {
     )
     .await;
     assert_eq!(stock, 0, "stock decremented exactly once per order");
-    assert!(
-        written_by_first < 300,
-        "the first worker really was cut off ({written_by_first})"
+    assert_eq!(
+        written_by_first, 0,
+        "the first worker died holding its batch"
     );
 }
 

@@ -1,0 +1,98 @@
+//! Per-client-IP and per-user request rate limits (`HMDP_RATE_LIMIT_IP`, `HMDP_RATE_LIMIT_USER`).
+//!
+//! A flash sale invites bots: one client firing thousands of requests a second. Each instance
+//! keeps GCRA token buckets in memory (the `governor` crate) — a few nanoseconds per check and no
+//! Redis round trip, so the limiter cannot become the bottleneck it protects against. Limits are
+//! per instance: with N instances behind a balancer a client gets up to N times the rate, which
+//! is fine for abuse protection (exact global quotas are what the per-phone SMS limits in Redis
+//! are for). The IP check runs before the session lookup, so a flooding client costs no Redis
+//! work; the user check runs after it. The client IP is the TCP peer: behind a reverse proxy
+//! every request shares the proxy's address, so set `HMDP_RATE_LIMIT_IP=0` there and limit at
+//! the proxy. Both are off with 0 (benchmarks).
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    num::NonZeroU32,
+    sync::atomic::{AtomicU64, Ordering},
+};
+
+use axum::{
+    extract::{ConnectInfo, Request, State},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use governor::{DefaultKeyedRateLimiter, Quota, clock::Clock};
+
+use super::{ApiError, AppState};
+use crate::auth::SessionUser;
+
+/// The rate limiters of one instance.
+pub struct Limits {
+    ip: Option<DefaultKeyedRateLimiter<IpAddr>>,
+    user: Option<DefaultKeyedRateLimiter<i64>>,
+    checks: AtomicU64,
+}
+
+impl Limits {
+    /// `per_second` requests with bursts of twice that; 0 turns a limit off.
+    pub fn new(ip_per_second: u32, user_per_second: u32) -> Self {
+        let quota = |n: u32| {
+            NonZeroU32::new(n).map(|n| {
+                Quota::per_second(n)
+                    .allow_burst(n.saturating_mul(NonZeroU32::new(2).expect("2 > 0")))
+            })
+        };
+        Self {
+            ip: quota(ip_per_second).map(DefaultKeyedRateLimiter::keyed),
+            user: quota(user_per_second).map(DefaultKeyedRateLimiter::keyed),
+            checks: AtomicU64::new(0),
+        }
+    }
+
+    fn housekeeping(&self) {
+        // Forget idle clients now and then so the maps do not grow without bound.
+        if self.checks.fetch_add(1, Ordering::Relaxed) % 10_000 == 9_999 {
+            if let Some(l) = &self.ip {
+                l.retain_recent();
+            }
+            if let Some(l) = &self.user {
+                l.retain_recent();
+            }
+        }
+    }
+}
+
+fn refuse(what: &str, wait: std::time::Duration) -> Response {
+    ApiError::rate_limited(
+        format!("请求过于频繁，请稍后再试 (too many requests from this {what})"),
+        wait,
+    )
+    .into_response()
+}
+
+/// Refuses clients (by TCP peer address) over `HMDP_RATE_LIMIT_IP` requests per second.
+pub async fn limit_ip(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if let (Some(limiter), Some(ConnectInfo(peer))) = (
+        &state.limits.ip,
+        req.extensions().get::<ConnectInfo<SocketAddr>>(),
+    ) {
+        state.limits.housekeeping();
+        if let Err(not_until) = limiter.check_key(&peer.ip()) {
+            let wait = not_until.wait_time_from(governor::clock::DefaultClock::default().now());
+            return refuse("address", wait);
+        }
+    }
+    next.run(req).await
+}
+
+/// Refuses logged-in users over `HMDP_RATE_LIMIT_USER` requests per second.
+pub async fn limit_user(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if let (Some(limiter), Some(session)) =
+        (&state.limits.user, req.extensions().get::<SessionUser>())
+        && let Err(not_until) = limiter.check_key(&session.user.id.get())
+    {
+        let wait = not_until.wait_time_from(governor::clock::DefaultClock::default().now());
+        return refuse("user", wait);
+    }
+    next.run(req).await
+}
