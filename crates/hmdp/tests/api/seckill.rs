@@ -132,8 +132,9 @@ async fn wait_for_orders(app: &TestApp, voucher: i64, n: i64) {
 }
 
 async fn redis_stock(app: &TestApp, voucher: i64) -> Option<i64> {
+    // Through the service's own connection: some tests run it on a private Redis.
     redis::AsyncCommands::hget(
-        &mut app.redis().await,
+        &mut app.state.redis.clone(),
         format!("{}seckill:{{s0}}:voucher:{voucher}", app.prefix),
         "stock",
     )
@@ -907,4 +908,54 @@ async fn creating_a_flash_sale_validates_its_fields() {
     assert_eq!(ours["stock"], 5);
     assert_eq!(ours["beginTime"], "2029-12-31T08:00:00");
     assert_eq!(ours["type"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_and_restarted_from_its_aof_mid_sale_loses_and_oversells_nothing() {
+    let port = crate::helpers::free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_string_lossy().into_owned();
+    let aof = [
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--dir",
+        d.as_str(),
+    ];
+    let redis = crate::failures::RedisProcess::start_with(port, &aof).await;
+    let url = format!("redis://127.0.0.1:{port}");
+    let app = Arc::new(
+        spawn_app_with(Backend::Sqlite, |c| {
+            c.redis_url = Some(url.clone());
+            c.seckill.claim_idle = Duration::from_millis(500);
+        })
+        .await,
+    );
+    let voucher = create_sale(&app, 100, -60, 3600).await;
+    let tokens = login_many(&app, 150).await;
+    let mut won = HashSet::new();
+    for t in &tokens[..60] {
+        won.insert(order_id_of(&grab_raw(&app, voucher, t).await.1).unwrap());
+    }
+    // kill -9, then a restart that replays the append-only file.
+    drop(redis);
+    let _redis = crate::failures::RedisProcess::start_with(port, &aof).await;
+    let started = Instant::now();
+    while !app.get("/health", None).await.success() {
+        assert!(started.elapsed() < Duration::from_secs(15), "no recovery");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for t in &tokens {
+        let (status, body) = grab_raw(&app, voucher, t).await;
+        assert_eq!(status, 200, "{body}");
+        if let Some(id) = order_id_of(&body) {
+            won.insert(id);
+        }
+    }
+    assert_eq!(won.len(), 100, "the stock, never more");
+    wait_for_orders(&app, voucher, 100).await;
+    let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
+    assert_same_orders(&stored, &won);
+    assert_eq!(redis_stock(&app, voucher).await, Some(0));
 }
