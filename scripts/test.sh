@@ -21,6 +21,8 @@ command -v mariadb >/dev/null || need_install+=(mariadb-client)
 # The UI test drives Debian's headless Chromium over WebDriver (no browser downloads).
 command -v chromium >/dev/null || need_install+=(chromium)
 command -v chromedriver >/dev/null || need_install+=(chromium-driver)
+# Only for readable screenshots (Chinese text); the UI test checks text, not pixels.
+dpkg -s fonts-wqy-microhei >/dev/null 2>&1 || need_install+=(fonts-wqy-microhei)
 if [ ${#need_install[@]} -gt 0 ]; then
   log "installing ${need_install[*]} (apt-get)"
   as_root apt-get update -qq
