@@ -959,3 +959,133 @@ async fn redis_killed_and_restarted_from_its_aof_mid_sale_loses_and_oversells_no
     assert_same_orders(&stored, &won);
     assert_eq!(redis_stock(&app, voucher).await, Some(0));
 }
+
+/// `hmdp serve` as a separate process on the test's database and Redis prefix.
+fn serve_process(app: &TestApp, port: u16, dir: &std::path::Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_hmdp"))
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HMDP_LISTEN", format!("127.0.0.1:{port}"))
+        .env("HMDP_DATABASE_URL", &app.state.config.database_url)
+        .env("HMDP_REDIS_URL", crate::helpers::redis_url())
+        .env("HMDP_REDIS_PREFIX", &app.prefix)
+        .env("HMDP_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("HMDP_WORKER_CLAIM_IDLE_MS", "500")
+        .env("HMDP_RATE_LIMIT_IP", "0")
+        .env("HMDP_RATE_LIMIT_USER", "0")
+        .env("HMDP_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+async fn wait_up(client: &reqwest::Client, port: u16) {
+    let started = Instant::now();
+    while client
+        .get(format!("http://127.0.0.1:{port}/health"))
+        .send()
+        .await
+        .map(|r| r.status() != 200)
+        .unwrap_or(true)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the service did not come up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_killed_mid_sale_and_restarted_loses_and_duplicates_nothing() {
+    let app = Arc::new(spawn_app_with(Backend::MySql, |c| c.seckill.worker = false).await);
+    let voucher = create_sale(&app, 200, -60, 3600).await;
+    let tokens = Arc::new(login_many(&app, 300).await);
+    let dir = tempfile::tempdir().unwrap();
+    let port = crate::helpers::free_port();
+    let mut service = serve_process(&app, port, dir.path());
+    wait_up(&app.client, port).await;
+
+    // The crowd arrives; the service is killed -9 while answering it.
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for u in 0..300 {
+        let (client, tokens, answered) = (app.client.clone(), tokens.clone(), answered.clone());
+        tasks.push(tokio::spawn(async move {
+            let r = client
+                .post(format!(
+                    "http://127.0.0.1:{port}/api/voucher-order/seckill/{voucher}"
+                ))
+                .header("authorization", &tokens[u])
+                .send()
+                .await;
+            let body = match r {
+                Ok(r) => r.text().await.ok(),
+                Err(_) => None,
+            };
+            answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            body.and_then(|b| order_id_of(&b))
+        }));
+    }
+    while answered.load(std::sync::atomic::Ordering::SeqCst) < 80 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    service.kill().unwrap();
+    service.wait().unwrap();
+    let mut won = HashSet::new();
+    for t in tasks {
+        if let Some(id) = t.await.unwrap() {
+            won.insert(id);
+        }
+    }
+    eprintln!("{} orders confirmed before the kill", won.len());
+
+    // Restarted, it writes every order Redis accepted (confirmed or not) exactly once.
+    let port = crate::helpers::free_port();
+    let mut service = serve_process(&app, port, dir.path());
+    wait_up(&app.client, port).await;
+    let accepted = 200 - redis_stock(&app, voucher).await.unwrap();
+    wait_for_orders(&app, voucher, accepted).await;
+    // The sale goes on to the end on the restarted service.
+    for t in tokens.iter() {
+        let r = app
+            .client
+            .post(format!(
+                "http://127.0.0.1:{port}/api/voucher-order/seckill/{voucher}"
+            ))
+            .header("authorization", t)
+            .send()
+            .await
+            .unwrap();
+        if let Some(id) = order_id_of(&r.text().await.unwrap()) {
+            won.insert(id);
+        }
+    }
+    wait_for_orders(&app, voucher, 200).await;
+    unsafe { libc::kill(service.id() as i32, libc::SIGTERM) };
+    assert!(service.wait().unwrap().success());
+    let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
+    assert!(
+        won.is_subset(&stored),
+        "every order confirmed to a buyer is written"
+    );
+    assert_eq!(stored.len(), 200, "the stock, never more");
+    let users = db_count(
+        &app,
+        "SELECT COUNT(DISTINCT user_id) FROM tb_voucher_order WHERE voucher_id = ?",
+        voucher,
+    )
+    .await;
+    assert_eq!(users, 200, "one order per buyer");
+    assert_eq!(
+        db_count(
+            &app,
+            "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
+            voucher
+        )
+        .await,
+        0
+    );
+}
