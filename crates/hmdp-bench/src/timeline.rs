@@ -74,14 +74,17 @@ impl Timeline {
     }
 
     /// The buckets as rates and percentiles; `elapsed_secs` is the phase's length, which
-    /// tells how much of the last bucket the phase covered.
+    /// tells how much of the last bucket the phase covered. A last bucket covering less than
+    /// half a second is left out: it holds only the stragglers of the final round, and its
+    /// rate would be noise.
     pub fn summary(&self, elapsed_secs: f64) -> Vec<SecondSummary> {
         let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
         self.seconds
             .iter()
             .enumerate()
+            .filter(|(i, _)| elapsed_secs - *i as f64 >= 0.5)
             .map(|(i, s)| {
-                let covered = (elapsed_secs - i as f64).clamp(0.05, 1.0);
+                let covered = (elapsed_secs - i as f64).clamp(0.5, 1.0);
                 SecondSummary {
                     second: i as u64,
                     rate: s.requests as f64 / covered,
@@ -126,6 +129,7 @@ mod tests {
         for _ in 0..50 {
             t.record(1, 4000, 1, false);
         }
+        assert_eq!(t.summary(1.2).len(), 1);
         let s = t.summary(1.5);
         assert_eq!(s.len(), 2);
         assert_eq!(s[0].rate, 100.0);
