@@ -115,7 +115,7 @@ async fn a_hung_redis_means_a_fast_timeout_in_the_envelope() {
     let waited = started.elapsed();
     unsafe { libc::kill(pid, libc::SIGCONT) };
     assert_eq!((r.status, r.code()), (503, "timeout"), "{r:?}");
-    assert!(waited < Duration::from_secs(2), "answered after {waited:?}");
+    assert!(waited < Duration::from_secs(5), "answered after {waited:?}");
     // Once Redis wakes up the service answers normally again.
     let started = Instant::now();
     while !app.get("/health", None).await.success() {
