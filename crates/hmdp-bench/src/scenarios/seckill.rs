@@ -93,6 +93,28 @@ struct ModeResult {
     accepted: usize,
     /// `(orders, seconds)` of the drain.
     drain: Option<(u64, f64)>,
+    /// The in-process worker's own account of the drain: batches and database write time.
+    worker_note: Option<String>,
+}
+
+/// Where the drain's time went, from the worker's counters: batches, average batch size and
+/// the share spent inside database transactions (the rest is stream reads, acks, trims and
+/// waiting for the scheduler).
+fn worker_note(w: &WorkerStats, drain_secs: f64) -> String {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (batches, persisted, micros) = (
+        w.batches.load(SeqCst),
+        w.persisted.load(SeqCst),
+        w.write_micros.load(SeqCst),
+    );
+    let db_secs = micros as f64 / 1e6;
+    format!(
+        "worker: {batches} batches, {:.0} orders/batch, {:.3}s inside database transactions of {:.3}s drain ({:.0} %)",
+        persisted as f64 / batches.max(1) as f64,
+        db_secs,
+        drain_secs,
+        db_secs / drain_secs.max(1e-9) * 100.0
+    )
 }
 
 /// Orders of a voucher in the database.
@@ -339,6 +361,8 @@ async fn run_mode(
     // Drain: the worker writes every accepted order (sync mode wrote them already).
     let timeout = Duration::from_secs(args.drain_timeout);
     let mut drain = None;
+    let mut worker_stats: Option<Arc<WorkerStats>> =
+        t.server.as_ref().and_then(|s| s.state.worker.clone());
     let mut drained = true;
     if let Some(w) = live_watch {
         match (w.until(accepted as u64, timeout).await, first_accept) {
@@ -357,6 +381,7 @@ async fn run_mode(
             s.state.config.seckill.clone(),
             None,
         );
+        worker_stats = Some(worker.stats().clone());
         let w = Watch::start(Duration::from_millis(1), persisted(worker.stats().clone()));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let start = Instant::now();
@@ -429,7 +454,12 @@ async fn run_mode(
     if let Some(s) = t.server {
         s.stop().await;
     }
+    let worker_note = match (&worker_stats, drain) {
+        (Some(w), Some((_, secs))) => Some(worker_note(w, secs)),
+        _ => None,
+    };
     Ok(ModeResult {
+        worker_note,
         mode,
         load,
         accepted,
@@ -503,11 +533,15 @@ pub async fn run(cli: &Cli, args: &SeckillArgs) -> anyhow::Result<Report> {
                 (Drain::Backlog, None) => "backlog, worker started after the load",
                 _ => "live: first accepted order → last written",
             };
-            report.rows.push(Row::figure(
+            let mut row = Row::figure(
                 &format!("order drain into the database ({how})"),
                 orders,
                 secs,
-            ));
+            );
+            if let Some(n) = &r.worker_note {
+                row = row.note(n.clone());
+            }
+            report.rows.push(row);
         }
     }
     if let Some(o) = &insert {
