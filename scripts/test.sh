@@ -64,4 +64,8 @@ fi
 
 command -v cargo >/dev/null || { log "cargo is missing: install Rust from https://rustup.rs"; exit 1; }
 log "redis=${HMDP_TEST_REDIS_URL:-redis://127.0.0.1:6379} mysql=${HMDP_TEST_MYSQL_URL%%:*}://…"
-exec cargo test --workspace --no-fail-fast "$@"
+cargo test --workspace --no-fail-fast "$@"
+# Then fuzz the running service from its OpenAPI document (skipped when arguments narrow the run).
+if [ $# -eq 0 ]; then
+  scripts/fuzz.sh
+fi

@@ -11,6 +11,7 @@ mod extract;
 mod health;
 mod limits;
 mod metrics;
+mod openapi;
 mod order;
 mod shop;
 mod ui;
@@ -78,6 +79,7 @@ fn api() -> Router<AppState> {
         .merge(shop::router())
         .merge(voucher::router())
         .merge(order::router())
+        .merge(openapi::routes())
 }
 
 /// The complete application: the API at `/` and `/api`, the layers, and the static files.

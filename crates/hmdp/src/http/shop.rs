@@ -95,13 +95,42 @@ fn validate(s: &ShopInput) -> Result<(), ApiError> {
             "text fields must not contain control characters",
         ));
     }
-    if !(-180.0..=180.0).contains(&s.x) || !(-85.05..=85.05).contains(&s.y) {
+    // The original schema stores x and y as DOUBLE UNSIGNED (its shops are all in China), so
+    // only the eastern and northern hemispheres fit; GEO indexing stops at ±85.05°.
+    if !(0.0..=180.0).contains(&s.x) || !(0.0..=85.05).contains(&s.y) {
         return Err(ApiError::invalid(
-            "x must be a longitude (-180..180) and y a latitude (-85.05..85.05)",
+            "x must be a longitude (0..180) and y a latitude (0..85.05)",
         ));
     }
     if s.type_id <= 0 {
         return Err(ApiError::invalid("typeId must be a positive integer"));
+    }
+    // The column sizes of the original schema: longer text would be cut or refused by MySQL.
+    for (field, value, max) in [
+        ("images", Some(&s.images), 1024),
+        ("area", s.area.as_ref(), 128),
+        ("address", Some(&s.address), 255),
+        ("openHours", s.open_hours.as_ref(), 32),
+    ] {
+        if value.is_some_and(|v| v.chars().count() > max) {
+            return Err(ApiError::invalid(format!(
+                "{field} must be at most {max} characters"
+            )));
+        }
+    }
+    for (field, value) in [
+        ("sold", s.sold),
+        ("comments", s.comments),
+        ("score", s.score),
+    ] {
+        if !(0..=i64::from(u32::MAX)).contains(&value) {
+            return Err(ApiError::invalid(format!(
+                "{field} must be between 0 and 4294967295"
+            )));
+        }
+    }
+    if s.avg_price.is_some_and(|p| p < 0) {
+        return Err(ApiError::invalid("avgPrice must not be negative"));
     }
     Ok(())
 }

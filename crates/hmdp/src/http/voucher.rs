@@ -37,9 +37,11 @@ async fn create_voucher(
     _: Admin,
     AppJson(input): AppJson<VoucherInput>,
 ) -> ApiResult<i64> {
-    if input.title.trim().is_empty() {
-        return Err(ApiError::invalid("title must not be empty"));
-    }
+    check_texts(
+        &input.title,
+        input.sub_title.as_deref(),
+        input.rules.as_deref(),
+    )?;
     if input.pay_value < 0 || input.actual_value < 0 {
         return Err(ApiError::invalid(
             "payValue and actualValue must not be negative",
@@ -61,6 +63,20 @@ async fn vouchers_of_shop(
     AppPath(shop): AppPath<ShopId>,
 ) -> ApiResult<Vec<Voucher>> {
     ok(catalogue::vouchers_of_shop(&state.db, shop).await?)
+}
+
+/// Title, subtitle and rules within the original's column sizes.
+fn check_texts(title: &str, sub_title: Option<&str>, rules: Option<&str>) -> Result<(), ApiError> {
+    if title.trim().is_empty() || title.chars().count() > 255 {
+        return Err(ApiError::invalid("title must be 1 to 255 characters"));
+    }
+    if sub_title.is_some_and(|s| s.chars().count() > 255) {
+        return Err(ApiError::invalid("subTitle must be at most 255 characters"));
+    }
+    if rules.is_some_and(|s| s.chars().count() > 1024) {
+        return Err(ApiError::invalid("rules must be at most 1024 characters"));
+    }
+    Ok(())
 }
 
 /// The original's seckill `Voucher` body.
@@ -87,14 +103,20 @@ async fn create_seckill_voucher(
     _: Admin,
     AppJson(v): AppJson<SeckillVoucherInput>,
 ) -> ApiResult<i64> {
-    if v.title.trim().is_empty() || v.title.chars().count() > 255 {
-        return Err(ApiError::invalid("title must be 1 to 255 characters"));
-    }
+    check_texts(&v.title, v.sub_title.as_deref(), v.rules.as_deref())?;
     if v.stock < 1 || v.stock > 10_000_000 {
         return Err(ApiError::invalid("stock must be between 1 and 10000000"));
     }
     if v.begin_time >= v.end_time {
         return Err(ApiError::invalid("beginTime must be before endTime"));
+    }
+    // MySQL TIMESTAMP columns (the original's) hold 1970-01-01 … 2038-01-19 only.
+    let earliest = chrono::NaiveDate::from_ymd_opt(1970, 1, 2).and_then(|d| d.and_hms_opt(0, 0, 0));
+    let latest = chrono::NaiveDate::from_ymd_opt(2038, 1, 18).and_then(|d| d.and_hms_opt(0, 0, 0));
+    if Some(v.begin_time) < earliest || Some(v.end_time) > latest {
+        return Err(ApiError::invalid(
+            "beginTime and endTime must lie between 1970-01-02 and 2038-01-18",
+        ));
     }
     if v.pay_value < 0 || v.actual_value < 0 {
         return Err(ApiError::invalid(

@@ -18,6 +18,7 @@ mod embedded;
 mod failures;
 mod login;
 mod metrics;
+mod openapi;
 mod seckill;
 mod shops;
 mod static_files;
