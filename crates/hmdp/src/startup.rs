@@ -22,7 +22,7 @@ use crate::{
     catalogue::Catalogue,
     config::IdMode,
     config::{Config, DEFAULT_REDIS_URL, ManagedRedis as ManagedMode, Secret},
-    http::{self, AppState},
+    http::{self, AppState, AppStateInner},
     kv::{
         Keys, RedisConn,
         managed::{ManagedRedis, answers_ping},
@@ -137,7 +137,7 @@ impl Application {
                 None,
             )
         });
-        let state = AppState {
+        let state = AppState::new(AppStateInner {
             catalogue,
             seckill,
             worker: worker.as_ref().map(|w| w.stats().clone()),
@@ -155,7 +155,7 @@ impl Application {
             sms: deps.sms,
             admin_token: Arc::new(admin_token),
             config: Arc::new(config),
-        };
+        });
         let listener = TcpListener::bind(state.config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", state.config.listen))?;

@@ -181,6 +181,55 @@ pub async fn raw_insert(db: &Db, batch: usize, duration: Duration) -> anyhow::Re
     out
 }
 
+/// What deleting one batch's `seckill:pending:<id>` keys costs: `(seconds per batch one
+/// awaited `DEL` at a time, seconds per batch as one pipeline)`, over `rounds` batches of
+/// `batch` keys each. The order worker's `ack` deletes them one at a time; this measures what
+/// that costs next to the database write, and what a pipeline would cost instead.
+pub async fn pending_del_cost(
+    redis_url: &str,
+    batch: usize,
+    rounds: usize,
+) -> anyhow::Result<(f64, f64)> {
+    let mut conn = redis::Client::open(redis_url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let base = format!("bench:pending:{}:", uuid::Uuid::new_v4().simple());
+    let keys: Vec<String> = (0..batch).map(|i| format!("{base}{i}")).collect();
+    let fill = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut p = redis::pipe();
+        for k in &keys {
+            p.cmd("SET")
+                .arg(k)
+                .arg("1:2")
+                .arg("PX")
+                .arg(60_000)
+                .ignore();
+        }
+        let mut conn = conn.clone();
+        async move { p.query_async::<()>(&mut conn).await }
+    };
+    let mut sequential = std::time::Duration::ZERO;
+    let mut pipelined = std::time::Duration::ZERO;
+    for _ in 0..rounds {
+        fill(&mut conn).await?;
+        let t = std::time::Instant::now();
+        for k in &keys {
+            let _: i64 = redis::cmd("DEL").arg(k).query_async(&mut conn).await?;
+        }
+        sequential += t.elapsed();
+        fill(&mut conn).await?;
+        let t = std::time::Instant::now();
+        let mut p = redis::pipe();
+        for k in &keys {
+            p.cmd("DEL").arg(k).ignore();
+        }
+        p.query_async::<()>(&mut conn).await?;
+        pipelined += t.elapsed();
+    }
+    let n = rounds.max(1) as f64;
+    Ok((sequential.as_secs_f64() / n, pipelined.as_secs_f64() / n))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

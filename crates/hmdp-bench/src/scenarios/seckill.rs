@@ -25,7 +25,7 @@ use hmdp::{
 };
 
 use super::{
-    baselines::{pick_user, raw_grab, raw_insert},
+    baselines::{pending_del_cost, pick_user, raw_grab, raw_insert},
     setup::{CodeSource, User, create_users, create_voucher},
     shop::target,
 };
@@ -95,6 +95,11 @@ struct ModeResult {
     drain: Option<(u64, f64)>,
     /// The in-process worker's own account of the drain: batches and database write time.
     worker_note: Option<String>,
+}
+
+/// Pending-key delete cost per batch: `(one at a time, pipelined)` seconds.
+async fn raw_pending_del(cli: &Cli, args: &SeckillArgs) -> anyhow::Result<(f64, f64)> {
+    pending_del_cost(&cli.redis_url, args.insert_batch, 20).await
 }
 
 /// Where the drain's time went, from the worker's counters: batches, average batch size and
@@ -496,6 +501,14 @@ pub async fn run(cli: &Cli, args: &SeckillArgs) -> anyhow::Result<Report> {
         );
     }
 
+    // What the worker's per-order pending-key deletes cost per batch (measured before the
+    // load, on an idle runtime, so it is the round-trip cost alone).
+    let del_cost = if args.no_baselines {
+        None
+    } else {
+        Some(raw_pending_del(cli, args).await?)
+    };
+
     let mut insert = None;
     let mut results = Vec::new();
     for mode in modes {
@@ -543,6 +556,23 @@ pub async fn run(cli: &Cli, args: &SeckillArgs) -> anyhow::Result<Report> {
             }
             report.rows.push(row);
         }
+    }
+    if let Some((seq, piped)) = del_cost {
+        report.rows.push(
+            Row::figure(
+                &format!(
+                    "{} pending-key DELs, one awaited at a time",
+                    args.insert_batch
+                ),
+                args.insert_batch as u64,
+                seq,
+            )
+            .note(format!(
+                "{:.2} ms per batch one at a time (the worker's ack) vs {:.2} ms as one pipeline",
+                seq * 1e3,
+                piped * 1e3
+            )),
+        );
     }
     if let Some(o) = &insert {
         report.rows.push(

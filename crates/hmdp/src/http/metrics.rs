@@ -15,7 +15,7 @@ use std::{
 
 use axum::{
     extract::{MatchedPath, Request, State},
-    http::header,
+    http::{Method, header},
     middleware::Next,
     response::{IntoResponse, Response},
 };
@@ -27,7 +27,7 @@ const BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 ];
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Series {
     count: u64,
     sum_seconds: f64,
@@ -37,16 +37,32 @@ struct Series {
 /// Request counters and latency histograms by (method, route, status).
 #[derive(Default)]
 pub struct HttpMetrics {
-    /// A `std` mutex: held for a map lookup and a few additions, never across an await.
-    series: Mutex<BTreeMap<(String, String, u16), Series>>,
+    /// Route template → (method, status) → series. Keyed so that recording a request looks
+    /// its series up by `&str` and allocates nothing once the series exists (this runs on every
+    /// request). A `std` mutex: held for a lookup and a few additions, never across an await.
+    series: Mutex<BTreeMap<String, RouteSeries>>,
 }
 
+/// One route's series, by method and status (a handful per route, so a linear scan).
+type RouteSeries = Vec<(Method, u16, Series)>;
+
 impl HttpMetrics {
-    fn record(&self, method: &str, route: &str, status: u16, seconds: f64) {
+    fn record(&self, method: &Method, route: &str, status: u16, seconds: f64) {
         let mut map = self.series.lock().expect("metrics poisoned");
-        let s = map
-            .entry((method.to_owned(), route.to_owned(), status))
-            .or_default();
+        let by_status = match map.get_mut(route) {
+            Some(v) => v,
+            None => map.entry(route.to_owned()).or_default(),
+        };
+        let s = match by_status
+            .iter()
+            .position(|(m, st, _)| m == method && *st == status)
+        {
+            Some(i) => &mut by_status[i].2,
+            None => {
+                by_status.push((method.clone(), status, Series::default()));
+                &mut by_status.last_mut().expect("just pushed").2
+            }
+        };
         s.count += 1;
         s.sum_seconds += seconds;
         for (i, le) in BUCKETS.iter().enumerate() {
@@ -55,21 +71,36 @@ impl HttpMetrics {
             }
         }
     }
+
+    /// Every series as `((method, route, status), series)`, sorted.
+    fn snapshot(&self) -> BTreeMap<(String, String, u16), Series> {
+        let map = self.series.lock().expect("metrics poisoned");
+        let mut out = BTreeMap::new();
+        for (route, v) in map.iter() {
+            for (m, status, series) in v {
+                out.insert(
+                    (m.as_str().to_owned(), route.clone(), *status),
+                    series.clone(),
+                );
+            }
+        }
+        out
+    }
 }
 
 /// Records one request (installed with `route_layer`, so the matched route is known).
 pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
-    let method = req.method().as_str().to_owned();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().trim_start_matches("/api").to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = req.method().clone();
+    let route = req.extensions().get::<MatchedPath>().cloned();
     let resp = next.run(req).await;
+    let route = route
+        .as_ref()
+        .map(|p| p.as_str().trim_start_matches("/api"))
+        .unwrap_or("unmatched");
     state.http_metrics.record(
         &method,
-        &route,
+        route,
         resp.status().as_u16(),
         started.elapsed().as_secs_f64(),
     );
@@ -86,7 +117,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 fn http_section(out: &mut String, state: &AppState) {
-    let map = state.http_metrics.series.lock().expect("metrics poisoned");
+    let map = state.http_metrics.snapshot();
     out.push_str("# HELP hmdp_http_requests_total HTTP requests by method, route and status.\n");
     out.push_str("# TYPE hmdp_http_requests_total counter\n");
     for ((m, r, s), v) in map.iter() {
