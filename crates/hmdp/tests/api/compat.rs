@@ -1,16 +1,30 @@
 //! Running on a database created from the original project's `hmdp.sql`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use sqlx::{Connection, Executor};
 
 use crate::helpers::{Backend, TestDatabase, spawn_with_config, test_config};
 
+/// The original dump: `HMDP_ORIGINAL_SQL`, or `shared/data/hmdp.sql` beside the checkout (looked
+/// up in every ancestor of the workspace, so a clone anywhere under the directory that holds
+/// `shared/` finds it). Never copied into the repository: it is the original project's data.
 fn original_sql() -> String {
     let path = std::env::var("HMDP_ORIGINAL_SQL")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/hmdp.sql")
+        .ok()
+        .or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .ancestors()
+                .map(|dir| dir.join("shared/data/hmdp.sql"))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "cannot find the original hmdp.sql in shared/data/ beside any parent of {}; \
+                 set HMDP_ORIGINAL_SQL to its path",
+                env!("CARGO_MANIFEST_DIR")
+            )
         });
     std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
