@@ -273,6 +273,46 @@ async fn reentrancy_counts_holds() {
 }
 
 #[tokio::test]
+async fn reentry_and_partial_release_reset_the_lease() {
+    // Redisson semantics: re-entry (and a release that leaves holds) runs
+    // PEXPIRE with the hold's lease, so the lock lives a full lease again.
+    let locks = lock_client(&prefix()).await;
+    let lock = locks.lock("release").unwrap();
+    let lease = Duration::from_millis(1500);
+    let outer = lock
+        .try_lock(Duration::ZERO, Some(lease))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut conn = raw().await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let before: i64 = conn.pttl(lock.key()).await.unwrap();
+    assert!(
+        before > 0 && before <= 800,
+        "lease ran down first: {before}"
+    );
+    let inner = outer.reenter().await.unwrap().expect("still held");
+    let after: i64 = conn.pttl(lock.key()).await.unwrap();
+    assert!(
+        after > 1200 && after <= 1500,
+        "re-entry must reset the lease to 1500 ms, pttl {after} (was {before})"
+    );
+    // The guard's own view follows: past the original lease, not lost.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(!outer.is_lost(), "re-entry moved the guard's deadline too");
+    let before: i64 = conn.pttl(lock.key()).await.unwrap();
+    assert!(before > 0 && before <= 700, "{before}");
+    assert!(inner.unlock().await.unwrap());
+    let after: i64 = conn.pttl(lock.key()).await.unwrap();
+    assert!(
+        after > 1200 && after <= 1500,
+        "a release that leaves a hold resets the lease, pttl {after}"
+    );
+    assert!(outer.unlock().await.unwrap());
+    assert!(!lock.is_locked().await.unwrap());
+}
+
+#[tokio::test]
 async fn simple_lock_is_not_reentrant() {
     let locks = lock_client(&prefix()).await;
     let lock = locks
