@@ -51,9 +51,14 @@
 //!   [`LockClientBuilder::watchdog_timeout`]) and a background task renews it
 //!   every third of that, checking ownership first. Renewal stops when the
 //!   guard is released or dropped. If a renewal finds the lock gone or owned
-//!   by someone else — or renewals keep failing for a whole lease — the guard
-//!   is marked lost; await [`LockGuard::lost`] next to your work to stop
-//!   early.
+//!   by someone else, the guard is marked lost. If renewals fail or get no
+//!   answer (Redis down or hung), the guard turns lost exactly when the last
+//!   *confirmed* lease may have run out — the time that renewal was sent
+//!   plus the lease — because from then on another client may hold the
+//!   lock; each renewal call is cut off at that moment. Await
+//!   [`LockGuard::lost`] next to your work to stop early.
+//!
+//! A lost guard stays lost.
 //!
 //! A process that dies while holding a lock leaves it behind for at most one
 //! lease.
