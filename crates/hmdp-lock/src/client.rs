@@ -26,6 +26,14 @@ pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// ```
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_millis(100);
 
+/// Default floor of the time limit on each acquire call of a bounded wait
+/// (see [`LockClientBuilder::min_attempt_timeout`]).
+///
+/// ```
+/// assert_eq!(hmdp_lock::DEFAULT_MIN_ATTEMPT_TIMEOUT, std::time::Duration::from_millis(250));
+/// ```
+pub const DEFAULT_MIN_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(250);
+
 /// Any async redis-rs connection the locks can run their scripts on.
 ///
 /// Implemented automatically for every
@@ -140,6 +148,7 @@ pub(crate) struct ClientInner<C> {
     pub(crate) counter: AtomicU64,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) retry_interval: Duration,
+    pub(crate) min_attempt_timeout: Duration,
 }
 
 impl<C> ClientInner<C> {
@@ -213,6 +222,7 @@ impl<C: LockConnection> LockClient<C> {
             client_id: None,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             retry_interval: DEFAULT_RETRY_INTERVAL,
+            min_attempt_timeout: DEFAULT_MIN_ATTEMPT_TIMEOUT,
         }
     }
 
@@ -304,6 +314,7 @@ pub struct LockClientBuilder<C> {
     client_id: Option<Uuid>,
     watchdog_timeout: Duration,
     retry_interval: Duration,
+    min_attempt_timeout: Duration,
 }
 
 impl<C: LockConnection> LockClientBuilder<C> {
@@ -396,6 +407,25 @@ impl<C: LockConnection> LockClientBuilder<C> {
         self
     }
 
+    /// The shortest time limit for one acquire call of a bounded wait
+    /// ([`Lock::try_lock`](crate::Lock::try_lock)). Each call is limited to
+    /// what is left of the wait budget, but never less than this, so that
+    /// `try_lock(Duration::ZERO, ..)` or a last retry at the very end of the
+    /// budget still gets a fair chance at a healthy Redis. A hung connection
+    /// therefore makes `try_lock` return (with a timeout error) at most this
+    /// much later than its wait budget. Default 250 ms.
+    ///
+    /// ```no_run
+    /// # fn f(conn: redis::aio::MultiplexedConnection) {
+    /// let b = hmdp_lock::LockClient::builder(conn).min_attempt_timeout(std::time::Duration::from_millis(50));
+    /// # let _ = b;
+    /// # }
+    /// ```
+    pub fn min_attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.min_attempt_timeout = timeout;
+        self
+    }
+
     /// Validates the settings and builds the client. Nothing is sent to
     /// Redis yet; the subscriber connection opens on first wait.
     ///
@@ -413,6 +443,9 @@ impl<C: LockConnection> LockClientBuilder<C> {
         if self.retry_interval.is_zero() {
             return Err(Error::invalid("retry interval must be positive"));
         }
+        if self.min_attempt_timeout < Duration::from_millis(1) {
+            return Err(Error::invalid("min attempt timeout must be at least 1 ms"));
+        }
         // Validate the prefix once with a dummy name.
         LockKeys::new(&self.prefix, "x")?;
         Ok(LockClient {
@@ -424,6 +457,7 @@ impl<C: LockConnection> LockClientBuilder<C> {
                 counter: AtomicU64::new(0),
                 watchdog_timeout: self.watchdog_timeout,
                 retry_interval: self.retry_interval,
+                min_attempt_timeout: self.min_attempt_timeout,
             }),
         })
     }

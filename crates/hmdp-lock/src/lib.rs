@@ -89,6 +89,14 @@
 //! while it reconnects, waiters retry every
 //! [`retry_interval`](LockClientBuilder::retry_interval) instead.
 //!
+//! A bounded wait also bounds each acquire call: it may take what is left of
+//! the budget, but at least
+//! [`min_attempt_timeout`](LockClientBuilder::min_attempt_timeout) (250 ms
+//! by default), so a hung Redis makes `try_lock` fail with a timeout error
+//! ([`Error::is_timeout`]) no later than that after its budget, instead of
+//! blocking on the connection. A call that got no answer may still have
+//! been granted; the token is released again in the background.
+//!
 //! Each unlock message wakes one waiter of a client (first come, first
 //! woken), whose own unlock later wakes the next; a waiter whose timer fires
 //! retries on its own. This is not a fair lock: a newcomer may still take
@@ -166,8 +174,8 @@ mod scripts;
 mod subscriber;
 
 pub use client::{
-    DEFAULT_RETRY_INTERVAL, DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockClientBuilder,
-    LockConnection, LockKind, LockOptions,
+    DEFAULT_MIN_ATTEMPT_TIMEOUT, DEFAULT_RETRY_INTERVAL, DEFAULT_WATCHDOG_TIMEOUT, LockClient,
+    LockClientBuilder, LockConnection, LockKind, LockOptions,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use lock::{Lock, LockGuard};

@@ -190,6 +190,13 @@ impl<C: LockConnection> Lock<C> {
     /// whichever comes first — so no busy polling. Returns `Ok(None)` when
     /// the wait budget is spent.
     ///
+    /// Each acquire call to Redis is limited to what is left of the budget
+    /// (but at least [`min_attempt_timeout`](crate::LockClientBuilder::min_attempt_timeout)),
+    /// so a Redis that stops answering cannot hold the caller much past
+    /// `wait`: the call then fails with an error for which
+    /// [`Error::is_timeout`] is true. Such a call may still have been
+    /// granted by Redis; it is released in the background.
+    ///
     /// ```no_run
     /// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
     /// use std::time::Duration;
@@ -263,19 +270,36 @@ impl<C: LockConnection> Lock<C> {
         let (lease, watchdog) = self.resolve_lease(lease)?;
         let inner = &self.client.inner;
         let start = Instant::now();
+        // `None`: wait as long as it takes (also if `start + wait` overflows).
         let deadline = wait.and_then(|w| start.checked_add(w));
-        let unbounded = wait.is_none() || deadline.is_none();
         let token = inner.next_token();
         let mut sub: Option<crate::subscriber::Subscription> = None;
         let mut tried_subscribe = false;
         loop {
             let sent_at = Instant::now();
-            let attempt = self.attempt(&token, lease).await;
+            let attempt = match deadline {
+                // A hung connection must not outlast the budget: limit the
+                // call to what is left of it, with a floor so that a zero
+                // budget (or a last retry at its end) still gets one fair
+                // round trip.
+                Some(d) => {
+                    let limit = d
+                        .saturating_duration_since(sent_at)
+                        .max(inner.min_attempt_timeout);
+                    match tokio::time::timeout(limit, self.attempt(&token, lease)).await {
+                        Ok(r) => r,
+                        Err(_) => Err(Error::timed_out(
+                            "lock acquire call did not answer within the wait budget",
+                        )),
+                    }
+                }
+                None => self.attempt(&token, lease).await,
+            };
             if let Some(s) = sub.as_mut() {
                 s.retried();
             }
-            let ttl = match attempt? {
-                Attempt::Acquired { fence } => {
+            let ttl = match attempt {
+                Ok(Attempt::Acquired { fence }) => {
                     return Ok(Some(LockGuard::new(
                         self.clone(),
                         token,
@@ -285,13 +309,19 @@ impl<C: LockConnection> Lock<C> {
                         sent_at,
                     )));
                 }
-                Attempt::Held { ttl } => ttl,
+                Ok(Attempt::Held { ttl }) => ttl,
+                Err(e) => {
+                    // The script may have run (and granted the lock) even
+                    // though we saw no reply: undo that, owner-checked.
+                    self.release_in_background(token, lease);
+                    return Err(e);
+                }
             };
             let now = Instant::now();
             let remaining = match deadline {
-                Some(d) if !unbounded && now >= d => return Ok(None),
-                Some(d) if !unbounded => Some(d - now),
-                _ => None,
+                Some(d) if now >= d => return Ok(None),
+                Some(d) => Some(d - now),
+                None => None,
             };
             if !tried_subscribe {
                 tried_subscribe = true;
@@ -323,6 +353,17 @@ impl<C: LockConnection> Lock<C> {
                 None => tokio::time::sleep(pause).await,
             }
         }
+    }
+
+    /// Best-effort, owner-checked release of a token whose acquire call
+    /// failed or went unanswered. Harmless if the call was never granted:
+    /// the token is unique, so nobody else's hold can match it. Bounded by
+    /// the lease, after which a stray hold has expired anyway.
+    fn release_in_background(&self, token: String, lease: Duration) {
+        let lock = self.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(lease, lock.release_token(&token, lease)).await;
+        });
     }
 
     /// One acquire script call with a caller-chosen token.

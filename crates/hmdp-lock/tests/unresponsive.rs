@@ -86,3 +86,97 @@ async fn watchdog_reports_loss_when_the_last_confirmed_lease_runs_out() {
         "the key expired while Redis was frozen"
     );
 }
+
+#[tokio::test]
+async fn try_lock_on_a_frozen_redis_returns_within_its_budget() {
+    let server = RedisServer::start().await;
+    let p = prefix();
+    let floor = Duration::from_millis(50);
+    let locks = client_on(&server, &p, |b| b.min_attempt_timeout(floor)).await;
+    let lock = locks.lock("hung").unwrap();
+    // Warm the connection and load the script while Redis still answers.
+    lock.try_lock(Duration::ZERO, Some(Duration::from_secs(1)))
+        .await
+        .unwrap()
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    server.pause();
+
+    for wait in [Duration::from_millis(300), Duration::ZERO] {
+        let start = Instant::now();
+        let res = tokio::time::timeout(
+            Duration::from_secs(5),
+            lock.try_lock(wait, Some(Duration::from_secs(1))),
+        )
+        .await
+        .expect("try_lock must not hang on a frozen Redis");
+        let took = start.elapsed();
+        let err = res.expect_err("no answer is an error, not 'busy'");
+        assert!(err.is_timeout(), "{err}");
+        assert!(err.is_redis());
+        // Within the budget (or the floor for a zero budget) plus room for
+        // a loaded machine.
+        assert!(took >= wait.max(floor), "gave up early: {took:?}");
+        assert!(
+            took < wait.max(floor) + Duration::from_millis(250),
+            "budget {wait:?}, returned after {took:?}"
+        );
+    }
+    server.resume();
+    // Redis now runs the queued acquire calls — the lock was free, so they
+    // are granted — and then the background releases queued behind them.
+    assert!(
+        !lock.is_locked().await.unwrap(),
+        "an unanswered acquire that Redis granted later is released"
+    );
+}
+
+#[tokio::test]
+async fn try_lock_waiting_when_redis_freezes_returns_within_its_budget() {
+    let server = RedisServer::start().await;
+    let p = prefix();
+    let holder = client_on(&server, &p, |b| b).await;
+    let floor = Duration::from_millis(50);
+    let waiter = client_on(&server, &p, |b| {
+        b.min_attempt_timeout(floor)
+            .retry_interval(Duration::from_millis(100))
+    })
+    .await;
+    let held = holder
+        .lock("busy")
+        .unwrap()
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .unwrap();
+    let lock = waiter.lock("busy").unwrap();
+    let budget = Duration::from_millis(600);
+    let start = Instant::now();
+    let task = tokio::spawn(async move {
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            lock.try_lock(budget, Some(Duration::from_secs(1))),
+        )
+        .await
+    });
+    // The waiter is subscribed and asleep by now; freeze Redis under it.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    server.pause();
+    let res = task
+        .await
+        .unwrap()
+        .expect("try_lock must not hang on a frozen Redis");
+    let took = start.elapsed();
+    // Its retries find Redis hung; whatever the outcome, it must come
+    // within the budget plus one floor and some room.
+    assert!(
+        took < budget + floor + Duration::from_millis(250),
+        "budget {budget:?}, returned after {took:?}"
+    );
+    let err = res.expect_err("the retry at the end of the budget got no answer");
+    assert!(err.is_timeout(), "{err}");
+    server.resume();
+    assert!(held.unlock().await.unwrap());
+}
