@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use crate::keys::LockKeys;
 use crate::lock::Lock;
+use crate::stats::{LockStats, Stats};
 use crate::subscriber::Hub;
 use crate::{Error, Result};
 
@@ -149,6 +150,8 @@ pub(crate) struct ClientInner<C> {
     pub(crate) watchdog_timeout: Duration,
     pub(crate) retry_interval: Duration,
     pub(crate) min_attempt_timeout: Duration,
+    /// Shared with every hold, so a watchdog can count a loss.
+    pub(crate) stats: Arc<Stats>,
 }
 
 impl<C> ClientInner<C> {
@@ -287,6 +290,36 @@ impl<C: LockConnection> LockClient<C> {
     /// ```
     pub fn watchdog_timeout(&self) -> std::time::Duration {
         self.inner.watchdog_timeout
+    }
+
+    /// A snapshot of this client's lock counters: acquisitions granted at
+    /// once or after waiting, waits that ran out of budget, errors, lost
+    /// locks and a wait-time histogram. The counters are shared by every
+    /// clone of the client and cost a few relaxed atomic adds per
+    /// acquisition; see [`LockStats`] for exactly what is counted.
+    ///
+    /// Exposed in Prometheus text format, for example:
+    ///
+    /// ```no_run
+    /// # fn f(locks: hmdp_lock::LockClient) {
+    /// use std::fmt::Write;
+    /// let s = locks.stats();
+    /// let mut out = String::new();
+    /// writeln!(out, "lock_acquired_total {}", s.acquired).unwrap();
+    /// writeln!(out, "lock_contended_total {}", s.contended).unwrap();
+    /// writeln!(out, "lock_timeouts_total {}", s.timeouts).unwrap();
+    /// writeln!(out, "lock_errors_total {}", s.errors).unwrap();
+    /// writeln!(out, "lock_lost_total {}", s.lost).unwrap();
+    /// for (bound, n) in hmdp_lock::WAIT_BUCKETS.iter().zip(s.wait_buckets) {
+    ///     writeln!(out, "lock_wait_seconds_bucket{{le=\"{}\"}} {n}", bound.as_secs_f64()).unwrap();
+    /// }
+    /// writeln!(out, "lock_wait_seconds_bucket{{le=\"+Inf\"}} {}", s.waits()).unwrap();
+    /// writeln!(out, "lock_wait_seconds_sum {}", s.wait_time_us as f64 / 1e6).unwrap();
+    /// writeln!(out, "lock_wait_seconds_count {}", s.waits()).unwrap();
+    /// # }
+    /// ```
+    pub fn stats(&self) -> LockStats {
+        self.inner.stats.snapshot()
     }
 }
 
@@ -458,6 +491,7 @@ impl<C: LockConnection> LockClientBuilder<C> {
                 watchdog_timeout: self.watchdog_timeout,
                 retry_interval: self.retry_interval,
                 min_attempt_timeout: self.min_attempt_timeout,
+                stats: Arc::default(),
             }),
         })
     }

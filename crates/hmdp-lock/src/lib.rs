@@ -14,7 +14,8 @@
 //!   makes a lost lock observable ([`LockGuard::is_lost`], [`LockGuard::lost`]);
 //! * optional **fencing tokens** ([`LockOptions::fencing`]);
 //! * [`MultiLock`] (all of several locks) and [`RedLock`] (majority of
-//!   independent nodes).
+//!   independent nodes);
+//! * cheap **counters** for metrics ([`LockClient::stats`]).
 //!
 //! # Quick start
 //!
@@ -116,6 +117,14 @@
 //! start again from 1. It is one small key per lock name that ever used
 //! fencing.
 //!
+//! # Metrics
+//!
+//! [`LockClient::stats`] returns a [`LockStats`] snapshot of counters shared
+//! by every clone of the client: acquisitions granted at once and after a
+//! wait, waits that spent their budget, failed acquisitions, lost locks, and
+//! a wait-time histogram with the bounds in [`WAIT_BUCKETS`] (cumulative, as
+//! Prometheus expects). Reading it is a handful of relaxed atomic loads.
+//!
 //! # Keys, channels and Redis Cluster
 //!
 //! For a lock named `order:1` and key prefix `t123:`:
@@ -171,6 +180,7 @@ mod lock;
 mod multi;
 mod redlock;
 mod scripts;
+mod stats;
 mod subscriber;
 
 pub use client::{
@@ -184,3 +194,4 @@ pub use redlock::{
     DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_JITTER, RedLock, RedLockGuard, clock_drift,
     redlock_validity,
 };
+pub use stats::{LockStats, WAIT_BUCKETS};

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use crate::client::{LockClient, LockConnection, LockKind, LockOptions};
 use crate::keys::LockKeys;
 use crate::scripts;
+use crate::stats::{Stats, WaitEnd};
 use crate::{Error, ErrorKind, Result};
 
 /// Outcome of one acquisition attempt.
@@ -269,12 +270,14 @@ impl<C: LockConnection> Lock<C> {
     ) -> Result<Option<LockGuard<C>>> {
         let (lease, watchdog) = self.resolve_lease(lease)?;
         let inner = &self.client.inner;
+        let stats = &inner.stats;
         let start = Instant::now();
         // `None`: wait as long as it takes (also if `start + wait` overflows).
         let deadline = wait.and_then(|w| start.checked_add(w));
         let token = inner.next_token();
         let mut sub: Option<crate::subscriber::Subscription> = None;
         let mut tried_subscribe = false;
+        let mut contended = false;
         loop {
             let sent_at = Instant::now();
             let attempt = match deadline {
@@ -300,6 +303,11 @@ impl<C: LockConnection> Lock<C> {
             }
             let ttl = match attempt {
                 Ok(Attempt::Acquired { fence }) => {
+                    if contended {
+                        stats.waited(start.elapsed(), WaitEnd::Granted);
+                    } else {
+                        stats.acquired();
+                    }
                     return Ok(Some(LockGuard::new(
                         self.clone(),
                         token,
@@ -311,15 +319,20 @@ impl<C: LockConnection> Lock<C> {
                 }
                 Ok(Attempt::Held { ttl }) => ttl,
                 Err(e) => {
+                    stats.error();
                     // The script may have run (and granted the lock) even
                     // though we saw no reply: undo that, owner-checked.
                     self.release_in_background(token, lease);
                     return Err(e);
                 }
             };
+            contended = true;
             let now = Instant::now();
             let remaining = match deadline {
-                Some(d) if now >= d => return Ok(None),
+                Some(d) if now >= d => {
+                    stats.waited(start.elapsed(), WaitEnd::TimedOut);
+                    return Ok(None);
+                }
                 Some(d) => Some(d - now),
                 None => None,
             };
@@ -451,6 +464,9 @@ struct HoldState {
     /// have run the command any time after we sent it. A watch channel so
     /// that [`LockGuard::lost`] notices when it moves (even earlier).
     deadline: watch::Sender<Instant>,
+    /// The loss has been counted in the client's stats.
+    counted: AtomicBool,
+    stats: Arc<Stats>,
 }
 
 impl HoldState {
@@ -458,6 +474,9 @@ impl HoldState {
     fn mark_lost(&self) {
         if !self.released.load(Ordering::SeqCst) {
             self.lost.send_replace(true);
+            if !self.counted.swap(true, Ordering::Relaxed) {
+                self.stats.lost();
+            }
         }
     }
 
@@ -629,6 +648,8 @@ impl<C: LockConnection> LockGuard<C> {
             lost: watch::channel(false).0,
             released: AtomicBool::new(false),
             deadline: watch::channel(sent_at + lease).0,
+            counted: AtomicBool::new(false),
+            stats: lock.client.inner.stats.clone(),
         });
         let renewer = watchdog.then(|| {
             tokio::spawn(self::watchdog(

@@ -77,7 +77,9 @@ async fn watchdog_reports_loss_when_the_last_confirmed_lease_runs_out() {
         after >= lease - Duration::from_millis(300),
         "loss reported too early: {after:?}"
     );
+    // Counted once, whichever of lost(), is_lost() and the watchdog saw it first.
     tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(locks.stats().lost, 1);
     assert!(guard.is_lost(), "lost stays lost");
 
     server.resume();
@@ -85,6 +87,7 @@ async fn watchdog_reports_loss_when_the_last_confirmed_lease_runs_out() {
         !guard.unlock().await.unwrap(),
         "the key expired while Redis was frozen"
     );
+    assert_eq!(locks.stats().lost, 1, "a loss is counted once");
 }
 
 #[tokio::test]
@@ -124,6 +127,10 @@ async fn try_lock_on_a_frozen_redis_returns_within_its_budget() {
             "budget {wait:?}, returned after {took:?}"
         );
     }
+    let stats = locks.stats();
+    assert_eq!(stats.errors, 2);
+    assert_eq!(stats.acquired, 1);
+    assert_eq!(stats.timeouts, 0, "an unanswered call is not 'lock busy'");
     server.resume();
     // Redis now runs the queued acquire calls — the lock was free, so they
     // are granted — and then the background releases queued behind them.
