@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use crate::keys::LockKeys;
 use crate::lock::Lock;
+use crate::stats::{LockStats, Stats};
 use crate::subscriber::Hub;
 use crate::{Error, Result};
 
@@ -25,6 +26,14 @@ pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// assert_eq!(hmdp_lock::DEFAULT_RETRY_INTERVAL, std::time::Duration::from_millis(100));
 /// ```
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Default floor of the time limit on each acquire call of a bounded wait
+/// (see [`LockClientBuilder::min_attempt_timeout`]).
+///
+/// ```
+/// assert_eq!(hmdp_lock::DEFAULT_MIN_ATTEMPT_TIMEOUT, std::time::Duration::from_millis(250));
+/// ```
+pub const DEFAULT_MIN_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// Any async redis-rs connection the locks can run their scripts on.
 ///
@@ -140,6 +149,9 @@ pub(crate) struct ClientInner<C> {
     pub(crate) counter: AtomicU64,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) retry_interval: Duration,
+    pub(crate) min_attempt_timeout: Duration,
+    /// Shared with every hold, so a watchdog can count a loss.
+    pub(crate) stats: Arc<Stats>,
 }
 
 impl<C> ClientInner<C> {
@@ -213,6 +225,7 @@ impl<C: LockConnection> LockClient<C> {
             client_id: None,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             retry_interval: DEFAULT_RETRY_INTERVAL,
+            min_attempt_timeout: DEFAULT_MIN_ATTEMPT_TIMEOUT,
         }
     }
 
@@ -278,6 +291,36 @@ impl<C: LockConnection> LockClient<C> {
     pub fn watchdog_timeout(&self) -> std::time::Duration {
         self.inner.watchdog_timeout
     }
+
+    /// A snapshot of this client's lock counters: acquisitions granted at
+    /// once or after waiting, waits that ran out of budget, errors, lost
+    /// locks and a wait-time histogram. The counters are shared by every
+    /// clone of the client and cost a few relaxed atomic adds per
+    /// acquisition; see [`LockStats`] for exactly what is counted.
+    ///
+    /// Exposed in Prometheus text format, for example:
+    ///
+    /// ```no_run
+    /// # fn f(locks: hmdp_lock::LockClient) {
+    /// use std::fmt::Write;
+    /// let s = locks.stats();
+    /// let mut out = String::new();
+    /// writeln!(out, "lock_acquired_total {}", s.acquired).unwrap();
+    /// writeln!(out, "lock_contended_total {}", s.contended).unwrap();
+    /// writeln!(out, "lock_timeouts_total {}", s.timeouts).unwrap();
+    /// writeln!(out, "lock_errors_total {}", s.errors).unwrap();
+    /// writeln!(out, "lock_lost_total {}", s.lost).unwrap();
+    /// for (bound, n) in hmdp_lock::WAIT_BUCKETS.iter().zip(s.wait_buckets) {
+    ///     writeln!(out, "lock_wait_seconds_bucket{{le=\"{}\"}} {n}", bound.as_secs_f64()).unwrap();
+    /// }
+    /// writeln!(out, "lock_wait_seconds_bucket{{le=\"+Inf\"}} {}", s.waits()).unwrap();
+    /// writeln!(out, "lock_wait_seconds_sum {}", s.wait_time_us as f64 / 1e6).unwrap();
+    /// writeln!(out, "lock_wait_seconds_count {}", s.waits()).unwrap();
+    /// # }
+    /// ```
+    pub fn stats(&self) -> LockStats {
+        self.inner.stats.snapshot()
+    }
 }
 
 /// Configures a [`LockClient`].
@@ -304,6 +347,7 @@ pub struct LockClientBuilder<C> {
     client_id: Option<Uuid>,
     watchdog_timeout: Duration,
     retry_interval: Duration,
+    min_attempt_timeout: Duration,
 }
 
 impl<C: LockConnection> LockClientBuilder<C> {
@@ -396,6 +440,25 @@ impl<C: LockConnection> LockClientBuilder<C> {
         self
     }
 
+    /// The shortest time limit for one acquire call of a bounded wait
+    /// ([`Lock::try_lock`](crate::Lock::try_lock)). Each call is limited to
+    /// what is left of the wait budget, but never less than this, so that
+    /// `try_lock(Duration::ZERO, ..)` or a last retry at the very end of the
+    /// budget still gets a fair chance at a healthy Redis. A hung connection
+    /// therefore makes `try_lock` return (with a timeout error) at most this
+    /// much later than its wait budget. Default 250 ms.
+    ///
+    /// ```no_run
+    /// # fn f(conn: redis::aio::MultiplexedConnection) {
+    /// let b = hmdp_lock::LockClient::builder(conn).min_attempt_timeout(std::time::Duration::from_millis(50));
+    /// # let _ = b;
+    /// # }
+    /// ```
+    pub fn min_attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.min_attempt_timeout = timeout;
+        self
+    }
+
     /// Validates the settings and builds the client. Nothing is sent to
     /// Redis yet; the subscriber connection opens on first wait.
     ///
@@ -413,6 +476,9 @@ impl<C: LockConnection> LockClientBuilder<C> {
         if self.retry_interval.is_zero() {
             return Err(Error::invalid("retry interval must be positive"));
         }
+        if self.min_attempt_timeout < Duration::from_millis(1) {
+            return Err(Error::invalid("min attempt timeout must be at least 1 ms"));
+        }
         // Validate the prefix once with a dummy name.
         LockKeys::new(&self.prefix, "x")?;
         Ok(LockClient {
@@ -424,6 +490,8 @@ impl<C: LockConnection> LockClientBuilder<C> {
                 counter: AtomicU64::new(0),
                 watchdog_timeout: self.watchdog_timeout,
                 retry_interval: self.retry_interval,
+                min_attempt_timeout: self.min_attempt_timeout,
+                stats: Arc::default(),
             }),
         })
     }

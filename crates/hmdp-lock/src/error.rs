@@ -98,6 +98,16 @@ impl Error {
         Self::new(ErrorKind::UnexpectedReply, detail)
     }
 
+    /// A Redis call we gave up waiting for: kind [`ErrorKind::Redis`] with
+    /// an I/O `TimedOut` source, so [`is_timeout`](Self::is_timeout) is true
+    /// just as for redis-rs's own response timeouts.
+    pub(crate) fn timed_out(detail: &str) -> Self {
+        let io = std::io::Error::new(std::io::ErrorKind::TimedOut, detail.to_owned());
+        let mut e = Error::from(redis::RedisError::from(io));
+        e.detail = detail.to_owned();
+        e
+    }
+
     /// The broad category of this error.
     ///
     /// ```
@@ -145,7 +155,9 @@ impl Error {
         self.kind == ErrorKind::UnexpectedReply
     }
 
-    /// True if the underlying Redis error was a timeout.
+    /// True if the underlying Redis error was a timeout — including an
+    /// acquire call of [`Lock::try_lock`](crate::Lock::try_lock) that did
+    /// not answer within the wait budget.
     ///
     /// ```
     /// # fn f(e: hmdp_lock::Error) { let _ = e.is_timeout(); }
@@ -203,5 +215,16 @@ mod tests {
         assert!(!e.is_redis());
         assert!(e.redis_error().is_none());
         assert_eq!(e.to_string(), "invalid argument: empty name");
+    }
+
+    #[test]
+    fn timed_out_is_a_redis_timeout() {
+        let e = Error::timed_out("acquire call outlived the wait budget");
+        assert!(e.is_redis());
+        assert!(e.is_timeout());
+        assert_eq!(
+            e.to_string(),
+            "redis error: acquire call outlived the wait budget"
+        );
     }
 }

@@ -14,7 +14,8 @@
 //!   makes a lost lock observable ([`LockGuard::is_lost`], [`LockGuard::lost`]);
 //! * optional **fencing tokens** ([`LockOptions::fencing`]);
 //! * [`MultiLock`] (all of several locks) and [`RedLock`] (majority of
-//!   independent nodes).
+//!   independent nodes);
+//! * cheap **counters** for metrics ([`LockClient::stats`]).
 //!
 //! # Quick start
 //!
@@ -51,9 +52,14 @@
 //!   [`LockClientBuilder::watchdog_timeout`]) and a background task renews it
 //!   every third of that, checking ownership first. Renewal stops when the
 //!   guard is released or dropped. If a renewal finds the lock gone or owned
-//!   by someone else — or renewals keep failing for a whole lease — the guard
-//!   is marked lost; await [`LockGuard::lost`] next to your work to stop
-//!   early.
+//!   by someone else, the guard is marked lost. If renewals fail or get no
+//!   answer (Redis down or hung), the guard turns lost exactly when the last
+//!   *confirmed* lease may have run out — the time that renewal was sent
+//!   plus the lease — because from then on another client may hold the
+//!   lock; each renewal call is cut off at that moment. Await
+//!   [`LockGuard::lost`] next to your work to stop early.
+//!
+//! A lost guard stays lost.
 //!
 //! A process that dies while holding a lock leaves it behind for at most one
 //! lease.
@@ -84,6 +90,14 @@
 //! while it reconnects, waiters retry every
 //! [`retry_interval`](LockClientBuilder::retry_interval) instead.
 //!
+//! A bounded wait also bounds each acquire call: it may take what is left of
+//! the budget, but at least
+//! [`min_attempt_timeout`](LockClientBuilder::min_attempt_timeout) (250 ms
+//! by default), so a hung Redis makes `try_lock` fail with a timeout error
+//! ([`Error::is_timeout`]) no later than that after its budget, instead of
+//! blocking on the connection. A call that got no answer may still have
+//! been granted; the token is released again in the background.
+//!
 //! Each unlock message wakes one waiter of a client (first come, first
 //! woken), whose own unlock later wakes the next; a waiter whose timer fires
 //! retries on its own. This is not a fair lock: a newcomer may still take
@@ -102,6 +116,14 @@
 //! The counter key has no TTL on purpose: were it to expire, tokens would
 //! start again from 1. It is one small key per lock name that ever used
 //! fencing.
+//!
+//! # Metrics
+//!
+//! [`LockClient::stats`] returns a [`LockStats`] snapshot of counters shared
+//! by every clone of the client: acquisitions granted at once and after a
+//! wait, waits that spent their budget, failed acquisitions, lost locks, and
+//! a wait-time histogram with the bounds in [`WAIT_BUCKETS`] (cumulative, as
+//! Prometheus expects). Reading it is a handful of relaxed atomic loads.
 //!
 //! # Keys, channels and Redis Cluster
 //!
@@ -158,11 +180,12 @@ mod lock;
 mod multi;
 mod redlock;
 mod scripts;
+mod stats;
 mod subscriber;
 
 pub use client::{
-    DEFAULT_RETRY_INTERVAL, DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockClientBuilder,
-    LockConnection, LockKind, LockOptions,
+    DEFAULT_MIN_ATTEMPT_TIMEOUT, DEFAULT_RETRY_INTERVAL, DEFAULT_WATCHDOG_TIMEOUT, LockClient,
+    LockClientBuilder, LockConnection, LockKind, LockOptions,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use lock::{Lock, LockGuard};
@@ -171,3 +194,4 @@ pub use redlock::{
     DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_JITTER, RedLock, RedLockGuard, clock_drift,
     redlock_validity,
 };
+pub use stats::{LockStats, WAIT_BUCKETS};

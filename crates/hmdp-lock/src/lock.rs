@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use crate::client::{LockClient, LockConnection, LockKind, LockOptions};
 use crate::keys::LockKeys;
 use crate::scripts;
+use crate::stats::{Stats, WaitEnd};
 use crate::{Error, ErrorKind, Result};
 
 /// Outcome of one acquisition attempt.
@@ -190,6 +191,13 @@ impl<C: LockConnection> Lock<C> {
     /// whichever comes first — so no busy polling. Returns `Ok(None)` when
     /// the wait budget is spent.
     ///
+    /// Each acquire call to Redis is limited to what is left of the budget
+    /// (but at least [`min_attempt_timeout`](crate::LockClientBuilder::min_attempt_timeout)),
+    /// so a Redis that stops answering cannot hold the caller much past
+    /// `wait`: the call then fails with an error for which
+    /// [`Error::is_timeout`] is true. Such a call may still have been
+    /// granted by Redis; it is released in the background.
+    ///
     /// ```no_run
     /// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
     /// use std::time::Duration;
@@ -262,20 +270,44 @@ impl<C: LockConnection> Lock<C> {
     ) -> Result<Option<LockGuard<C>>> {
         let (lease, watchdog) = self.resolve_lease(lease)?;
         let inner = &self.client.inner;
+        let stats = &inner.stats;
         let start = Instant::now();
+        // `None`: wait as long as it takes (also if `start + wait` overflows).
         let deadline = wait.and_then(|w| start.checked_add(w));
-        let unbounded = wait.is_none() || deadline.is_none();
         let token = inner.next_token();
         let mut sub: Option<crate::subscriber::Subscription> = None;
         let mut tried_subscribe = false;
+        let mut contended = false;
         loop {
             let sent_at = Instant::now();
-            let attempt = self.attempt(&token, lease).await;
+            let attempt = match deadline {
+                // A hung connection must not outlast the budget: limit the
+                // call to what is left of it, with a floor so that a zero
+                // budget (or a last retry at its end) still gets one fair
+                // round trip.
+                Some(d) => {
+                    let limit = d
+                        .saturating_duration_since(sent_at)
+                        .max(inner.min_attempt_timeout);
+                    match tokio::time::timeout(limit, self.attempt(&token, lease)).await {
+                        Ok(r) => r,
+                        Err(_) => Err(Error::timed_out(
+                            "lock acquire call did not answer within the wait budget",
+                        )),
+                    }
+                }
+                None => self.attempt(&token, lease).await,
+            };
             if let Some(s) = sub.as_mut() {
                 s.retried();
             }
-            let ttl = match attempt? {
-                Attempt::Acquired { fence } => {
+            let ttl = match attempt {
+                Ok(Attempt::Acquired { fence }) => {
+                    if contended {
+                        stats.waited(start.elapsed(), WaitEnd::Granted);
+                    } else {
+                        stats.acquired();
+                    }
                     return Ok(Some(LockGuard::new(
                         self.clone(),
                         token,
@@ -285,13 +317,24 @@ impl<C: LockConnection> Lock<C> {
                         sent_at,
                     )));
                 }
-                Attempt::Held { ttl } => ttl,
+                Ok(Attempt::Held { ttl }) => ttl,
+                Err(e) => {
+                    stats.error();
+                    // The script may have run (and granted the lock) even
+                    // though we saw no reply: undo that, owner-checked.
+                    self.release_in_background(token, lease);
+                    return Err(e);
+                }
             };
+            contended = true;
             let now = Instant::now();
             let remaining = match deadline {
-                Some(d) if !unbounded && now >= d => return Ok(None),
-                Some(d) if !unbounded => Some(d - now),
-                _ => None,
+                Some(d) if now >= d => {
+                    stats.waited(start.elapsed(), WaitEnd::TimedOut);
+                    return Ok(None);
+                }
+                Some(d) => Some(d - now),
+                None => None,
             };
             if !tried_subscribe {
                 tried_subscribe = true;
@@ -323,6 +366,17 @@ impl<C: LockConnection> Lock<C> {
                 None => tokio::time::sleep(pause).await,
             }
         }
+    }
+
+    /// Best-effort, owner-checked release of a token whose acquire call
+    /// failed or went unanswered. Harmless if the call was never granted:
+    /// the token is unique, so nobody else's hold can match it. Bounded by
+    /// the lease, after which a stray hold has expired anyway.
+    fn release_in_background(&self, token: String, lease: Duration) {
+        let lock = self.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(lease, lock.release_token(&token, lease)).await;
+        });
     }
 
     /// One acquire script call with a caller-chosen token.
@@ -404,13 +458,47 @@ impl<C: LockConnection> Lock<C> {
 struct HoldState {
     lost: watch::Sender<bool>,
     released: AtomicBool,
+    /// When the lease may have run out unless renewed: the time the last
+    /// confirmed `PEXPIRE` (acquire, renewal, extend, re-entry) was *sent*
+    /// plus the lease it set. Sending time, not reply time, because Redis may
+    /// have run the command any time after we sent it. A watch channel so
+    /// that [`LockGuard::lost`] notices when it moves (even earlier).
+    deadline: watch::Sender<Instant>,
+    /// The loss has been counted in the client's stats.
+    counted: AtomicBool,
+    stats: Arc<Stats>,
 }
 
 impl HoldState {
+    /// Marks the hold lost (for good) unless it was released.
     fn mark_lost(&self) {
         if !self.released.load(Ordering::SeqCst) {
             self.lost.send_replace(true);
+            if !self.counted.swap(true, Ordering::Relaxed) {
+                self.stats.lost();
+            }
         }
+    }
+
+    fn deadline(&self) -> Instant {
+        *self.deadline.borrow()
+    }
+
+    fn set_deadline(&self, at: Instant) {
+        self.deadline.send_replace(at);
+    }
+
+    /// Lost, or the lease may have run out without a confirmed renewal
+    /// (which then counts as lost from here on).
+    fn is_lost(&self) -> bool {
+        if *self.lost.borrow() {
+            return true;
+        }
+        if Instant::now() >= self.deadline() {
+            self.mark_lost();
+            return true;
+        }
+        false
     }
 }
 
@@ -423,8 +511,6 @@ struct Hold<C: LockConnection> {
     watchdog: bool,
     fence: Option<u64>,
     state: Arc<HoldState>,
-    /// For explicit leases: when the lease runs out unless extended.
-    deadline: Mutex<Option<Instant>>,
     renewer: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -440,15 +526,8 @@ impl<C: LockConnection> Hold<C> {
         }
     }
 
-    fn set_deadline(&self, at: Instant) {
-        *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
-    }
-
-    fn deadline(&self) -> Option<Instant> {
-        *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     async fn release(&self) -> Result<bool> {
+        let sent_at = Instant::now();
         let n = self.lock.release_token(&self.token, self.lease).await?;
         if n <= 0 {
             if n < 0 {
@@ -456,8 +535,9 @@ impl<C: LockConnection> Hold<C> {
             }
             self.state.released.store(true, Ordering::SeqCst);
             self.stop_renewal();
-        } else if !self.watchdog {
-            self.set_deadline(Instant::now() + self.lease);
+        } else {
+            // Holds remain; the script reset the lease.
+            self.state.set_deadline(sent_at + self.lease);
         }
         Ok(n >= 0)
     }
@@ -469,6 +549,13 @@ impl<C: LockConnection> Drop for Hold<C> {
     }
 }
 
+/// Renews the lease every `lease / 3` while the hold lasts.
+///
+/// Each renewal moves the hold's deadline to (time sent + lease). A renewal
+/// that fails or gets no answer does not, so [`LockGuard::is_lost`] turns
+/// true the moment the last confirmed lease may have run out — another
+/// client may hold the lock from then on. Renewal calls are cut off at that
+/// deadline; after it the watchdog marks the hold lost and stops.
 async fn watchdog<C: LockConnection>(
     lock: Lock<C>,
     token: String,
@@ -477,12 +564,18 @@ async fn watchdog<C: LockConnection>(
     acquired_at: Instant,
 ) {
     let period = lease / 3;
-    let mut last_ok = acquired_at;
+    let mut next = acquired_at + period;
     loop {
-        tokio::time::sleep(period).await;
+        tokio::time::sleep_until(next).await;
         let sent_at = Instant::now();
-        match tokio::time::timeout(period, lock.extend_token(&token, lease)).await {
-            Ok(Ok(true)) => last_ok = sent_at,
+        let left = state.deadline().saturating_duration_since(sent_at);
+        if left.is_zero() {
+            tracing::warn!(key = %lock.key(), "lock lost: no renewal confirmed within the lease");
+            state.mark_lost();
+            return;
+        }
+        match tokio::time::timeout(period.min(left), lock.extend_token(&token, lease)).await {
+            Ok(Ok(true)) => state.set_deadline(sent_at + lease),
             Ok(Ok(false)) => {
                 tracing::warn!(key = %lock.key(), "lock lost: renewal found another owner or no key");
                 state.mark_lost();
@@ -493,11 +586,9 @@ async fn watchdog<C: LockConnection>(
             }
             Err(_) => tracing::warn!(key = %lock.key(), "lock renewal timed out"),
         }
-        if last_ok.elapsed() >= lease {
-            tracing::warn!(key = %lock.key(), "lock lost: no successful renewal within the lease");
-            state.mark_lost();
-            return;
-        }
+        // After a failure, retry a period after the last try (at once if it
+        // hung that long), but wake at the deadline at the latest.
+        next = (sent_at + period).min(state.deadline());
     }
 }
 
@@ -509,8 +600,11 @@ async fn watchdog<C: LockConnection>(
 ///   (`tokio::spawn` on the current runtime); with no runtime, the lock simply
 ///   expires after its lease.
 /// * With the watchdog on, a background task renews the lease every third of
-///   it until the guard is released; if renewal fails, [`is_lost`](Self::is_lost)
-///   turns true and [`lost`](Self::lost) resolves.
+///   it until the guard is released. If a renewal finds the lock gone, or no
+///   renewal has been confirmed within a lease of the last confirmed one
+///   (Redis unreachable or hung), [`is_lost`](Self::is_lost) turns true and
+///   [`lost`](Self::lost) resolves — as soon as another client could have
+///   taken the lock, not later.
 ///
 /// ```no_run
 /// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
@@ -553,6 +647,9 @@ impl<C: LockConnection> LockGuard<C> {
         let state = Arc::new(HoldState {
             lost: watch::channel(false).0,
             released: AtomicBool::new(false),
+            deadline: watch::channel(sent_at + lease).0,
+            counted: AtomicBool::new(false),
+            stats: lock.client.inner.stats.clone(),
         });
         let renewer = watchdog.then(|| {
             tokio::spawn(self::watchdog(
@@ -570,7 +667,6 @@ impl<C: LockConnection> LockGuard<C> {
             watchdog,
             fence,
             state,
-            deadline: Mutex::new((!watchdog).then(|| sent_at + lease)),
             renewer: Mutex::new(renewer),
         };
         LockGuard {
@@ -637,9 +733,13 @@ impl<C: LockConnection> LockGuard<C> {
         self.hold.watchdog
     }
 
-    /// True once the lock is known to be lost: a renewal or re-entry found
-    /// another owner (or no key), renewals kept failing for a whole lease,
-    /// or — for an explicit lease — the lease has run out.
+    /// True once the lock may be lost: a renewal, extension or re-entry
+    /// found another owner (or no key), or the lease may have run out — for
+    /// an explicit lease when it ends, with the watchdog when no renewal has
+    /// been confirmed for a whole lease since the last confirmed one (sent
+    /// time + lease). From that moment another client may hold the lock.
+    /// Once true, it stays true (a later successful
+    /// [`extend`](Self::extend) does not clear it).
     ///
     /// ```no_run
     /// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
@@ -649,7 +749,7 @@ impl<C: LockConnection> LockGuard<C> {
     /// # }
     /// ```
     pub fn is_lost(&self) -> bool {
-        *self.hold.state.lost.borrow() || self.hold.deadline().is_some_and(|d| Instant::now() >= d)
+        self.hold.state.is_lost()
     }
 
     /// Resolves when the lock is lost (see [`is_lost`](Self::is_lost)).
@@ -666,29 +766,29 @@ impl<C: LockConnection> LockGuard<C> {
     /// # }
     /// ```
     pub async fn lost(&self) {
-        let mut rx = self.hold.state.lost.subscribe();
+        let state = &self.hold.state;
+        let mut lost_rx = state.lost.subscribe();
+        let mut deadline_rx = state.deadline.subscribe();
         loop {
-            let deadline = self.hold.deadline();
+            let deadline = *deadline_rx.borrow_and_update();
+            if state.is_lost() {
+                return;
+            }
+            // The senders live in `state`, which we borrow: `changed()`
+            // cannot fail while we wait.
             tokio::select! {
-                _ = rx.wait_for(|lost| *lost) => return,
-                _ = async {
-                    match deadline {
-                        Some(d) => tokio::time::sleep_until(d).await,
-                        None => std::future::pending().await,
-                    }
-                } => {
-                    if self.hold.deadline().is_some_and(|d| Instant::now() >= d) {
-                        return;
-                    }
-                }
+                _ = lost_rx.changed() => {}
+                _ = deadline_rx.changed() => {}
+                _ = tokio::time::sleep_until(deadline) => {}
             }
         }
     }
 
     /// Owner-checked extension: sets the remaining lease to `lease` if we
-    /// still own the lock. Returns `Ok(false)` (and marks the guard lost) if
-    /// we do not. With the watchdog on, the next renewal resets the lease
-    /// to the watchdog timeout again.
+    /// still own the lock, and moves the guard's deadline to (time sent +
+    /// `lease`). Returns `Ok(false)` (and marks the guard lost) if we do not
+    /// own it. With the watchdog on, the next renewal resets the lease to
+    /// the watchdog timeout again.
     ///
     /// ```no_run
     /// # async fn demo(lock: hmdp_lock::Lock) -> hmdp_lock::Result<()> {
@@ -704,9 +804,7 @@ impl<C: LockConnection> LockGuard<C> {
         let sent_at = Instant::now();
         let ok = self.hold.lock.extend_token(&self.hold.token, lease).await?;
         if ok {
-            if !self.hold.watchdog {
-                self.hold.set_deadline(sent_at + lease);
-            }
+            self.hold.state.set_deadline(sent_at + lease);
         } else {
             self.hold.state.mark_lost();
         }
@@ -750,9 +848,7 @@ impl<C: LockConnection> LockGuard<C> {
             hold.state.mark_lost();
             return Ok(None);
         }
-        if !hold.watchdog {
-            hold.set_deadline(sent_at + hold.lease);
-        }
+        hold.state.set_deadline(sent_at + hold.lease);
         Ok(Some(LockGuard {
             hold: self.hold.clone(),
             released: false,

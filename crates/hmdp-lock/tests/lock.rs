@@ -5,7 +5,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hmdp_lock::{LockClient, LockKind, LockOptions};
+use hmdp_lock::{LockClient, LockKind, LockOptions, WAIT_BUCKETS};
 use redis::AsyncCommands;
 use support::{lock_client, lock_client_with, prefix, raw};
 use tokio::time::Instant;
@@ -270,6 +270,46 @@ async fn reentrancy_counts_holds() {
     assert!(!lock.is_locked().await.unwrap());
     let g = foreign.try_lock(Duration::ZERO, Some(SHORT)).await.unwrap();
     assert!(g.is_some());
+}
+
+#[tokio::test]
+async fn reentry_and_partial_release_reset_the_lease() {
+    // Redisson semantics: re-entry (and a release that leaves holds) runs
+    // PEXPIRE with the hold's lease, so the lock lives a full lease again.
+    let locks = lock_client(&prefix()).await;
+    let lock = locks.lock("release").unwrap();
+    let lease = Duration::from_millis(1500);
+    let outer = lock
+        .try_lock(Duration::ZERO, Some(lease))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut conn = raw().await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let before: i64 = conn.pttl(lock.key()).await.unwrap();
+    assert!(
+        before > 0 && before <= 800,
+        "lease ran down first: {before}"
+    );
+    let inner = outer.reenter().await.unwrap().expect("still held");
+    let after: i64 = conn.pttl(lock.key()).await.unwrap();
+    assert!(
+        after > 1200 && after <= 1500,
+        "re-entry must reset the lease to 1500 ms, pttl {after} (was {before})"
+    );
+    // The guard's own view follows: past the original lease, not lost.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(!outer.is_lost(), "re-entry moved the guard's deadline too");
+    let before: i64 = conn.pttl(lock.key()).await.unwrap();
+    assert!(before > 0 && before <= 700, "{before}");
+    assert!(inner.unlock().await.unwrap());
+    let after: i64 = conn.pttl(lock.key()).await.unwrap();
+    assert!(
+        after > 1200 && after <= 1500,
+        "a release that leaves a hold resets the lease, pttl {after}"
+    );
+    assert!(outer.unlock().await.unwrap());
+    assert!(!lock.is_locked().await.unwrap());
 }
 
 #[tokio::test]
@@ -687,4 +727,103 @@ async fn reenter_after_loss_reports_none() {
         "re-entry must not re-acquire"
     );
     assert!(!g.unlock().await.unwrap());
+}
+
+#[tokio::test]
+async fn stats_count_acquisitions_waits_timeouts_and_losses() {
+    let p = prefix();
+    let holder = lock_client(&p).await;
+    let waiter = lock_client(&p).await;
+    let counted = waiter.clone(); // clones share the counters
+    let hold = |locks: &LockClient| locks.lock("stats").unwrap();
+
+    // Granted at once: no wait recorded.
+    let g = hold(&waiter)
+        .try_lock(Duration::ZERO, Some(SHORT))
+        .await
+        .unwrap()
+        .unwrap();
+    g.unlock().await.unwrap();
+    let s = counted.stats();
+    assert_eq!(
+        (s.acquired, s.contended, s.timeouts, s.errors),
+        (1, 0, 0, 0)
+    );
+    assert_eq!(s.waits(), 0);
+
+    // Contended: granted after the holder lets go ~150 ms later.
+    let g = hold(&holder)
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .unwrap();
+    let lock = hold(&waiter);
+    let task = tokio::spawn(async move {
+        let start = Instant::now();
+        let g = lock.try_lock(Duration::from_secs(5), Some(SHORT)).await;
+        (g, start.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    g.unlock().await.unwrap();
+    let (got, waited) = task.await.unwrap();
+    got.unwrap()
+        .expect("granted after the wait")
+        .unlock()
+        .await
+        .unwrap();
+    let s = counted.stats();
+    assert_eq!((s.acquired, s.contended, s.timeouts), (1, 1, 0));
+    assert_eq!(s.waits(), 1);
+    assert!(
+        s.wait_time_us >= 140_000 && s.wait_time_us <= waited.as_micros() as u64,
+        "{} us for a wait of {waited:?}",
+        s.wait_time_us
+    );
+    // Cumulative histogram: 0 up to the bucket holding this wait, 1 from
+    // there on (+Inf included).
+    let wait = Duration::from_micros(s.wait_time_us);
+    let first = WAIT_BUCKETS
+        .iter()
+        .position(|b| wait <= *b)
+        .unwrap_or(WAIT_BUCKETS.len());
+    for (i, n) in s.wait_buckets.iter().enumerate() {
+        assert_eq!(
+            *n,
+            u64::from(i >= first),
+            "bucket {i}: {:?}",
+            s.wait_buckets
+        );
+    }
+    assert_eq!(s.wait_buckets[3], 0, "nothing waited 50 ms or less");
+    assert!(
+        s.wait_buckets.windows(2).all(|w| w[0] <= w[1]),
+        "cumulative"
+    );
+    assert_eq!(holder.stats().acquired, 1, "each client counts its own");
+
+    // Budget spent while someone else holds it.
+    let g = hold(&holder)
+        .try_lock(Duration::ZERO, Some(Duration::from_millis(400)))
+        .await
+        .unwrap()
+        .unwrap();
+    let before = counted.stats().wait_time_us;
+    let none = hold(&waiter)
+        .try_lock(Duration::from_millis(200), Some(SHORT))
+        .await
+        .unwrap();
+    assert!(none.is_none());
+    let s = counted.stats();
+    assert_eq!((s.acquired, s.contended, s.timeouts), (1, 1, 1));
+    assert_eq!(s.waits(), 2);
+    assert!(s.wait_time_us - before >= 200_000);
+    assert_eq!(s.wait_buckets[4], 0, "nothing waited 100 ms or less");
+
+    // The holder's explicit lease runs out before its unlock: one loss.
+    assert_eq!(holder.stats().lost, 0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(g.is_lost());
+    assert!(!g.unlock().await.unwrap());
+    assert_eq!(holder.stats().lost, 1, "counted once");
+    assert_eq!(counted.stats().lost, 0);
 }

@@ -26,6 +26,18 @@ pub async fn conn_for(url: &str) -> (redis::Client, ConnectionManager) {
     (client, conn)
 }
 
+/// A connection manager whose commands never time out on their own, so
+/// only the lock crate's own limits bound a call to a hung server.
+pub async fn conn_without_response_timeout(url: &str) -> (redis::Client, ConnectionManager) {
+    let client = redis::Client::open(url).expect("valid redis url");
+    let config = redis::aio::ConnectionManagerConfig::new().set_response_timeout(None);
+    let conn = client
+        .get_connection_manager_with_config(config)
+        .await
+        .expect("redis reachable");
+    (client, conn)
+}
+
 /// A lock client on the shared test Redis with the given prefix.
 pub async fn lock_client(prefix: &str) -> LockClient {
     lock_client_with(prefix, |b| b).await
@@ -103,6 +115,26 @@ impl RedisServer {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open, nothing is
+    /// answered — a hung Redis, not a dead one.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused server run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("server running").id();
+        let status = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .expect("kill on PATH");
+        assert!(status.success(), "kill {sig} {pid} failed");
     }
 
     pub fn kill(&mut self) {

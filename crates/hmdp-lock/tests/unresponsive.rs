@@ -1,0 +1,189 @@
+//! A Redis that stops answering: a throw-away `redis-server` frozen with
+//! SIGSTOP (connections stay open, nothing comes back). The command
+//! connections here have no response timeout of their own, so only the lock
+//! crate's limits can bound a call.
+
+mod support;
+
+use std::time::Duration;
+
+use hmdp_lock::LockClient;
+use redis::AsyncCommands;
+use support::{RedisServer, conn_without_response_timeout, prefix};
+use tokio::time::Instant;
+
+async fn client_on(
+    server: &RedisServer,
+    prefix: &str,
+    f: impl FnOnce(
+        hmdp_lock::LockClientBuilder<redis::aio::ConnectionManager>,
+    ) -> hmdp_lock::LockClientBuilder<redis::aio::ConnectionManager>,
+) -> LockClient {
+    let (client, conn) = conn_without_response_timeout(&server.url()).await;
+    f(LockClient::builder(conn)
+        .subscriber(client)
+        .key_prefix(prefix))
+    .build()
+    .unwrap()
+}
+
+/// Polls the lock's PTTL until it jumps up, i.e. a watchdog renewal has
+/// just landed, and returns when that was seen.
+async fn next_renewal(conn: &mut redis::aio::ConnectionManager, key: &str) -> Instant {
+    let mut last: i64 = conn.pttl(key).await.unwrap();
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let pttl: i64 = conn.pttl(key).await.unwrap();
+        assert!(pttl > 0, "lock must be held while renewals work: {pttl}");
+        if pttl > last + 100 {
+            return Instant::now();
+        }
+        last = pttl;
+    }
+    panic!("no watchdog renewal seen");
+}
+
+#[tokio::test]
+async fn watchdog_reports_loss_when_the_last_confirmed_lease_runs_out() {
+    let server = RedisServer::start().await;
+    let p = prefix();
+    let lease = Duration::from_millis(1200); // renewals every 400 ms
+    let locks = client_on(&server, &p, |b| b.watchdog_timeout(lease)).await;
+    let lock = locks.lock("wd-hung").unwrap();
+    let guard = lock.lock().await.unwrap();
+    assert!(guard.has_watchdog());
+
+    let (_, mut raw) = conn_without_response_timeout(&server.url()).await;
+    let renewed = next_renewal(&mut raw, lock.key()).await;
+    server.pause();
+    // That renewal was sent before `renewed`; nothing after it is confirmed,
+    // so from `renewed + lease` at the latest another client may hold the
+    // lock (once Redis runs again, the key has expired).
+    tokio::time::sleep(lease / 2).await;
+    assert!(!guard.is_lost(), "the confirmed lease has not run out yet");
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost() resolves while Redis is frozen");
+    let after = renewed.elapsed();
+    assert!(guard.is_lost());
+    // The old behaviour noticed only after a further failed renewal period
+    // (lease + lease/3 = 1600 ms); a loaded machine gets 250 ms of room.
+    assert!(
+        after <= lease + Duration::from_millis(250),
+        "loss reported {after:?} after the last confirmed renewal (lease {lease:?})"
+    );
+    assert!(
+        after >= lease - Duration::from_millis(300),
+        "loss reported too early: {after:?}"
+    );
+    // Counted once, whichever of lost(), is_lost() and the watchdog saw it first.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(locks.stats().lost, 1);
+    assert!(guard.is_lost(), "lost stays lost");
+
+    server.resume();
+    assert!(
+        !guard.unlock().await.unwrap(),
+        "the key expired while Redis was frozen"
+    );
+    assert_eq!(locks.stats().lost, 1, "a loss is counted once");
+}
+
+#[tokio::test]
+async fn try_lock_on_a_frozen_redis_returns_within_its_budget() {
+    let server = RedisServer::start().await;
+    let p = prefix();
+    let floor = Duration::from_millis(50);
+    let locks = client_on(&server, &p, |b| b.min_attempt_timeout(floor)).await;
+    let lock = locks.lock("hung").unwrap();
+    // Warm the connection and load the script while Redis still answers.
+    lock.try_lock(Duration::ZERO, Some(Duration::from_secs(1)))
+        .await
+        .unwrap()
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    server.pause();
+
+    for wait in [Duration::from_millis(300), Duration::ZERO] {
+        let start = Instant::now();
+        let res = tokio::time::timeout(
+            Duration::from_secs(5),
+            lock.try_lock(wait, Some(Duration::from_secs(1))),
+        )
+        .await
+        .expect("try_lock must not hang on a frozen Redis");
+        let took = start.elapsed();
+        let err = res.expect_err("no answer is an error, not 'busy'");
+        assert!(err.is_timeout(), "{err}");
+        assert!(err.is_redis());
+        // Within the budget (or the floor for a zero budget) plus room for
+        // a loaded machine.
+        assert!(took >= wait.max(floor), "gave up early: {took:?}");
+        assert!(
+            took < wait.max(floor) + Duration::from_millis(250),
+            "budget {wait:?}, returned after {took:?}"
+        );
+    }
+    let stats = locks.stats();
+    assert_eq!(stats.errors, 2);
+    assert_eq!(stats.acquired, 1);
+    assert_eq!(stats.timeouts, 0, "an unanswered call is not 'lock busy'");
+    server.resume();
+    // Redis now runs the queued acquire calls — the lock was free, so they
+    // are granted — and then the background releases queued behind them.
+    assert!(
+        !lock.is_locked().await.unwrap(),
+        "an unanswered acquire that Redis granted later is released"
+    );
+}
+
+#[tokio::test]
+async fn try_lock_waiting_when_redis_freezes_returns_within_its_budget() {
+    let server = RedisServer::start().await;
+    let p = prefix();
+    let holder = client_on(&server, &p, |b| b).await;
+    let floor = Duration::from_millis(50);
+    let waiter = client_on(&server, &p, |b| {
+        b.min_attempt_timeout(floor)
+            .retry_interval(Duration::from_millis(100))
+    })
+    .await;
+    let held = holder
+        .lock("busy")
+        .unwrap()
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .unwrap();
+    let lock = waiter.lock("busy").unwrap();
+    let budget = Duration::from_millis(600);
+    let start = Instant::now();
+    let task = tokio::spawn(async move {
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            lock.try_lock(budget, Some(Duration::from_secs(1))),
+        )
+        .await
+    });
+    // The waiter is subscribed and asleep by now; freeze Redis under it.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    server.pause();
+    let res = task
+        .await
+        .unwrap()
+        .expect("try_lock must not hang on a frozen Redis");
+    let took = start.elapsed();
+    // Its retries find Redis hung; whatever the outcome, it must come
+    // within the budget plus one floor and some room.
+    assert!(
+        took < budget + floor + Duration::from_millis(250),
+        "budget {budget:?}, returned after {took:?}"
+    );
+    let err = res.expect_err("the retry at the end of the budget got no answer");
+    assert!(err.is_timeout(), "{err}");
+    server.resume();
+    assert!(held.unlock().await.unwrap());
+}
