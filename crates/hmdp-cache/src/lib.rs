@@ -42,6 +42,9 @@
 //!
 //! Values are JSON strings. "Not found" is the empty string, as in the original project. A
 //! logically expiring entry is `{"expireTime": <unix ms>, "data": <value>}` with no Redis TTL.
+//! A stored value that does not decode as the reader expects (written under another strategy
+//! or by another version of the value type) is a miss: it is logged, deleted and reloaded, so
+//! switching a key's strategy never turns cached entries into errors.
 //! Each read touches one key, so the client works unchanged on a Redis Cluster; lock keys use
 //! hash tags (see [`hmdp_lock`]).
 
