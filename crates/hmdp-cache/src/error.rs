@@ -21,7 +21,8 @@ pub enum ErrorKind {
     Overloaded,
     /// An invalid argument or configuration (e.g. a Bloom filter too large for one bitmap).
     InvalidArgument,
-    /// A Bloom filter exists in Redis with other parameters than requested.
+    /// A Bloom filter in Redis kept being replaced by other instances during one operation,
+    /// more often than the operation retries.
     ConfigMismatch,
 }
 

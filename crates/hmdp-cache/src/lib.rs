@@ -54,7 +54,7 @@ mod error;
 mod flight;
 mod l1;
 
-pub use bloom::{BloomFilter, BloomOptions};
+pub use bloom::{BloomFilter, BloomOptions, Membership};
 pub use client::{
     CacheClient, CacheClientBuilder, CacheStats, ReadOptions, RedisDown, Strategy, jittered,
 };

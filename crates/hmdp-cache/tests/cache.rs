@@ -10,7 +10,7 @@ use std::{
 };
 
 use hmdp_cache::{
-    BloomFilter, BloomOptions, CacheClient, ErrorKind, L1Options, ReadOptions, RedisDown, Strategy,
+    BloomFilter, BloomOptions, CacheClient, L1Options, Membership, ReadOptions, RedisDown, Strategy,
 };
 use redis::aio::ConnectionManager;
 
@@ -194,22 +194,40 @@ async fn a_flood_of_missing_ids_loads_each_once_within_the_null_ttl() {
     assert!(ttl > 0 && ttl <= 66_000, "{ttl}");
 }
 
+/// The items `from..to` as strings, as a rebuild snapshot.
+fn numbers(from: u32, to: u32) -> Vec<String> {
+    (from..to).map(|i| i.to_string()).collect()
+}
+
+async fn snapshot_of(items: Vec<String>) -> Result<Vec<String>, std::io::Error> {
+    Ok(items)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bloom_filter_has_no_false_negatives_and_few_false_positives() {
     let prefix = Prefix::new();
     let conn = conn_to(&redis_url()).await;
     let key = format!("{}bloom:shop", prefix.0);
-    let opts = BloomOptions::new(10_000, 0.01);
-    let bloom = BloomFilter::open(conn.clone(), &key, opts).await.unwrap();
-    let members: Vec<String> = (0..10_000).map(|i| format!("{i}")).collect();
-    bloom
-        .add_many(members.iter().map(|s| s.as_bytes()))
+    let bloom = BloomFilter::open(conn.clone(), &key).await.unwrap();
+    assert_eq!(bloom.size(), None, "nothing installed yet");
+    assert_eq!(bloom.check(b"1").await.unwrap(), Membership::Missing);
+    assert!(
+        bloom.might_contain(b"1").await.unwrap(),
+        "a missing filter rules nothing out"
+    );
+    let installed = bloom
+        .rebuild(BloomOptions::new(10_000, 0.01), || {
+            snapshot_of(numbers(0, 10_000))
+        })
         .await
         .unwrap();
-    for m in members.iter().step_by(97) {
-        assert!(
-            bloom.might_contain(m.as_bytes()).await.unwrap(),
-            "false negative for {m}"
+    assert!(installed);
+    assert_eq!(bloom.size(), Some((95_851, 7)));
+    for i in (0..10_000).step_by(97) {
+        assert_eq!(
+            bloom.check(i.to_string().as_bytes()).await.unwrap(),
+            Membership::MaybePresent,
+            "false negative for {i}"
         );
     }
     let mut false_positives = 0;
@@ -226,18 +244,182 @@ async fn the_bloom_filter_has_no_false_negatives_and_few_false_positives() {
         false_positives < 150,
         "{false_positives} false positives of 5000 at p=0.01"
     );
+    bloom.add(b"x-added").await.unwrap();
+    assert!(bloom.might_contain(b"x-added").await.unwrap());
+}
 
-    // Reopening with other parameters is refused, or resets when asked to.
-    let err = BloomFilter::open(conn.clone(), &key, BloomOptions::new(10, 0.1))
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_sized_differently_agree_on_one_filter() {
+    let prefix = Prefix::new();
+    let key = format!("{}bloom:shop", prefix.0);
+    let mut conn = conn_to(&redis_url()).await;
+    // Instance A builds a small filter.
+    let a = BloomFilter::open(conn_to(&redis_url()).await, &key)
         .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::ConfigMismatch);
-    let (small, needs_fill) =
-        BloomFilter::open_or_reset(conn.clone(), &key, BloomOptions::new(10, 0.1))
+        .unwrap();
+    assert!(
+        a.rebuild(BloomOptions::new(1_000, 0.01), || snapshot_of(numbers(
+            0, 1_000
+        )))
+        .await
+        .unwrap()
+    );
+    let small = a.size().unwrap();
+    let small_bitmap = a.bitmap_key().unwrap();
+    // Instance B, which would size it differently, adopts what is installed.
+    let b = BloomFilter::open(conn_to(&redis_url()).await, &key)
+        .await
+        .unwrap();
+    assert_eq!(b.size(), Some(small));
+    // The items outgrew it: B rebuilds bigger, with more items.
+    assert!(
+        b.rebuild(BloomOptions::new(100_000, 0.001), || snapshot_of(numbers(
+            0, 3_000
+        )))
+        .await
+        .unwrap()
+    );
+    let big = b.size().unwrap();
+    assert_ne!(big, small);
+    // A still holds the old parameters, but never answers "absent" from the wrong bits: its
+    // first check sees the new config and adopts it.
+    assert_eq!(a.size(), Some(small));
+    for i in 0..3_000 {
+        assert!(
+            a.might_contain(i.to_string().as_bytes()).await.unwrap(),
+            "A answered absent for {i}"
+        );
+    }
+    assert_eq!(a.size(), Some(big), "A adopted the installed filter");
+    let mut false_positives = 0;
+    for i in 0..2_000 {
+        if a.might_contain(format!("x{i}").as_bytes()).await.unwrap() {
+            false_positives += 1;
+        }
+    }
+    assert!(false_positives < 20, "{false_positives} of 2000 at p=0.001");
+    // Adds follow the installed filter too, whoever made it.
+    let c = BloomFilter::open(conn_to(&redis_url()).await, &key)
+        .await
+        .unwrap();
+    assert!(
+        c.rebuild(BloomOptions::new(200_000, 0.001), || snapshot_of(numbers(
+            0, 3_000
+        )))
+        .await
+        .unwrap()
+    );
+    b.add(b"new shop").await.unwrap(); // B still knows the previous filter
+    assert!(c.might_contain(b"new shop").await.unwrap());
+    assert_eq!(b.size(), c.size());
+    // Replaced bitmaps are gone.
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(&small_bitmap)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!exists);
+    // A rebuild that lost the race adopts the winner's filter instead of installing its own.
+    let stale = a.clone();
+    assert!(
+        !stale
+            .rebuild(BloomOptions::new(10, 0.1), || snapshot_of(numbers(0, 10)))
             .await
-            .unwrap();
-    assert!(needs_fill);
-    assert!(!small.might_contain(b"1").await.unwrap());
+            .unwrap(),
+        "A's handle still knew B's filter, which C replaced"
+    );
+    assert_eq!(a.size(), c.size());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_added_during_a_rebuild_is_not_lost() {
+    let prefix = Prefix::new();
+    let key = format!("{}bloom:shop", prefix.0);
+    let a = BloomFilter::open(conn_to(&redis_url()).await, &key)
+        .await
+        .unwrap();
+    a.rebuild(BloomOptions::new(100, 0.01), || {
+        snapshot_of(numbers(0, 100))
+    })
+    .await
+    .unwrap();
+    let b = BloomFilter::open(conn_to(&redis_url()).await, &key)
+        .await
+        .unwrap();
+    let snapshots = Arc::new(AtomicUsize::new(0));
+    let (snaps, adder) = (snapshots.clone(), b.clone());
+    let installed = a
+        .rebuild(BloomOptions::new(10_000, 0.001), move || {
+            let (snaps, adder) = (snaps.clone(), adder.clone());
+            async move {
+                let n = snaps.fetch_add(1, Ordering::SeqCst);
+                let mut items = numbers(0, 100);
+                if n == 0 {
+                    // The database is read; then a new item is inserted and added (to the
+                    // old filter, the one B knows) before the new filter is installed.
+                    adder.add(b"late").await.unwrap();
+                } else {
+                    items.push("late".to_owned());
+                }
+                Ok::<_, std::io::Error>(items)
+            }
+        })
+        .await
+        .unwrap();
+    assert!(installed);
+    assert_eq!(snapshots.load(Ordering::SeqCst), 2, "a second snapshot");
+    assert!(
+        a.might_contain(b"late").await.unwrap(),
+        "the late add survived"
+    );
+    assert!(b.might_contain(b"late").await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_bloom_filter_answers_missing_never_absent() {
+    let prefix = Prefix::new();
+    let key = format!("{}bloom:shop", prefix.0);
+    let mut conn = conn_to(&redis_url()).await;
+    let bloom = BloomFilter::open(conn.clone(), &key).await.unwrap();
+    bloom
+        .rebuild(BloomOptions::new(100, 0.01), || {
+            snapshot_of(numbers(0, 100))
+        })
+        .await
+        .unwrap();
+    assert!(!bloom.is_missing().await.unwrap());
+    assert_eq!(bloom.check(b"nope").await.unwrap(), Membership::Absent);
+    // The bitmap is evicted: its sentinel is gone with it.
+    let _: () = redis::cmd("DEL")
+        .arg(bloom.bitmap_key().unwrap())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(bloom.is_missing().await.unwrap());
+    assert_eq!(bloom.check(b"nope").await.unwrap(), Membership::Missing);
+    // Adds to a lost bitmap do not make it look intact again.
+    bloom.add(b"1").await.unwrap();
+    assert_eq!(bloom.check(b"nope").await.unwrap(), Membership::Missing);
+    // Everything is flushed.
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{{{key}}}:config"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(bloom.check(b"nope").await.unwrap(), Membership::Missing);
+    bloom.add(b"2").await.unwrap();
+    assert_eq!(bloom.size(), None);
+    // A rebuild brings it back.
+    assert!(
+        bloom
+            .rebuild(BloomOptions::new(100, 0.01), || snapshot_of(numbers(
+                0, 100
+            )))
+            .await
+            .unwrap()
+    );
+    assert_eq!(bloom.check(b"nope").await.unwrap(), Membership::Absent);
+    assert_eq!(bloom.check(b"7").await.unwrap(), Membership::MaybePresent);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
