@@ -229,9 +229,15 @@ fn parse_config(key: &str, raw: &str) -> Option<Params> {
     })
 }
 
-/// A Bloom filter stored in Redis, shared by every handle on the same key (see the
-/// [module docs](self) for how instances agree on its parameters). Cheap to clone; clones
-/// share what they know about the installed filter.
+/// A Bloom filter stored in Redis, shared by every handle on the same key. Cheap to clone;
+/// clones share what they know about the installed filter.
+///
+/// Redis is authoritative for the parameters: `{key}:config` names *m*, *k* and the bitmap,
+/// every handle adopts it, every check reads it in one transaction with the bits (so an
+/// "absent" never comes from bits checked with the wrong *m*/*k*), and every add is a script
+/// that writes only under the config it was computed for. [`BloomFilter::rebuild`] fills a
+/// fresh bitmap and swaps it in atomically, taking a new snapshot if items were added
+/// meanwhile. A lost filter reads as [`Membership::Missing`], never as "absent".
 ///
 /// ```no_run
 /// use hmdp_cache::{BloomFilter, BloomOptions};

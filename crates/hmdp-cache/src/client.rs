@@ -25,6 +25,18 @@ use crate::{
 const NULL_MARKER: &str = "";
 
 /// How a read rebuilds a missing or stale entry.
+///
+/// Pick per key family; all three cache "not found" as a null marker and jitter their TTLs.
+///
+/// ```
+/// use std::time::Duration;
+/// use hmdp_cache::{ReadOptions, Strategy};
+/// // A catalogue page: load on a miss, once across processes.
+/// let pages = ReadOptions::new(Strategy::Mutex, Duration::from_secs(1800));
+/// // A handful of very hot keys: never miss, tolerate one stale rebuild.
+/// let hot = ReadOptions::new(Strategy::LogicalExpiry, Duration::from_secs(60));
+/// assert_ne!(pages.strategy(), hot.strategy());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Strategy {
@@ -137,6 +149,17 @@ impl ReadOptions {
 }
 
 /// What to do when Redis is away during a read.
+///
+/// ```
+/// use std::time::Duration;
+/// use hmdp_cache::RedisDown;
+/// // Serve some reads from the database, never more than 8 loads at once.
+/// let policy = RedisDown::FallbackToLoader {
+///     max_concurrent: 8,
+///     max_wait: Duration::from_millis(100),
+/// };
+/// assert_ne!(policy, RedisDown::Fail);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RedisDown {
@@ -147,18 +170,38 @@ pub enum RedisDown {
     /// one key share one load (single-flight), as they do with Redis up. The database sees a
     /// bounded trickle instead of the whole read load.
     FallbackToLoader {
+        /// Loader calls running at once at most (at least 1).
         max_concurrent: usize,
+        /// How long a load waits for a free slot before failing with
+        /// [`ErrorKind::Overloaded`].
         max_wait: Duration,
     },
 }
 
-/// Counters of a [`CacheClient`] (monotonic since creation).
+/// Counters of a [`CacheClient`] (monotonic since creation), e.g. for metrics or for counting
+/// database queries in tests.
+///
+/// ```no_run
+/// use std::sync::atomic::Ordering;
+/// # fn f(cache: &hmdp_cache::CacheClient<redis::aio::ConnectionManager>) {
+/// let s = cache.stats();
+/// let reads = s.l1_hits.load(Ordering::Relaxed)
+///     + s.hits.load(Ordering::Relaxed)
+///     + s.null_hits.load(Ordering::Relaxed)
+///     + s.misses.load(Ordering::Relaxed);
+/// println!("{reads} reads, {} database loads", s.loads.load(Ordering::Relaxed));
+/// # }
+/// ```
 #[derive(Debug, Default)]
 #[non_exhaustive]
 pub struct CacheStats {
+    /// Reads answered by the in-process L1 (not counted in `hits` or `null_hits`).
     pub l1_hits: AtomicU64,
+    /// Reads answered by a cached value (from Redis, or the L1).
     pub hits: AtomicU64,
+    /// Reads answered by a cached "not found" (the null marker).
     pub null_hits: AtomicU64,
+    /// Reads that found nothing usable in the cache (missing, or undecodable).
     pub misses: AtomicU64,
     /// Misses that the filter of [`CacheClient::get_or_load_filtered`] turned away.
     pub filtered: AtomicU64,
@@ -241,7 +284,29 @@ impl<C: LockConnection> std::fmt::Debug for CacheClient<C> {
     }
 }
 
-/// Builds a [`CacheClient`].
+/// Builds a [`CacheClient`]: a connection, then optionally a key prefix, a lock client for
+/// cross-process rebuilds, an L1 and a Redis-down policy.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use hmdp_cache::{CacheClient, L1Options, RedisDown};
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let redis = redis::Client::open("redis://127.0.0.1/")?;
+/// let conn = redis.get_connection_manager().await?;
+/// let locks = hmdp_lock::LockClient::builder(conn.clone()).subscriber(redis.clone()).build()?;
+/// let cache = CacheClient::builder(conn)
+///     .key_prefix("app:")
+///     .locks(locks)
+///     .l1(L1Options::new(10_000, Duration::from_secs(1)), redis, "app:cache:l1")
+///     .await?
+///     .on_redis_down(RedisDown::FallbackToLoader {
+///         max_concurrent: 8,
+///         max_wait: Duration::from_millis(100),
+///     })
+///     .build();
+/// # Ok(()) }
+/// ```
 pub struct CacheClientBuilder<C: LockConnection> {
     conn: C,
     prefix: String,

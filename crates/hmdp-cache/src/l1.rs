@@ -33,7 +33,10 @@ use crate::Result;
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct L1Options {
+    /// Entries kept at most (least recently used ones are evicted first).
     pub max_entries: u64,
+    /// How long an entry is kept at most: the bound on staleness when an invalidation
+    /// message is missed.
     pub ttl: Duration,
 }
 

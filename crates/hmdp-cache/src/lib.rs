@@ -48,6 +48,8 @@
 //! Each read touches one key, so the client works unchanged on a Redis Cluster; lock keys use
 //! hash tags (see [`hmdp_lock`]).
 
+#![warn(missing_docs)]
+
 mod bloom;
 mod client;
 mod error;
