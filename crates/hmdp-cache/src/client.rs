@@ -15,12 +15,28 @@ use rand::Rng;
 use serde::{Serialize, de::DeserializeOwned};
 use tokio::sync::Semaphore;
 
-use crate::{Error, ErrorKind, Result, flight::Flights, l1::L1};
+use crate::{
+    Error, ErrorKind, Result,
+    flight::{Claims, Flights},
+    l1::L1,
+};
 
 /// The marker stored for "the loader found nothing" (the original stores an empty string too).
 const NULL_MARKER: &str = "";
 
 /// How a read rebuilds a missing or stale entry.
+///
+/// Pick per key family; all three cache "not found" as a null marker and jitter their TTLs.
+///
+/// ```
+/// use std::time::Duration;
+/// use hmdp_cache::{ReadOptions, Strategy};
+/// // A catalogue page: load on a miss, once across processes.
+/// let pages = ReadOptions::new(Strategy::Mutex, Duration::from_secs(1800));
+/// // A handful of very hot keys: never miss, tolerate one stale rebuild.
+/// let hot = ReadOptions::new(Strategy::LogicalExpiry, Duration::from_secs(60));
+/// assert_ne!(pages.strategy(), hot.strategy());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Strategy {
@@ -33,7 +49,13 @@ pub enum Strategy {
     Mutex,
     /// Logical expiry: the value is stored with its expiry time inside and no Redis TTL, so it
     /// never disappears; a stale value is served at once while exactly one background task
-    /// rebuilds it. Missing entries are loaded as with [`Strategy::Mutex`].
+    /// rebuilds it (one per key per process, claimed without waiting, so stale reads spawn
+    /// nothing while it runs; across processes a lock held by the lock client's watchdog for
+    /// as long as the load takes). Missing entries are loaded as with [`Strategy::Mutex`].
+    ///
+    /// The stored format differs from the other strategies (`{"expireTime", "data"}`). An
+    /// entry in the other format — left behind when the strategy of a key is switched — is
+    /// treated as a miss: deleted and reloaded, never an error.
     LogicalExpiry,
 }
 
@@ -99,8 +121,10 @@ impl ReadOptions {
         self
     }
 
-    /// How long a caller waits for another process's rebuild before loading itself, and the
-    /// rebuild lock's lease.
+    /// How long a caller waits for another process's rebuild ([`Strategy::Mutex`]) before
+    /// loading itself, and that rebuild lock's lease. The background rebuild of
+    /// [`Strategy::LogicalExpiry`] does not wait and holds its lock with the lock client's
+    /// watchdog instead of a lease, so a slow loader cannot let a second rebuild in.
     ///
     /// ```
     /// # use std::time::Duration;
@@ -125,27 +149,59 @@ impl ReadOptions {
 }
 
 /// What to do when Redis is away during a read.
+///
+/// ```
+/// use std::time::Duration;
+/// use hmdp_cache::RedisDown;
+/// // Serve some reads from the database, never more than 8 loads at once.
+/// let policy = RedisDown::FallbackToLoader {
+///     max_concurrent: 8,
+///     max_wait: Duration::from_millis(100),
+/// };
+/// assert_ne!(policy, RedisDown::Fail);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RedisDown {
     /// Fail at once with [`ErrorKind::RedisUnavailable`].
     Fail,
     /// Call the loader directly, at most `max_concurrent` at a time; callers beyond that wait up
-    /// to `max_wait` for a slot, then fail with [`ErrorKind::Overloaded`]. The database sees a
+    /// to `max_wait` for a slot, then fail with [`ErrorKind::Overloaded`]. Concurrent reads of
+    /// one key share one load (single-flight), as they do with Redis up. The database sees a
     /// bounded trickle instead of the whole read load.
     FallbackToLoader {
+        /// Loader calls running at once at most (at least 1).
         max_concurrent: usize,
+        /// How long a load waits for a free slot before failing with
+        /// [`ErrorKind::Overloaded`].
         max_wait: Duration,
     },
 }
 
-/// Counters of a [`CacheClient`] (monotonic since creation).
+/// Counters of a [`CacheClient`] (monotonic since creation), e.g. for metrics or for counting
+/// database queries in tests.
+///
+/// ```no_run
+/// use std::sync::atomic::Ordering;
+/// # fn f(cache: &hmdp_cache::CacheClient<redis::aio::ConnectionManager>) {
+/// let s = cache.stats();
+/// let reads = s.l1_hits.load(Ordering::Relaxed)
+///     + s.hits.load(Ordering::Relaxed)
+///     + s.null_hits.load(Ordering::Relaxed)
+///     + s.misses.load(Ordering::Relaxed);
+/// println!("{reads} reads, {} database loads", s.loads.load(Ordering::Relaxed));
+/// # }
+/// ```
 #[derive(Debug, Default)]
 #[non_exhaustive]
 pub struct CacheStats {
+    /// Reads answered by the in-process L1 (not counted in `hits` or `null_hits`).
     pub l1_hits: AtomicU64,
+    /// Reads answered by a cached value (from Redis, or the L1).
     pub hits: AtomicU64,
+    /// Reads answered by a cached "not found" (the null marker).
     pub null_hits: AtomicU64,
+    /// Reads that found nothing usable in the cache (missing, or undecodable).
     pub misses: AtomicU64,
     /// Misses that the filter of [`CacheClient::get_or_load_filtered`] turned away.
     pub filtered: AtomicU64,
@@ -153,7 +209,7 @@ pub struct CacheStats {
     pub loads: AtomicU64,
     /// Background rebuilds of logically expired entries.
     pub rebuilds: AtomicU64,
-    /// Reads answered by the loader because Redis was away.
+    /// Loader calls made because Redis was away (concurrent reads of one key share one).
     pub fallbacks: AtomicU64,
 }
 
@@ -171,8 +227,12 @@ struct Inner<C: LockConnection> {
     prefix: String,
     locks: Option<LockClient<C>>,
     l1: Option<L1>,
+    /// Single-flight of loads after a miss.
     flights: Flights,
-    rebuilding: Flights,
+    /// Single-flight of loads while Redis is away.
+    fallback_flights: Flights,
+    /// Keys with a background rebuild running in this process.
+    rebuilding: Claims,
     fallback: RedisDown,
     fallback_slots: Option<Semaphore>,
     stats: CacheStats,
@@ -224,7 +284,29 @@ impl<C: LockConnection> std::fmt::Debug for CacheClient<C> {
     }
 }
 
-/// Builds a [`CacheClient`].
+/// Builds a [`CacheClient`]: a connection, then optionally a key prefix, a lock client for
+/// cross-process rebuilds, an L1 and a Redis-down policy.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use hmdp_cache::{CacheClient, L1Options, RedisDown};
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let redis = redis::Client::open("redis://127.0.0.1/")?;
+/// let conn = redis.get_connection_manager().await?;
+/// let locks = hmdp_lock::LockClient::builder(conn.clone()).subscriber(redis.clone()).build()?;
+/// let cache = CacheClient::builder(conn)
+///     .key_prefix("app:")
+///     .locks(locks)
+///     .l1(L1Options::new(10_000, Duration::from_secs(1)), redis, "app:cache:l1")
+///     .await?
+///     .on_redis_down(RedisDown::FallbackToLoader {
+///         max_concurrent: 8,
+///         max_wait: Duration::from_millis(100),
+///     })
+///     .build();
+/// # Ok(()) }
+/// ```
 pub struct CacheClientBuilder<C: LockConnection> {
     conn: C,
     prefix: String,
@@ -338,54 +420,50 @@ impl<C: LockConnection> CacheClient<C> {
         let full = self.redis_key(key);
         let raw = match self.read_raw(&full).await {
             Ok(raw) => raw,
-            Err(e) if e.is_redis_unavailable() => return self.fallback(loader, e).await,
+            Err(e) if e.is_redis_unavailable() => return self.fallback(&full, loader, e).await,
             Err(e) => return Err(e),
         };
         let loader = wrap_loader(loader);
-        match raw {
-            Some(raw) => {
-                if opts.strategy == Strategy::LogicalExpiry && raw.as_ref() != NULL_MARKER {
-                    let entry: Logical<T> = serde_json::from_str(&raw)?;
-                    if entry.expire_time <= now_ms() {
+        if let Some(raw) = raw {
+            match decode_entry::<T>(&raw, opts.strategy) {
+                Ok(entry) => {
+                    if entry.stale {
                         self.spawn_rebuild::<T>(full, opts.clone(), loader);
                     }
-                    self.count_hit(entry.data.is_none());
-                    return Ok(entry.data);
+                    self.count_hit(entry.value.is_none());
+                    return Ok(entry.value);
                 }
-                self.count_hit(raw.as_ref() == NULL_MARKER);
-                decode(&raw)
-            }
-            None => {
-                self.inner.stats.misses.fetch_add(1, Ordering::Relaxed);
-                if !filter().await {
-                    self.inner.stats.filtered.fetch_add(1, Ordering::Relaxed);
-                    return Ok(None);
-                }
-                let me = self.clone();
-                let opts2 = opts.clone();
-                let full2 = full.clone();
-                let raw = self
-                    .inner
-                    .flights
-                    .run(&full, move || async move {
-                        me.rebuild::<T>(&full2, &opts2, loader).await
-                    })
-                    .await;
-                match raw? {
-                    None => Ok(None),
-                    Some(raw)
-                        if opts.strategy == Strategy::LogicalExpiry
-                            && raw.as_ref() != NULL_MARKER =>
-                    {
-                        Ok(serde_json::from_str::<Logical<T>>(&raw)?.data)
-                    }
-                    Some(raw) => decode(&raw),
+                // Written in another format (the strategy was switched, or by another version):
+                // a miss, not an error. Drop it and load as if it were not there.
+                Err(e) => {
+                    tracing::warn!(key = %full, error = %e, "cached value does not decode; treating it as a miss");
+                    self.discard(&full).await;
                 }
             }
         }
+        self.inner.stats.misses.fetch_add(1, Ordering::Relaxed);
+        if !filter().await {
+            self.inner.stats.filtered.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        }
+        let me = self.clone();
+        let opts2 = opts.clone();
+        let full2 = full.clone();
+        let raw = self
+            .inner
+            .flights
+            .run(&full, move || async move {
+                me.rebuild::<T>(&full2, &opts2, loader).await
+            })
+            .await?;
+        match raw {
+            None => Ok(None),
+            Some(raw) => Ok(decode_entry::<T>(&raw, opts.strategy)?.value),
+        }
     }
 
-    /// Stores `value` at `key` for `ttl` (with the jitter of `opts` if given).
+    /// Stores `value` at `key` for `ttl` spread by ±`jitter`, and drops `key` from every
+    /// instance's L1.
     ///
     /// ```no_run
     /// # use std::time::Duration;
@@ -401,17 +479,23 @@ impl<C: LockConnection> CacheClient<C> {
         jitter: f64,
     ) -> Result<()> {
         let json = serde_json::to_string(value)?;
-        self.write(&self.redis_key(key), &json, Some(jittered(ttl, jitter)))
-            .await
+        self.write(
+            &self.redis_key(key),
+            &json,
+            Some(jittered(ttl, jitter)),
+            Publish::Yes,
+        )
+        .await
     }
 
     /// Stores `value` at `key` as a logically expiring entry (no Redis TTL) that turns stale
-    /// after `ttl`: how hot keys are warmed up before traffic arrives.
+    /// after `ttl` spread by ±`jitter` (so keys warmed up together do not all turn stale, and
+    /// rebuild, together): how hot keys are warmed up before traffic arrives.
     ///
     /// ```no_run
     /// # use std::time::Duration;
     /// # async fn demo(cache: hmdp_cache::CacheClient<redis::aio::ConnectionManager>) -> hmdp_cache::Result<()> {
-    /// cache.set_logical("cache:shop:1", &"hot shop", Duration::from_secs(20)).await?;
+    /// cache.set_logical("cache:shop:1", &"hot shop", Duration::from_secs(20), 0.1).await?;
     /// # Ok(()) }
     /// ```
     pub async fn set_logical<T: Serialize>(
@@ -419,12 +503,14 @@ impl<C: LockConnection> CacheClient<C> {
         key: &str,
         value: &T,
         ttl: Duration,
+        jitter: f64,
     ) -> Result<()> {
         let json = serde_json::to_string(&Logical {
-            expire_time: now_ms() + ttl.as_millis() as u64,
+            expire_time: logical_expiry(ttl, jitter),
             data: Some(value),
         })?;
-        self.write(&self.redis_key(key), &json, None).await
+        self.write(&self.redis_key(key), &json, None, Publish::Yes)
+            .await
     }
 
     /// Deletes `key` from Redis and from every instance's L1 (cache-aside: call it after the
@@ -476,7 +562,15 @@ impl<C: LockConnection> CacheClient<C> {
         Ok(v)
     }
 
-    async fn write(&self, full: &str, value: &str, ttl: Option<Duration>) -> Result<()> {
+    /// Stores `value`. With [`Publish::Yes`] every instance (this one included) drops the key
+    /// from its L1; otherwise only this instance's L1 gets the new value.
+    async fn write(
+        &self,
+        full: &str,
+        value: &str,
+        ttl: Option<Duration>,
+        publish: Publish,
+    ) -> Result<()> {
         let mut cmd = redis::cmd("SET");
         cmd.arg(full).arg(value);
         if let Some(ttl) = ttl {
@@ -484,9 +578,30 @@ impl<C: LockConnection> CacheClient<C> {
         }
         let _: () = cmd.query_async(&mut self.inner.conn.clone()).await?;
         if let Some(l1) = &self.inner.l1 {
-            l1.insert(full, Arc::from(value)).await;
+            match publish {
+                Publish::Yes => {
+                    l1.invalidate_everywhere(&mut self.inner.conn.clone(), full)
+                        .await?
+                }
+                Publish::No => l1.insert(full, Arc::from(value)).await,
+            }
         }
         Ok(())
+    }
+
+    /// Forgets an entry that cannot be decoded: from this instance's L1 and from Redis. A
+    /// failed delete is only logged; the load that follows overwrites the entry anyway.
+    async fn discard(&self, full: &str) {
+        if let Some(l1) = &self.inner.l1 {
+            l1.invalidate_local(full).await;
+        }
+        let deleted: redis::RedisResult<()> = redis::cmd("DEL")
+            .arg(full)
+            .query_async(&mut self.inner.conn.clone())
+            .await;
+        if let Err(e) = deleted {
+            tracing::debug!(key = full, error = %e, "could not delete an undecodable entry");
+        }
     }
 
     /// Loads and stores a missing entry; the lock (if any) makes it once across processes.
@@ -497,15 +612,18 @@ impl<C: LockConnection> CacheClient<C> {
         loader: BoxLoader<T>,
     ) -> Result<Option<Arc<str>>>
     where
-        T: Serialize + Send + 'static,
+        T: Serialize + DeserializeOwned + Send + 'static,
     {
         let use_lock = opts.strategy != Strategy::CacheAside;
         let guard = match (&self.inner.locks, use_lock) {
             (Some(locks), true) => {
                 let lock = locks.lock(full)?;
                 let guard = lock.try_lock(opts.lock_wait, Some(opts.lock_lease)).await?;
-                // Double check: whoever held the lock may have stored the entry meanwhile.
-                if let Some(v) = self.read_redis(full).await? {
+                // Double check: whoever held the lock may have stored the entry meanwhile (in
+                // our format: an entry another strategy wrote is replaced, not returned).
+                if let Some(v) = self.read_redis(full).await?
+                    && decode_entry::<T>(&v, opts.strategy).is_ok()
+                {
                     if let Some(g) = guard {
                         let _ = g.unlock().await;
                     }
@@ -518,7 +636,7 @@ impl<C: LockConnection> CacheClient<C> {
             }
             _ => None,
         };
-        let result = self.load_and_store(full, opts, loader).await;
+        let result = self.load_and_store(full, opts, loader, Publish::No).await;
         if let Some(g) = guard {
             let _ = g.unlock().await;
         }
@@ -530,6 +648,7 @@ impl<C: LockConnection> CacheClient<C> {
         full: &str,
         opts: &ReadOptions,
         loader: BoxLoader<T>,
+        publish: Publish,
     ) -> Result<Option<Arc<str>>>
     where
         T: Serialize + Send + 'static,
@@ -543,7 +662,7 @@ impl<C: LockConnection> CacheClient<C> {
             ),
             (Some(v), Strategy::LogicalExpiry) => (
                 serde_json::to_string(&Logical {
-                    expire_time: now_ms() + jittered(opts.ttl, opts.jitter).as_millis() as u64,
+                    expire_time: logical_expiry(opts.ttl, opts.jitter),
                     data: Some(v),
                 })?,
                 None,
@@ -553,7 +672,7 @@ impl<C: LockConnection> CacheClient<C> {
                 Some(jittered(opts.ttl, opts.jitter)),
             ),
         };
-        self.write(full, &stored, ttl).await?;
+        self.write(full, &stored, ttl, publish).await?;
         Ok(value.map(|_| Arc::from(stored.as_str())))
     }
 
@@ -565,80 +684,137 @@ impl<C: LockConnection> CacheClient<C> {
         Ok(v.map(Arc::from))
     }
 
-    /// Starts one background rebuild of a logically expired entry, unless one is running (in
-    /// this process: single-flight; across processes: a lock taken without waiting).
+    /// Starts a background rebuild of a logically expired entry unless this process already
+    /// runs one for the key. The check is synchronous, so a burst of stale reads spawns one
+    /// task, not one task per read parked on the rebuild.
     fn spawn_rebuild<T>(&self, full: String, opts: ReadOptions, loader: BoxLoader<T>)
     where
         T: Serialize + DeserializeOwned + Send + Sync + 'static,
     {
+        let Some(claim) = self.inner.rebuilding.claim(&full) else {
+            return;
+        };
         let me = self.clone();
         tokio::spawn(async move {
-            let me2 = me.clone();
-            let key = full.clone();
-            let _ = me
-                .inner
-                .rebuilding
-                .run(&key, move || async move {
-                    let guard = match &me2.inner.locks {
-                        Some(locks) => match locks.lock(&full)?.try_lock(Duration::ZERO, Some(opts.lock_lease)).await? {
-                            Some(g) => Some(g),
-                            None => return Ok(None), // another process is on it
-                        },
-                        None => None,
-                    };
-                    // Someone may have refreshed it between our read and the lock.
-                    let fresh = match me2.read_redis(&full).await? {
-                        Some(raw) if raw.as_ref() != NULL_MARKER => {
-                            serde_json::from_str::<Logical<T>>(&raw)
-                                .map(|e| e.expire_time > now_ms())
-                                .unwrap_or(false)
-                        }
-                        _ => false,
-                    };
-                    let result = if fresh {
-                        Ok(None)
-                    } else {
-                        me2.inner.stats.rebuilds.fetch_add(1, Ordering::Relaxed);
-                        me2.load_and_store(&full, &opts, loader).await
-                    };
-                    if let Some(g) = guard {
-                        let _ = g.unlock().await;
-                    }
-                    if let Err(e) = &result {
-                        tracing::warn!(key = %full, error = %e, "background cache rebuild failed; serving stale");
-                    }
-                    result
-                })
-                .await;
+            let _claim = claim;
+            if let Err(e) = me.background_rebuild::<T>(&full, &opts, loader).await {
+                tracing::warn!(key = %full, error = %e, "background cache rebuild failed; serving stale");
+            }
         });
     }
 
-    async fn fallback<T, F, Fut, E>(&self, loader: F, cause: Error) -> Result<Option<T>>
+    /// One background rebuild, once across processes: the lock is taken without waiting (if
+    /// another process holds it, that process is rebuilding). It is held with the lock
+    /// client's watchdog rather than a fixed lease, so a loader slower than any lease cannot
+    /// let a second rebuild in; if this process dies, the lock lapses after one watchdog
+    /// timeout.
+    async fn background_rebuild<T>(
+        &self,
+        full: &str,
+        opts: &ReadOptions,
+        loader: BoxLoader<T>,
+    ) -> Result<()>
     where
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = std::result::Result<Option<T>, E>>,
-        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+        T: Serialize + DeserializeOwned + Send + Sync + 'static,
     {
-        let (RedisDown::FallbackToLoader { max_wait, .. }, Some(slots)) =
-            (self.inner.fallback, &self.inner.fallback_slots)
-        else {
+        let guard = match &self.inner.locks {
+            Some(locks) => match locks.lock(full)?.try_lock(Duration::ZERO, None).await? {
+                Some(g) => Some(g),
+                None => return Ok(()),
+            },
+            None => None,
+        };
+        let result = self.rebuild_if_stale::<T>(full, opts, loader).await;
+        if let Some(g) = guard {
+            let _ = g.unlock().await;
+        }
+        result
+    }
+
+    async fn rebuild_if_stale<T>(
+        &self,
+        full: &str,
+        opts: &ReadOptions,
+        loader: BoxLoader<T>,
+    ) -> Result<()>
+    where
+        T: Serialize + DeserializeOwned + Send + Sync + 'static,
+    {
+        // Someone may have refreshed it between our read and the lock.
+        let fresh = match self.read_redis(full).await? {
+            Some(raw) => decode_entry::<T>(&raw, opts.strategy).is_ok_and(|e| !e.stale),
+            None => false,
+        };
+        if fresh {
+            // What we read was a stale copy in our L1; Redis already has the new value.
+            if let Some(l1) = &self.inner.l1 {
+                l1.invalidate_local(full).await;
+            }
+            return Ok(());
+        }
+        self.inner.stats.rebuilds.fetch_add(1, Ordering::Relaxed);
+        // Other instances may hold the stale entry in their L1: tell them to drop it.
+        self.load_and_store(full, opts, loader, Publish::Yes)
+            .await
+            .map(drop)
+    }
+
+    /// Answers a read from the loader while Redis is away. Concurrent reads of one key share
+    /// one load (single-flight), and at most `max_concurrent` loads run at once.
+    async fn fallback<T, F, Fut, E>(&self, full: &str, loader: F, cause: Error) -> Result<Option<T>>
+    where
+        T: Serialize + DeserializeOwned + Send + Sync + 'static,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = std::result::Result<Option<T>, E>> + Send + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+    {
+        let RedisDown::FallbackToLoader { max_wait, .. } = self.inner.fallback else {
             return Err(cause);
         };
-        let permit = tokio::time::timeout(max_wait, slots.acquire())
-            .await
-            .map_err(|_| {
-                Error::new(
-                    ErrorKind::Overloaded,
-                    "redis is unavailable and the database fallback is at its limit",
-                )
-            })?
-            .map_err(|_| Error::new(ErrorKind::Overloaded, "fallback closed"))?;
-        self.inner.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
-        self.inner.stats.loads.fetch_add(1, Ordering::Relaxed);
-        let value = loader().await.map_err(Error::loader)?;
-        drop(permit);
-        Ok(value)
+        let me = self.clone();
+        let loader = wrap_loader(loader);
+        let raw =
+            self.inner
+                .fallback_flights
+                .run(full, move || async move {
+                    let slots =
+                        me.inner.fallback_slots.as_ref().ok_or_else(|| {
+                            Error::new(ErrorKind::Overloaded, "no fallback slots")
+                        })?;
+                    let permit = tokio::time::timeout(max_wait, slots.acquire())
+                        .await
+                        .map_err(|_| {
+                            Error::new(
+                                ErrorKind::Overloaded,
+                                "redis is unavailable and the database fallback is at its limit",
+                            )
+                        })?
+                        .map_err(|_| Error::new(ErrorKind::Overloaded, "fallback closed"))?;
+                    me.inner.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+                    me.inner.stats.loads.fetch_add(1, Ordering::Relaxed);
+                    let value = loader().await?;
+                    drop(permit);
+                    // The waiters get the value as JSON, like a cached entry.
+                    Ok(match value {
+                        Some(v) => Some(Arc::from(serde_json::to_string(&v)?)),
+                        None => None,
+                    })
+                })
+                .await?;
+        match raw {
+            Some(raw) => Ok(Some(serde_json::from_str(&raw)?)),
+            None => Ok(None),
+        }
     }
+}
+
+/// Whether a write tells every instance to drop the key from its L1.
+#[derive(Clone, Copy)]
+enum Publish {
+    /// Yes: the write replaces a value other instances may hold.
+    Yes,
+    /// No: the key was missing, so no L1 holds it (beyond its short TTL).
+    No,
 }
 
 type BoxLoader<T> = Box<
@@ -734,7 +910,8 @@ impl<C: LockConnection> CacheClientBuilder<C> {
                 locks: self.locks,
                 l1: self.l1,
                 flights: Flights::default(),
-                rebuilding: Flights::default(),
+                fallback_flights: Flights::default(),
+                rebuilding: Claims::default(),
                 fallback: self.fallback,
                 fallback_slots,
                 stats: CacheStats::default(),
@@ -743,11 +920,40 @@ impl<C: LockConnection> CacheClientBuilder<C> {
     }
 }
 
-fn decode<T: DeserializeOwned>(raw: &str) -> Result<Option<T>> {
+/// A cached entry, decoded.
+struct Entry<T> {
+    /// `None` for the null marker.
+    value: Option<T>,
+    /// A logically expiring entry past its expiry time.
+    stale: bool,
+}
+
+/// Decodes a stored entry in the format `strategy` writes: plain JSON, or a [`Logical`]
+/// wrapper. An entry in the other format (written before the strategy was switched) is an
+/// error, which readers treat as a miss.
+fn decode_entry<T: DeserializeOwned>(raw: &str, strategy: Strategy) -> Result<Entry<T>> {
     if raw == NULL_MARKER {
-        return Ok(None);
+        return Ok(Entry {
+            value: None,
+            stale: false,
+        });
     }
-    Ok(Some(serde_json::from_str(raw)?))
+    if strategy == Strategy::LogicalExpiry {
+        let entry: Logical<T> = serde_json::from_str(raw)?;
+        return Ok(Entry {
+            stale: entry.expire_time <= now_ms(),
+            value: entry.data,
+        });
+    }
+    Ok(Entry {
+        value: Some(serde_json::from_str(raw)?),
+        stale: false,
+    })
+}
+
+/// The expiry time (unix ms) of a logical entry written now with lifetime `ttl` ± `jitter`.
+fn logical_expiry(ttl: Duration, jitter: f64) -> u64 {
+    now_ms().saturating_add(u64::try_from(jittered(ttl, jitter).as_millis()).unwrap_or(u64::MAX))
 }
 
 fn now_ms() -> u64 {

@@ -4,6 +4,18 @@
 use std::{fmt, sync::Arc};
 
 /// What kind of failure an [`Error`] is.
+///
+/// ```
+/// use hmdp_cache::{Error, ErrorKind};
+/// // How a service might answer each kind.
+/// fn status(e: &Error) -> u16 {
+///     match e.kind() {
+///         ErrorKind::RedisUnavailable | ErrorKind::Overloaded => 503,
+///         _ => 500,
+///     }
+/// }
+/// assert_eq!(status(&Error::loader("database down")), 500);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ErrorKind {
@@ -21,7 +33,8 @@ pub enum ErrorKind {
     Overloaded,
     /// An invalid argument or configuration (e.g. a Bloom filter too large for one bitmap).
     InvalidArgument,
-    /// A Bloom filter exists in Redis with other parameters than requested.
+    /// A Bloom filter in Redis kept being replaced by other instances during one operation,
+    /// more often than the operation retries.
     ConfigMismatch,
 }
 
@@ -55,6 +68,14 @@ pub struct Error {
 }
 
 /// Result alias of the crate.
+///
+/// ```
+/// fn check(n: u32) -> hmdp_cache::Result<u32> {
+///     if n == 0 { return Err(hmdp_cache::Error::loader("zero")); }
+///     Ok(n)
+/// }
+/// assert!(check(0).is_err());
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {

@@ -1,7 +1,8 @@
-//! Single-flight: concurrent callers for one key share one load.
+//! Single-flight: concurrent callers for one key share one load; and claims: at most one
+//! background job per key, without parking the callers that find one running.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     future::Future,
     sync::{Arc, Mutex},
 };
@@ -63,6 +64,40 @@ impl Flights {
     }
 }
 
+/// Keys with a background job running in this process. Claiming is synchronous (no await),
+/// so of many callers that find the same stale entry at once exactly one gets the claim and
+/// the others go on without spawning or waiting for anything.
+#[derive(Default)]
+pub(crate) struct Claims {
+    /// A `std` mutex: held only to insert or remove a key.
+    keys: Arc<Mutex<HashSet<String>>>,
+}
+
+/// A claim on a key; the key is free again when it is dropped.
+pub(crate) struct Claim {
+    keys: Arc<Mutex<HashSet<String>>>,
+    key: String,
+}
+
+impl Claims {
+    /// The claim on `key`, or `None` if someone in this process holds it.
+    pub(crate) fn claim(&self, key: &str) -> Option<Claim> {
+        let mut keys = self.keys.lock().expect("claims poisoned");
+        keys.insert(key.to_owned()).then(|| Claim {
+            keys: self.keys.clone(),
+            key: key.to_owned(),
+        })
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if let Ok(mut keys) = self.keys.lock() {
+            keys.remove(&self.key);
+        }
+    }
+}
+
 struct Cleanup<'a> {
     flights: &'a Flights,
     key: &'a str,
@@ -107,6 +142,16 @@ mod tests {
         }
         assert_eq!(runs.load(Ordering::SeqCst), 1);
         assert!(flights.inflight.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_key_is_claimed_once_until_released() {
+        let claims = Claims::default();
+        let first = claims.claim("k").expect("free");
+        assert!(claims.claim("k").is_none(), "held");
+        assert!(claims.claim("other").is_some(), "per key");
+        drop(first);
+        assert!(claims.claim("k").is_some(), "free again");
     }
 
     #[tokio::test]

@@ -1,9 +1,21 @@
 //! The optional in-process L1 cache (moka) and its cross-instance invalidation.
 //!
-//! L1 holds raw cached strings for a short TTL. A write or an invalidation on any instance
-//! publishes the key on a channel; every instance (itself included) drops the key from its L1
-//! when the message arrives. If the subscription breaks, messages may have been missed, so the
-//! whole L1 is cleared on reconnect. The short TTL bounds staleness even then.
+//! L1 holds raw cached strings for a short TTL. Every write that replaces a value other
+//! instances may hold publishes the key on a channel — [`CacheClient::invalidate`],
+//! [`CacheClient::set`], [`CacheClient::set_logical`] and the background rebuild of a
+//! logically expired entry — and every instance (itself included) drops the key from its L1
+//! when the message arrives. The load that fills a *missing* entry does not publish: no
+//! instance can hold a newer copy, only (for at most the L1 TTL) one read before the entry
+//! expired in Redis. When a background rebuild finds that another process already refreshed
+//! the entry, it drops its own L1 copy, which is where the stale value it saw came from.
+//!
+//! If the subscription breaks, messages may have been missed, so the whole L1 is cleared on
+//! reconnect. The short TTL bounds staleness even then (and a read racing an invalidation can
+//! put the old value back for one TTL).
+//!
+//! [`CacheClient::invalidate`]: crate::CacheClient::invalidate
+//! [`CacheClient::set`]: crate::CacheClient::set
+//! [`CacheClient::set_logical`]: crate::CacheClient::set_logical
 
 use std::{sync::Arc, time::Duration};
 
@@ -21,7 +33,10 @@ use crate::Result;
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct L1Options {
+    /// Entries kept at most (least recently used ones are evicted first).
     pub max_entries: u64,
+    /// How long an entry is kept at most: the bound on staleness when an invalidation
+    /// message is missed.
     pub ttl: Duration,
 }
 
@@ -84,6 +99,12 @@ impl L1 {
         self.cache.insert(key.to_owned(), value).await;
     }
 
+    /// Drops `key` from this instance's L1 only.
+    pub(crate) async fn invalidate_local(&self, key: &str) {
+        self.cache.invalidate(key).await;
+    }
+
+    /// Drops `key` from this instance's L1 and tells every other instance to drop it too.
     pub(crate) async fn invalidate_everywhere<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,

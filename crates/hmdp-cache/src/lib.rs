@@ -42,8 +42,13 @@
 //!
 //! Values are JSON strings. "Not found" is the empty string, as in the original project. A
 //! logically expiring entry is `{"expireTime": <unix ms>, "data": <value>}` with no Redis TTL.
+//! A stored value that does not decode as the reader expects (written under another strategy
+//! or by another version of the value type) is a miss: it is logged, deleted and reloaded, so
+//! switching a key's strategy never turns cached entries into errors.
 //! Each read touches one key, so the client works unchanged on a Redis Cluster; lock keys use
 //! hash tags (see [`hmdp_lock`]).
+
+#![warn(missing_docs)]
 
 mod bloom;
 mod client;
@@ -51,7 +56,7 @@ mod error;
 mod flight;
 mod l1;
 
-pub use bloom::{BloomFilter, BloomOptions};
+pub use bloom::{BloomFilter, BloomOptions, Membership};
 pub use client::{
     CacheClient, CacheClientBuilder, CacheStats, ReadOptions, RedisDown, Strategy, jittered,
 };

@@ -10,7 +10,7 @@ use std::{
 };
 
 use hmdp_cache::{
-    BloomFilter, BloomOptions, CacheClient, ErrorKind, L1Options, ReadOptions, RedisDown, Strategy,
+    BloomFilter, BloomOptions, CacheClient, L1Options, Membership, ReadOptions, RedisDown, Strategy,
 };
 use redis::aio::ConnectionManager;
 
@@ -194,22 +194,40 @@ async fn a_flood_of_missing_ids_loads_each_once_within_the_null_ttl() {
     assert!(ttl > 0 && ttl <= 66_000, "{ttl}");
 }
 
+/// The items `from..to` as strings, as a rebuild snapshot.
+fn numbers(from: u32, to: u32) -> Vec<String> {
+    (from..to).map(|i| i.to_string()).collect()
+}
+
+async fn snapshot_of(items: Vec<String>) -> Result<Vec<String>, std::io::Error> {
+    Ok(items)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bloom_filter_has_no_false_negatives_and_few_false_positives() {
     let prefix = Prefix::new();
     let conn = conn_to(&redis_url()).await;
     let key = format!("{}bloom:shop", prefix.0);
-    let opts = BloomOptions::new(10_000, 0.01);
-    let bloom = BloomFilter::open(conn.clone(), &key, opts).await.unwrap();
-    let members: Vec<String> = (0..10_000).map(|i| format!("{i}")).collect();
-    bloom
-        .add_many(members.iter().map(|s| s.as_bytes()))
+    let bloom = BloomFilter::open(conn.clone(), &key).await.unwrap();
+    assert_eq!(bloom.size(), None, "nothing installed yet");
+    assert_eq!(bloom.check(b"1").await.unwrap(), Membership::Missing);
+    assert!(
+        bloom.might_contain(b"1").await.unwrap(),
+        "a missing filter rules nothing out"
+    );
+    let installed = bloom
+        .rebuild(BloomOptions::new(10_000, 0.01), || {
+            snapshot_of(numbers(0, 10_000))
+        })
         .await
         .unwrap();
-    for m in members.iter().step_by(97) {
-        assert!(
-            bloom.might_contain(m.as_bytes()).await.unwrap(),
-            "false negative for {m}"
+    assert!(installed);
+    assert_eq!(bloom.size(), Some((95_851, 7)));
+    for i in (0..10_000).step_by(97) {
+        assert_eq!(
+            bloom.check(i.to_string().as_bytes()).await.unwrap(),
+            Membership::MaybePresent,
+            "false negative for {i}"
         );
     }
     let mut false_positives = 0;
@@ -226,18 +244,182 @@ async fn the_bloom_filter_has_no_false_negatives_and_few_false_positives() {
         false_positives < 150,
         "{false_positives} false positives of 5000 at p=0.01"
     );
+    bloom.add(b"x-added").await.unwrap();
+    assert!(bloom.might_contain(b"x-added").await.unwrap());
+}
 
-    // Reopening with other parameters is refused, or resets when asked to.
-    let err = BloomFilter::open(conn.clone(), &key, BloomOptions::new(10, 0.1))
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_sized_differently_agree_on_one_filter() {
+    let prefix = Prefix::new();
+    let key = format!("{}bloom:shop", prefix.0);
+    let mut conn = conn_to(&redis_url()).await;
+    // Instance A builds a small filter.
+    let a = BloomFilter::open(conn_to(&redis_url()).await, &key)
         .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::ConfigMismatch);
-    let (small, needs_fill) =
-        BloomFilter::open_or_reset(conn.clone(), &key, BloomOptions::new(10, 0.1))
+        .unwrap();
+    assert!(
+        a.rebuild(BloomOptions::new(1_000, 0.01), || snapshot_of(numbers(
+            0, 1_000
+        )))
+        .await
+        .unwrap()
+    );
+    let small = a.size().unwrap();
+    let small_bitmap = a.bitmap_key().unwrap();
+    // Instance B, which would size it differently, adopts what is installed.
+    let b = BloomFilter::open(conn_to(&redis_url()).await, &key)
+        .await
+        .unwrap();
+    assert_eq!(b.size(), Some(small));
+    // The items outgrew it: B rebuilds bigger, with more items.
+    assert!(
+        b.rebuild(BloomOptions::new(100_000, 0.001), || snapshot_of(numbers(
+            0, 3_000
+        )))
+        .await
+        .unwrap()
+    );
+    let big = b.size().unwrap();
+    assert_ne!(big, small);
+    // A still holds the old parameters, but never answers "absent" from the wrong bits: its
+    // first check sees the new config and adopts it.
+    assert_eq!(a.size(), Some(small));
+    for i in 0..3_000 {
+        assert!(
+            a.might_contain(i.to_string().as_bytes()).await.unwrap(),
+            "A answered absent for {i}"
+        );
+    }
+    assert_eq!(a.size(), Some(big), "A adopted the installed filter");
+    let mut false_positives = 0;
+    for i in 0..2_000 {
+        if a.might_contain(format!("x{i}").as_bytes()).await.unwrap() {
+            false_positives += 1;
+        }
+    }
+    assert!(false_positives < 20, "{false_positives} of 2000 at p=0.001");
+    // Adds follow the installed filter too, whoever made it.
+    let c = BloomFilter::open(conn_to(&redis_url()).await, &key)
+        .await
+        .unwrap();
+    assert!(
+        c.rebuild(BloomOptions::new(200_000, 0.001), || snapshot_of(numbers(
+            0, 3_000
+        )))
+        .await
+        .unwrap()
+    );
+    b.add(b"new shop").await.unwrap(); // B still knows the previous filter
+    assert!(c.might_contain(b"new shop").await.unwrap());
+    assert_eq!(b.size(), c.size());
+    // Replaced bitmaps are gone.
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(&small_bitmap)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!exists);
+    // A rebuild that lost the race adopts the winner's filter instead of installing its own.
+    let stale = a.clone();
+    assert!(
+        !stale
+            .rebuild(BloomOptions::new(10, 0.1), || snapshot_of(numbers(0, 10)))
             .await
-            .unwrap();
-    assert!(needs_fill);
-    assert!(!small.might_contain(b"1").await.unwrap());
+            .unwrap(),
+        "A's handle still knew B's filter, which C replaced"
+    );
+    assert_eq!(a.size(), c.size());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_added_during_a_rebuild_is_not_lost() {
+    let prefix = Prefix::new();
+    let key = format!("{}bloom:shop", prefix.0);
+    let a = BloomFilter::open(conn_to(&redis_url()).await, &key)
+        .await
+        .unwrap();
+    a.rebuild(BloomOptions::new(100, 0.01), || {
+        snapshot_of(numbers(0, 100))
+    })
+    .await
+    .unwrap();
+    let b = BloomFilter::open(conn_to(&redis_url()).await, &key)
+        .await
+        .unwrap();
+    let snapshots = Arc::new(AtomicUsize::new(0));
+    let (snaps, adder) = (snapshots.clone(), b.clone());
+    let installed = a
+        .rebuild(BloomOptions::new(10_000, 0.001), move || {
+            let (snaps, adder) = (snaps.clone(), adder.clone());
+            async move {
+                let n = snaps.fetch_add(1, Ordering::SeqCst);
+                let mut items = numbers(0, 100);
+                if n == 0 {
+                    // The database is read; then a new item is inserted and added (to the
+                    // old filter, the one B knows) before the new filter is installed.
+                    adder.add(b"late").await.unwrap();
+                } else {
+                    items.push("late".to_owned());
+                }
+                Ok::<_, std::io::Error>(items)
+            }
+        })
+        .await
+        .unwrap();
+    assert!(installed);
+    assert_eq!(snapshots.load(Ordering::SeqCst), 2, "a second snapshot");
+    assert!(
+        a.might_contain(b"late").await.unwrap(),
+        "the late add survived"
+    );
+    assert!(b.might_contain(b"late").await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_bloom_filter_answers_missing_never_absent() {
+    let prefix = Prefix::new();
+    let key = format!("{}bloom:shop", prefix.0);
+    let mut conn = conn_to(&redis_url()).await;
+    let bloom = BloomFilter::open(conn.clone(), &key).await.unwrap();
+    bloom
+        .rebuild(BloomOptions::new(100, 0.01), || {
+            snapshot_of(numbers(0, 100))
+        })
+        .await
+        .unwrap();
+    assert!(!bloom.is_missing().await.unwrap());
+    assert_eq!(bloom.check(b"nope").await.unwrap(), Membership::Absent);
+    // The bitmap is evicted: its sentinel is gone with it.
+    let _: () = redis::cmd("DEL")
+        .arg(bloom.bitmap_key().unwrap())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(bloom.is_missing().await.unwrap());
+    assert_eq!(bloom.check(b"nope").await.unwrap(), Membership::Missing);
+    // Adds to a lost bitmap do not make it look intact again.
+    bloom.add(b"1").await.unwrap();
+    assert_eq!(bloom.check(b"nope").await.unwrap(), Membership::Missing);
+    // Everything is flushed.
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{{{key}}}:config"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(bloom.check(b"nope").await.unwrap(), Membership::Missing);
+    bloom.add(b"2").await.unwrap();
+    assert_eq!(bloom.size(), None);
+    // A rebuild brings it back.
+    assert!(
+        bloom
+            .rebuild(BloomOptions::new(100, 0.01), || snapshot_of(numbers(
+                0, 100
+            )))
+            .await
+            .unwrap()
+    );
+    assert_eq!(bloom.check(b"nope").await.unwrap(), Membership::Absent);
+    assert_eq!(bloom.check(b"7").await.unwrap(), Membership::MaybePresent);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -246,7 +428,7 @@ async fn logical_expiry_serves_stale_at_once_and_rebuilds_exactly_once() {
     let (a, b) = (client(&prefix).await, client(&prefix).await);
     let opts = ReadOptions::new(Strategy::LogicalExpiry, Duration::from_secs(60)).jitter(0.0);
     // Warm up with a value that is already stale.
-    a.set_logical("cache:shop:9", &"old".to_owned(), Duration::ZERO)
+    a.set_logical("cache:shop:9", &"old".to_owned(), Duration::ZERO, 0.0)
         .await
         .unwrap();
     let mut conn = conn_to(&redis_url()).await;
@@ -401,8 +583,8 @@ async fn l1_is_invalidated_on_every_instance() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_redis_down_the_loader_fallback_is_bounded() {
+/// A client on a private redis-server that is then killed: Redis is down for every read.
+async fn client_with_redis_down(max_concurrent: usize) -> CacheClient<ConnectionManager> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -424,11 +606,18 @@ async fn with_redis_down_the_loader_fallback_is_bounded() {
         .unwrap();
     let url = format!("redis://127.0.0.1:{port}");
     let started = Instant::now();
+    // Short timeouts and few retries, as a service would configure them: reads notice the
+    // outage in well under a second.
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_millis(300)))
+        .set_response_timeout(Some(Duration::from_millis(500)))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(100));
     let conn = loop {
         if let Ok(Ok(c)) = tokio::time::timeout(Duration::from_millis(500), async {
             redis::Client::open(url.as_str())
                 .unwrap()
-                .get_connection_manager()
+                .get_connection_manager_with_config(config.clone())
                 .await
         })
         .await
@@ -440,23 +629,30 @@ async fn with_redis_down_the_loader_fallback_is_bounded() {
     };
     let cache = CacheClient::builder(conn)
         .on_redis_down(RedisDown::FallbackToLoader {
-            max_concurrent: 2,
+            max_concurrent,
             max_wait: Duration::from_millis(20),
         })
         .build();
     redis.kill().unwrap();
     redis.wait().unwrap();
+    cache
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_the_loader_fallback_is_bounded() {
+    let cache = client_with_redis_down(2).await;
 
     let running = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
     let opts = ReadOptions::new(Strategy::Mutex, Duration::from_secs(60));
     let mut tasks = Vec::new();
-    for _ in 0..20 {
+    for i in 0..20 {
         let (cache, running, peak, opts) =
             (cache.clone(), running.clone(), peak.clone(), opts.clone());
         tasks.push(tokio::spawn(async move {
+            // Twenty different keys: reads of one key would share one load.
             cache
-                .get_or_load("k", &opts, move || async move {
+                .get_or_load(&format!("k{i}"), &opts, move || async move {
                     let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                     peak.fetch_max(now, Ordering::SeqCst);
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -483,5 +679,300 @@ async fn with_redis_down_the_loader_fallback_is_bounded() {
     assert!(
         served >= 2 && refused > 0,
         "served {served}, refused {refused}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_concurrent_reads_of_one_key_share_one_load() {
+    let cache = client_with_redis_down(2).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let opts = ReadOptions::new(Strategy::Mutex, Duration::from_secs(60));
+    // A first read notices that Redis is gone.
+    let first: Option<u32> = cache
+        .get_or_load("other", &opts, || async {
+            Ok::<_, std::io::Error>(Some(1))
+        })
+        .await
+        .unwrap();
+    assert_eq!(first, Some(1));
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let (cache, calls, opts) = (cache.clone(), calls.clone(), opts.clone());
+        tasks.push(tokio::spawn(async move {
+            cache
+                .get_or_load(
+                    "cache:shop:1",
+                    &opts,
+                    slow_loader(calls, Some("面馆".into()), Duration::from_millis(1000)),
+                )
+                .await
+        }));
+    }
+    for t in tasks {
+        // Every reader is answered (none refused for want of a slot) from the one load.
+        assert_eq!(t.await.unwrap().unwrap().as_deref(), Some("面馆"));
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "one database query");
+    assert_eq!(cache.stats().fallbacks.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_written_under_another_strategy_is_a_miss_not_an_error() {
+    let prefix = Prefix::new();
+    let cache = client(&prefix).await;
+    let mut conn = conn_to(&redis_url()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mutex = ReadOptions::new(Strategy::Mutex, Duration::from_secs(60));
+    let logical = ReadOptions::new(Strategy::LogicalExpiry, Duration::from_secs(60));
+
+    // Logical → mutex: a {"expireTime","data"} entry with no TTL, read as a plain value.
+    cache
+        .set_logical(
+            "cache:shop:1",
+            &"old".to_owned(),
+            Duration::from_secs(600),
+            0.0,
+        )
+        .await
+        .unwrap();
+    let v: Option<String> = cache
+        .get_or_load(
+            "cache:shop:1",
+            &mutex,
+            slow_loader(calls.clone(), Some("fresh".into()), Duration::ZERO),
+        )
+        .await
+        .expect("an old-format entry is a miss, not a serialization error");
+    assert_eq!(v.as_deref(), Some("fresh"));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let key = format!("{}cache:shop:1", prefix.0);
+    let stored: String = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        stored, "\"fresh\"",
+        "replaced by the mutex strategy's format"
+    );
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(ttl > 0, "with a TTL again: {ttl}");
+
+    // Mutex → logical: plain JSON, read as a logical entry.
+    let v: Option<String> = cache
+        .get_or_load(
+            "cache:shop:1",
+            &logical,
+            slow_loader(calls.clone(), Some("fresher".into()), Duration::ZERO),
+        )
+        .await
+        .expect("a plain entry is a miss for the logical strategy");
+    assert_eq!(v.as_deref(), Some("fresher"));
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let stored: String = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let stored: serde_json::Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(stored["data"], "fresher");
+
+    // And the entry now reads as a hit under the new strategy.
+    let v: Option<String> = cache
+        .get_or_load(
+            "cache:shop:1",
+            &logical,
+            slow_loader(calls.clone(), Some("x".into()), Duration::ZERO),
+        )
+        .await
+        .unwrap();
+    assert_eq!(v.as_deref(), Some("fresher"));
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+/// A client with an L1 whose entries live a minute, so only invalidations refresh it.
+async fn client_with_l1(prefix: &Prefix) -> CacheClient<ConnectionManager> {
+    let url = redis_url();
+    let conn = conn_to(&url).await;
+    let locks = hmdp_lock::LockClient::builder(conn.clone())
+        .subscriber(redis::Client::open(url.clone()).unwrap())
+        .key_prefix(prefix.0.clone())
+        .build()
+        .unwrap();
+    CacheClient::builder(conn)
+        .key_prefix(prefix.0.clone())
+        .locks(locks)
+        .l1(
+            L1Options::new(1000, Duration::from_secs(60)),
+            redis::Client::open(url).unwrap(),
+            &format!("{}cache:l1", prefix.0),
+        )
+        .await
+        .unwrap()
+        .build()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_rebuild_reaches_the_l1_of_every_instance() {
+    let prefix = Prefix::new();
+    let (a, b) = (client_with_l1(&prefix).await, client_with_l1(&prefix).await);
+    let opts = ReadOptions::new(Strategy::LogicalExpiry, Duration::from_secs(60)).jitter(0.0);
+    let calls = Arc::new(AtomicUsize::new(0));
+    a.set_logical(
+        "cache:shop:1",
+        &"old".to_owned(),
+        Duration::from_millis(300),
+        0.0,
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // B reads the fresh entry into its L1.
+    let read = |c: &CacheClient<ConnectionManager>, value: &'static str| {
+        let (c, calls, opts) = (c.clone(), calls.clone(), opts.clone());
+        async move {
+            c.get_or_load(
+                "cache:shop:1",
+                &opts,
+                slow_loader(calls, Some(value.into()), Duration::ZERO),
+            )
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(read(&b, "from b").await.as_deref(), Some("old"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // It turns stale; A rebuilds it.
+    assert_eq!(read(&a, "new").await.as_deref(), Some("old"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while read(&a, "new").await.as_deref() != Some("new") {
+        assert!(Instant::now() < deadline, "A never rebuilt");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // B drops its stale L1 copy when A's rebuild is announced (not after its 60 s L1 TTL).
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while read(&b, "from b").await.as_deref() != Some("new") {
+        assert!(
+            Instant::now() < deadline,
+            "B kept serving its stale L1 copy"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "B never rebuilt");
+    assert_eq!(b.stats().rebuilds.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_reads_during_a_rebuild_spawn_no_tasks() {
+    let prefix = Prefix::new();
+    let cache = client(&prefix).await;
+    let opts = ReadOptions::new(Strategy::LogicalExpiry, Duration::from_secs(60));
+    cache
+        .set_logical("cache:shop:1", &"old".to_owned(), Duration::ZERO, 0.0)
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let read = || {
+        cache.get_or_load(
+            "cache:shop:1",
+            &opts,
+            slow_loader(calls.clone(), Some("new".into()), Duration::from_secs(3)),
+        )
+    };
+    // The first stale read starts the rebuild.
+    assert_eq!(read().await.unwrap().as_deref(), Some("old"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    let started = Instant::now();
+    for _ in 0..1000 {
+        assert_eq!(read().await.unwrap().as_deref(), Some("old"));
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "all during the rebuild"
+    );
+    let grown = metrics.num_alive_tasks().saturating_sub(before);
+    assert!(grown < 10, "1000 stale reads left {grown} tasks behind");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_slower_than_the_lock_lease_keeps_its_lock() {
+    let prefix = Prefix::new();
+    let (a, b) = (client(&prefix).await, client(&prefix).await);
+    // A lease far shorter than the load: a fixed lease would run out mid-rebuild.
+    let opts = ReadOptions::new(Strategy::LogicalExpiry, Duration::from_secs(60))
+        .lock(Duration::from_secs(1), Duration::from_millis(200));
+    a.set_logical("cache:shop:1", &"old".to_owned(), Duration::ZERO, 0.0)
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let read = |c: &CacheClient<ConnectionManager>| {
+        let (c, calls, opts) = (c.clone(), calls.clone(), opts.clone());
+        async move {
+            c.get_or_load(
+                "cache:shop:1",
+                &opts,
+                slow_loader(calls, Some("new".into()), Duration::from_millis(1500)),
+            )
+            .await
+        }
+    };
+    assert_eq!(read(&a).await.unwrap().as_deref(), Some("old"));
+    // Well past the 200 ms lease, another instance finds the entry still stale.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(read(&b).await.unwrap().as_deref(), Some("old"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while read(&a).await.unwrap().as_deref() != Some("new") {
+        assert!(Instant::now() < deadline, "no rebuild");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "B's rebuild found the lock held"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logical_expiry_times_are_jittered() {
+    let prefix = Prefix::new();
+    let cache = client(&prefix).await;
+    let mut conn = conn_to(&redis_url()).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    for i in 0..100 {
+        cache
+            .set_logical(&format!("warm:{i}"), &i, Duration::from_secs(1000), 0.1)
+            .await
+            .unwrap();
+    }
+    let mut expiries = Vec::new();
+    for i in 0..100 {
+        let raw: String = redis::cmd("GET")
+            .arg(format!("{}warm:{i}", prefix.0))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&raw).unwrap();
+        expiries.push(v["expireTime"].as_i64().unwrap() - now);
+    }
+    assert!(
+        expiries.iter().all(|t| (899_000..=1_101_000).contains(t)),
+        "{expiries:?}"
+    );
+    let spread = expiries.iter().max().unwrap() - expiries.iter().min().unwrap();
+    assert!(
+        spread > 100_000,
+        "entries warmed up together turn stale at different times: {spread} ms"
     );
 }

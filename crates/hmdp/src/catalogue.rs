@@ -2,26 +2,53 @@
 //! and the GEO index of shop positions.
 //!
 //! ## Why these defaults
-//! - **`GET /shop/{id}` uses the mutex strategy** (`HMDP_SHOP_CACHE=mutex`): it needs no
-//!   warm-up, an update is visible on the next read (the write deletes the entry), and a
-//!   stampede on a cold or just-expired shop costs one database query across all instances
-//!   (single-flight in each process, a distributed lock between them). Logical expiry
-//!   (`logical`) never lets a hot shop miss, at the price of serving a stale shop for one
-//!   rebuild after it expires; pick it for a few pre-warmed, very hot shops. `aside` is the
-//!   course's unprotected first version, kept for comparison.
+//! - **`GET /shop/{id}` uses the mutex strategy** (`HMDP_SHOP_CACHE=mutex`, the default): it
+//!   needs no warm-up, an update is visible on the next read (the write deletes the entry),
+//!   entries of shops nobody reads expire, and a stampede on a cold or just-expired shop
+//!   costs one database query across all instances (single-flight in each process, a
+//!   distributed lock between them). Logical expiry (`logical`) never lets a hot shop miss,
+//!   at the price of serving a stale shop for one background rebuild after it turns stale,
+//!   and of never expiring anything in Redis (every shop ever read stays there): pick it for
+//!   a catalogue of few, very hot shops. `aside` is the course's unprotected first version,
+//!   kept for comparison.
+//! - **Switching `HMDP_SHOP_CACHE`** needs no flush: an entry in the other strategy's format
+//!   is a miss for the new one (logged, deleted, reloaded once). While old and new instances
+//!   run side by side they keep replacing each other's entries, one locked load each time.
+//! - **The shop-type list is always cached with the mutex strategy**, whatever
+//!   `HMDP_SHOP_CACHE` says: it is one key that every page load reads, so its expiry is
+//!   exactly the breakdown case the mutex is for; it has no ids to guess (no Bloom filter, no
+//!   null marker needed) and no write path in the API, so logical expiry's stale window would
+//!   buy nothing. The strategy choice is about shop pages, where the trade-off is real.
+//! - **The list endpoints (`/shop/of/type`, `/shop/of/name`) are not cached**, as in the
+//!   original: their keys multiply (type × page × position, any name fragment × page), so
+//!   hits would be rare, and every shop write would have to find and drop the pages it
+//!   appears on. They are cheap instead: a page by type is an indexed five-row query; the
+//!   nearby search is answered by the GEO index in Redis, the database only fetching at most
+//!   five shops by primary key; a name search is bounded by the page size and the rate
+//!   limits. The GEO index of a type is loaded from the database once across callers and
+//!   instances (single-flight and lock, through the cache client), and a type without shops
+//!   is remembered for the null TTL, so a flood of nearby searches for unknown types costs
+//!   Redis reads only.
 //! - **A Bloom filter of shop ids** sits in front: an id that was never created is answered
 //!   "店铺不存在！" without touching the cache keys or the database, so a flood of random ids
 //!   cannot fill Redis with null markers either. Ids it lets through (or all ids, when it is
-//!   off) are still protected by null caching.
+//!   off) are still protected by null caching. Its parameters live in Redis and every
+//!   instance adopts them (see [`hmdp_cache::BloomFilter`]); an instance that finds the shops
+//!   have outgrown the filter builds a bigger one beside it and switches all instances over
+//!   atomically.
 //! - **Redis down**: shop reads fall back to the database, at most
-//!   `HMDP_CACHE_FALLBACK_CONCURRENCY` at a time; the rest get a fast 503. Serving some reads
-//!   beats serving none, and the limit keeps the database from taking the whole load.
-//! - **Writes** go to the database first, then delete the cache entry (cache-aside). A failed
-//!   delete is retried in the background; the TTL bounds the staleness in the worst case.
+//!   `HMDP_CACHE_FALLBACK_CONCURRENCY` loads at a time, concurrent reads of one shop sharing
+//!   one load; the rest get a fast 503. Serving some reads beats serving none, and the limit
+//!   keeps the database from taking the whole load.
+//! - **Writes** go to the database first, then delete the cache entry (cache-aside). A new
+//!   shop's id goes into the Bloom filter, then its cache entry is deleted too: a null marker
+//!   (or an L1 copy of one) left by an earlier read of that id would hide it otherwise. A
+//!   failed delete is retried in the background; the TTL bounds the staleness in the worst
+//!   case.
 
 use std::{sync::Arc, time::Duration};
 
-use hmdp_cache::{BloomFilter, BloomOptions, CacheClient, ReadOptions, Strategy};
+use hmdp_cache::{BloomFilter, BloomOptions, CacheClient, Membership, ReadOptions, Strategy};
 
 use crate::{
     config::{CacheSettings, ShopCacheStrategy},
@@ -49,7 +76,12 @@ impl CatalogueError {
     pub fn storage(&self) -> Option<&StorageError> {
         match self {
             CatalogueError::Storage(e) => Some(e),
-            CatalogueError::Cache(e) => e.loader_error().and_then(|e| e.downcast_ref()),
+            CatalogueError::Cache(e) => e.loader_error().and_then(|e| {
+                e.downcast_ref::<StorageError>().or_else(|| {
+                    e.downcast_ref::<CatalogueError>()
+                        .and_then(CatalogueError::storage)
+                })
+            }),
             CatalogueError::Redis(_) => None,
         }
     }
@@ -60,6 +92,22 @@ pub const TYPE_PAGE_SIZE: i64 = 5;
 pub const NAME_PAGE_SIZE: i64 = 10;
 /// The original's nearby radius.
 pub const NEARBY_METRES: f64 = 5000.0;
+/// How long "the GEO index of this type was just loaded" is remembered. It only matters when
+/// the index is missing again (deleted alone, without its marker): the marker keeps a burst
+/// to one load, and expires soon so a lost index is reloaded.
+const GEO_LOADED_TTL: Duration = Duration::from_secs(5);
+
+/// The Bloom filter's sizing for `shops` shops: room to double (re-sizing means a rebuild),
+/// at least 100k ids (~180 KiB), 0.1 % false positives.
+fn bloom_options(shops: usize) -> BloomOptions {
+    BloomOptions::new((shops as u64).saturating_mul(2).max(100_000), 0.001)
+}
+
+/// `cache:shop-geo:{typeId}` *without* the prefix: how many shops were loaded into the type's
+/// GEO index just now, or the null marker for a type without shops.
+fn geo_loaded_key(type_id: i64) -> String {
+    format!("cache:shop-geo:{type_id}")
+}
 
 /// Shops and shop types, cached.
 #[derive(Clone)]
@@ -71,6 +119,7 @@ pub struct Catalogue {
     bloom: Option<BloomFilter<RedisConn>>,
     shop_opts: ReadOptions,
     types_opts: ReadOptions,
+    geo_opts: ReadOptions,
     /// Guards the background refill of the Bloom filter after Redis lost it.
     refilling: Arc<tokio::sync::Mutex<()>>,
 }
@@ -94,7 +143,11 @@ impl Catalogue {
         let shop_opts = ReadOptions::new(strategy, settings.ttl)
             .null_ttl(settings.null_ttl)
             .jitter(settings.jitter);
+        // Always the mutex strategy, whatever the shop pages use: see the module docs.
         let types_opts = ReadOptions::new(Strategy::Mutex, settings.ttl).jitter(settings.jitter);
+        let geo_opts = ReadOptions::new(Strategy::Mutex, GEO_LOADED_TTL)
+            .null_ttl(settings.null_ttl)
+            .jitter(settings.jitter);
         let mut me = Self {
             db,
             redis,
@@ -103,6 +156,7 @@ impl Catalogue {
             bloom: None,
             shop_opts,
             types_opts,
+            geo_opts,
             refilling: Arc::default(),
         };
         if settings.bloom {
@@ -113,7 +167,7 @@ impl Catalogue {
                 }
             }
         }
-        if let Err(e) = me.load_geo(None).await {
+        if let Err(e) = me.load_geo().await {
             tracing::warn!(error = %e, "cannot load the shop GEO index yet; it is rebuilt on demand");
         }
         Ok(me)
@@ -124,21 +178,41 @@ impl Catalogue {
         &self.cache
     }
 
+    /// The Bloom filter of shop ids, if it is on (tests look at it).
+    pub fn bloom(&self) -> Option<&BloomFilter<RedisConn>> {
+        self.bloom.as_ref()
+    }
+
     async fn open_bloom(&self) -> Result<BloomFilter<RedisConn>, CatalogueError> {
-        let ids = catalogue::shop_positions(&self.db, None).await?;
-        // Room to grow: re-sizing means a rebuild, so start generous (~180 KiB at 100k ids).
-        let expected = (ids.len() as u64 * 2).max(100_000);
-        let (bloom, _) = BloomFilter::open_or_reset(
-            self.redis.clone(),
-            &self.keys.shop_bloom(),
-            BloomOptions::new(expected, 0.001),
-        )
-        .await?;
-        // Always (re)add every id: cheap, idempotent, and covers shops created while no
-        // instance was running.
-        fill_bloom(&bloom, &ids).await?;
-        tracing::info!(shops = ids.len(), "shop Bloom filter ready");
+        let bloom = BloomFilter::open(self.redis.clone(), &self.keys.shop_bloom()).await?;
+        self.prepare_bloom(&bloom).await?;
         Ok(bloom)
+    }
+
+    /// Makes the installed filter hold every shop id. With none in Redis (first start,
+    /// flushed, evicted), or one the shops have outgrown, it builds one sized for today's
+    /// shops and installs it for every instance; otherwise it adds every id again (cheap,
+    /// idempotent, and covers shops created while no instance was running).
+    async fn prepare_bloom(&self, bloom: &BloomFilter<RedisConn>) -> Result<(), CatalogueError> {
+        let ids = id_strings(catalogue::shop_ids(&self.db).await?);
+        let outgrown = bloom.capacity().is_none_or(|c| c < ids.len() as u64);
+        if outgrown || bloom.is_missing().await? {
+            let db = self.db.clone();
+            let installed = bloom
+                .rebuild(bloom_options(ids.len()), move || {
+                    let db = db.clone();
+                    async move { catalogue::shop_ids(&db).await.map(id_strings) }
+                })
+                .await?;
+            if installed {
+                tracing::info!(shops = ids.len(), size = ?bloom.size(), "built the shop Bloom filter");
+                return Ok(());
+            }
+            // Another instance installed one first: make sure it has our ids too.
+        }
+        bloom.add_many(ids.iter().map(|s| s.as_bytes())).await?;
+        tracing::info!(shops = ids.len(), size = ?bloom.size(), "shop Bloom filter ready");
+        Ok(())
     }
 
     /// One shop, through the cache; on a miss the Bloom filter is asked before the database.
@@ -162,18 +236,16 @@ impl Catalogue {
             .await?)
     }
 
-    /// False only when the filter is certain the id never existed.
+    /// False only when the installed filter is certain the id never existed.
     async fn bloom_admits(&self, bloom: &BloomFilter<RedisConn>, id: ShopId) -> bool {
-        match bloom.might_contain(id.to_string().as_bytes()).await {
-            Ok(true) => true,
-            Ok(false) => {
-                if self.bloom_present(bloom).await {
-                    return false;
-                }
-                // Redis lost the filter (flushed, failed over): do not trust it until refilled.
+        match bloom.check(id.to_string().as_bytes()).await {
+            Ok(Membership::Absent) => false,
+            Ok(Membership::Missing) => {
+                // Redis lost the filter (flushed, failed over): do not trust it until rebuilt.
                 self.refill_bloom_in_background(bloom.clone());
                 true
             }
+            Ok(_) => true,
             Err(e) => {
                 // Redis trouble: let the cache client's Redis-down policy decide.
                 tracing::debug!(error = %e, "bloom check failed; skipping it");
@@ -182,34 +254,20 @@ impl Catalogue {
         }
     }
 
-    async fn bloom_present(&self, bloom: &BloomFilter<RedisConn>) -> bool {
-        redis::cmd("EXISTS")
-            .arg(bloom.key())
-            .query_async::<bool>(&mut self.redis.clone())
-            .await
-            .unwrap_or(true)
-    }
-
     fn refill_bloom_in_background(&self, bloom: BloomFilter<RedisConn>) {
         let me = self.clone();
         tokio::spawn(async move {
             let Ok(_only_one) = me.refilling.try_lock() else {
                 return;
             };
-            match catalogue::shop_positions(&me.db, None).await {
-                Ok(ids) => match fill_bloom(&bloom, &ids).await {
-                    Ok(()) => tracing::warn!(
-                        shops = ids.len(),
-                        "the shop Bloom filter was missing in Redis; refilled"
-                    ),
-                    Err(e) => tracing::warn!(error = %e, "refilling the shop Bloom filter failed"),
-                },
-                Err(e) => tracing::warn!(error = %e, "refilling the shop Bloom filter failed"),
+            match me.prepare_bloom(&bloom).await {
+                Ok(()) => tracing::warn!("the shop Bloom filter was missing in Redis; rebuilt"),
+                Err(e) => tracing::warn!(error = %e, "rebuilding the shop Bloom filter failed"),
             }
         });
     }
 
-    /// Creates a shop: database, then Bloom filter and GEO index.
+    /// Creates a shop: database, then Bloom filter, cache entry and GEO index.
     pub async fn create_shop(&self, input: &ShopInput) -> Result<ShopId, CatalogueError> {
         let id = catalogue::insert_shop(&self.db, input).await?;
         if let Some(bloom) = &self.bloom {
@@ -225,6 +283,19 @@ impl Catalogue {
             })
             .await;
         }
+        // A read of this id before the insert may have left a null marker (Bloom filter off,
+        // or a false positive) or an L1 copy of one: drop it, after the filter knows the id.
+        let cache = self.cache.clone();
+        retry_in_background("delete the new shop's cache entry", move || {
+            let cache = cache.clone();
+            async move {
+                cache
+                    .invalidate(&Keys::cache_shop(id))
+                    .await
+                    .map_err(CatalogueError::from)
+            }
+        })
+        .await;
         let (redis, key, pos) = (
             self.redis.clone(),
             self.keys.shop_geo(input.type_id),
@@ -310,16 +381,13 @@ impl Catalogue {
         };
         let key = self.keys.shop_geo(type_id);
         let end = offset + TYPE_PAGE_SIZE;
-        let mut hits = geo_search(&mut self.redis.clone(), &key, x, y, end).await?;
-        if hits.is_empty() {
-            // An empty answer may mean the index is gone (Redis flushed): rebuild and retry once.
-            let exists: bool = redis::cmd("EXISTS")
-                .arg(&key)
-                .query_async(&mut self.redis.clone())
-                .await?;
-            if !exists && self.load_geo(Some(type_id)).await? > 0 {
-                hits = geo_search(&mut self.redis.clone(), &key, x, y, end).await?;
-            }
+        let (exists, mut hits) = geo_search(&mut self.redis.clone(), &key, x, y, end).await?;
+        // No index: gone (Redis flushed) or never there (a type without shops). Load it,
+        // once, and search again.
+        if !exists && self.load_geo_type(type_id).await? {
+            hits = geo_search(&mut self.redis.clone(), &key, x, y, end)
+                .await?
+                .1;
         }
         let page: Vec<(i64, f64)> = hits.into_iter().skip(offset as usize).collect();
         if page.is_empty() {
@@ -339,10 +407,48 @@ impl Catalogue {
         Ok(catalogue::shops_by_name(&self.db, name, offset, NAME_PAGE_SIZE).await?)
     }
 
-    /// Fills the GEO sets (of one type, or of all types) that do not exist; returns how many
-    /// shops were added.
-    async fn load_geo(&self, type_id: Option<i64>) -> Result<usize, CatalogueError> {
-        let shops = catalogue::shop_positions(&self.db, type_id).await?;
+    /// Loads one type's GEO index from the database through the cache client: concurrent
+    /// callers share one load (single-flight), instances take turns (distributed lock, double
+    /// check), and the answer is remembered under `cache:shop-geo:{typeId}` — for a moment if
+    /// the type has shops, for the null TTL if it has none. True when the type has shops.
+    async fn load_geo_type(&self, type_id: i64) -> Result<bool, CatalogueError> {
+        let (db, redis, key) = (
+            self.db.clone(),
+            self.redis.clone(),
+            self.keys.shop_geo(type_id),
+        );
+        let loaded: Option<usize> = self
+            .cache
+            .get_or_load(
+                &geo_loaded_key(type_id),
+                &self.geo_opts,
+                move || async move {
+                    let shops = catalogue::shop_positions(&db, Some(type_id)).await?;
+                    if shops.is_empty() {
+                        return Ok::<_, CatalogueError>(None);
+                    }
+                    let members: Vec<(i64, f64, f64)> =
+                        shops.iter().map(|s| (s.id, s.x, s.y)).collect();
+                    let mut redis = redis;
+                    for chunk in members.chunks(1000) {
+                        // NX: a position written meanwhile by a shop write is newer than ours.
+                        geo_add_nx(&mut redis, &key, chunk).await?;
+                    }
+                    tracing::info!(
+                        type_id,
+                        shops = members.len(),
+                        "loaded a shop type into the GEO index"
+                    );
+                    Ok(Some(members.len()))
+                },
+            )
+            .await?;
+        Ok(loaded.is_some())
+    }
+
+    /// Fills the GEO sets (of all types) that do not exist; returns how many shops were added.
+    async fn load_geo(&self) -> Result<usize, CatalogueError> {
+        let shops = catalogue::shop_positions(&self.db, None).await?;
         let mut by_type: std::collections::BTreeMap<i64, Vec<(i64, f64, f64)>> = Default::default();
         for s in shops {
             by_type.entry(s.type_id).or_default().push((s.id, s.x, s.y));
@@ -369,15 +475,9 @@ impl Catalogue {
     }
 }
 
-async fn fill_bloom(
-    bloom: &BloomFilter<RedisConn>,
-    shops: &[catalogue::ShopPosition],
-) -> Result<(), CatalogueError> {
-    let ids: Vec<String> = shops.iter().map(|s| s.id.to_string()).collect();
-    for chunk in ids.chunks(10_000) {
-        bloom.add_many(chunk.iter().map(|s| s.as_bytes())).await?;
-    }
-    Ok(())
+/// Shop ids as the Bloom filter's items.
+fn id_strings(ids: Vec<i64>) -> Vec<String> {
+    ids.into_iter().map(|id| id.to_string()).collect()
 }
 
 async fn geo_add(
@@ -394,15 +494,34 @@ async fn geo_add(
     Ok(())
 }
 
-/// `GEOSEARCH key FROMLONLAT x y BYRADIUS 5000 m ASC COUNT n WITHDIST` → (id, metres).
+/// `GEOADD key NX …`: adds members that are not there, leaves the others' positions alone.
+async fn geo_add_nx(
+    redis: &mut RedisConn,
+    key: &str,
+    members: &[(i64, f64, f64)],
+) -> Result<(), CatalogueError> {
+    let mut cmd = redis::cmd("GEOADD");
+    cmd.arg(key).arg("NX");
+    for (id, x, y) in members {
+        cmd.arg(*x).arg(*y).arg(*id);
+    }
+    let _: i64 = cmd.query_async(redis).await?;
+    Ok(())
+}
+
+/// `GEOSEARCH key FROMLONLAT x y BYRADIUS 5000 m ASC COUNT n WITHDIST` → (id, metres), in
+/// one transaction with `EXISTS key`: an empty answer from an existing index means "nothing
+/// near", from a missing one "not loaded" — read together, so a load finishing in between
+/// cannot make the first look like the second.
 async fn geo_search(
     redis: &mut RedisConn,
     key: &str,
     x: f64,
     y: f64,
     count: i64,
-) -> Result<Vec<(i64, f64)>, CatalogueError> {
-    let rows: Vec<(String, f64)> = redis::cmd("GEOSEARCH")
+) -> Result<(bool, Vec<(i64, f64)>), CatalogueError> {
+    let mut search = redis::cmd("GEOSEARCH");
+    search
         .arg(key)
         .arg("FROMLONLAT")
         .arg(x)
@@ -413,13 +532,18 @@ async fn geo_search(
         .arg("ASC")
         .arg("COUNT")
         .arg(count.max(1))
-        .arg("WITHDIST")
+        .arg("WITHDIST");
+    let (exists, rows): (bool, Vec<(String, f64)>) = redis::pipe()
+        .atomic()
+        .exists(key)
+        .add_command(search)
         .query_async(redis)
         .await?;
-    Ok(rows
+    let hits = rows
         .into_iter()
         .filter_map(|(id, d)| id.parse().ok().map(|id| (id, d)))
-        .collect())
+        .collect();
+    Ok((exists, hits))
 }
 
 /// Runs `op` now; if it fails, keeps retrying in the background (with backoff, for about a

@@ -232,8 +232,7 @@ impl_from_row!(ShopPosition, |row| {
     })
 });
 
-/// Every shop's position (optionally of one type), for building the GEO index and the Bloom
-/// filter.
+/// Every shop's position (optionally of one type), for building the GEO index.
 pub async fn shop_positions(db: &Db, type_id: Option<i64>) -> Result<Vec<ShopPosition>> {
     Ok(crate::on_pool!(db, pool => {
         match type_id {
@@ -246,6 +245,21 @@ pub async fn shop_positions(db: &Db, type_id: Option<i64>) -> Result<Vec<ShopPos
                 .await?,
         }
     }))
+}
+
+/// A bare id (read unchecked: the original's id columns are `UNSIGNED`).
+struct IdRow(i64);
+
+impl_from_row!(IdRow, |row| { Ok(IdRow(row.try_get_unchecked("id")?)) });
+
+/// Every shop id, for building the Bloom filter of shop ids.
+pub async fn shop_ids(db: &Db) -> Result<Vec<i64>> {
+    let rows: Vec<IdRow> = crate::on_pool!(db, pool => {
+        sqlx::query_as::<_, IdRow>("SELECT id FROM tb_shop ORDER BY id")
+            .fetch_all(pool)
+            .await?
+    });
+    Ok(rows.into_iter().map(|r| r.0).collect())
 }
 
 /// Binds a shop's writable fields in column order (name … open_hours).

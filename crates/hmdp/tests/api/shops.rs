@@ -247,27 +247,155 @@ async fn a_flood_of_unknown_ids_costs_one_query_per_id_or_none_with_the_bloom_fi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flushed_bloom_filter_is_not_trusted() {
     let app = spawn_app(Backend::Sqlite).await;
-    let _: () =
-        redis::AsyncCommands::del(&mut app.redis().await, format!("{}bloom:shop", app.prefix))
-            .await
-            .unwrap();
+    let bloom = app
+        .state
+        .catalogue
+        .bloom()
+        .expect("the filter is on")
+        .clone();
+    let _: () = redis::AsyncCommands::del(&mut app.redis().await, bloom.bitmap_key().unwrap())
+        .await
+        .unwrap();
     // Without its filter, existing shops must still be found (and the filter comes back).
     assert!(app.get("/api/shop/5", None).await.success());
     let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let exists: bool = redis::AsyncCommands::exists(
-            &mut app.redis().await,
-            format!("{}bloom:shop", app.prefix),
-        )
-        .await
-        .unwrap();
-        if exists {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the filter was not refilled");
+    while bloom.is_missing().await.unwrap() {
+        assert!(Instant::now() < deadline, "the filter was not rebuilt");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(app.get("/api/shop/6", None).await.success());
+    assert_eq!(
+        app.get("/api/shop/999999", None).await.code(),
+        "shop_not_found"
+    );
+    assert_eq!(
+        app.state
+            .catalogue
+            .bloom()
+            .unwrap()
+            .check(b"999999")
+            .await
+            .unwrap(),
+        hmdp_cache::Membership::Absent
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shop_cached_under_another_strategy_is_reloaded_not_an_error() {
+    // The service runs with the mutex strategy; the entry was written with logical expiry
+    // (before HMDP_SHOP_CACHE was switched): {"expireTime", "data"} without a TTL.
+    let app = spawn_app(Backend::Sqlite).await;
+    let key = format!("{}cache:shop:1", app.prefix);
+    let logical = json!({"expireTime": 4_102_444_800_000_i64, "data": {"id": 1, "name": "旧"}});
+    let _: () = redis::AsyncCommands::set(&mut app.redis().await, &key, logical.to_string())
+        .await
+        .unwrap();
+    let r = app.get("/api/shop/1", None).await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!(r.body["data"]["id"], 1);
+    assert_ne!(r.body["data"]["name"], "旧");
+    assert!(app.pttl(&key).await > 0, "stored again in the mutex format");
+
+    // And the other way round: plain JSON read by an instance running logical expiry.
+    let logical_app = spawn_app_with(Backend::Sqlite, |c| {
+        c.cache.shop_strategy = hmdp::config::ShopCacheStrategy::Logical;
+    })
+    .await;
+    let key = format!("{}cache:shop:2", logical_app.prefix);
+    let _: () = redis::AsyncCommands::set(
+        &mut logical_app.redis().await,
+        &key,
+        json!({"id": 2, "name": "旧"}).to_string(),
+    )
+    .await
+    .unwrap();
+    let r = logical_app.get("/api/shop/2", None).await;
+    assert!(r.success(), "{r:?}");
+    assert_ne!(r.body["data"]["name"], "旧");
+    assert_eq!(
+        logical_app.pttl(&key).await,
+        -1,
+        "stored as a logical entry"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_shop_is_not_hidden_by_an_earlier_miss() {
+    // Without the Bloom filter a read of a not-yet-created id caches a null marker (and the
+    // L1 keeps a copy); creating the shop must drop both.
+    let app = spawn_app_with(Backend::Sqlite, |c| {
+        c.cache.bloom = false;
+        c.cache.l1_ttl = Duration::from_secs(60);
+    })
+    .await;
+    let create = |name: &str| {
+        app.client
+            .post(app.url("/api/shop"))
+            .header("x-admin-token", ADMIN_TOKEN)
+            .json(&json!({"name": name, "typeId": 1, "x": 104.06, "y": 30.66}))
+    };
+    let first = app.send(create("先开的店")).await.body["data"]
+        .as_i64()
+        .unwrap();
+    let next = format!("/api/shop/{}", first + 1);
+    for _ in 0..2 {
+        assert_eq!(app.get(&next, None).await.code(), "shop_not_found");
+    }
+    let null: String = redis::AsyncCommands::get(
+        &mut app.redis().await,
+        format!("{}cache:shop:{}", app.prefix, first + 1),
+    )
+    .await
+    .unwrap();
+    assert_eq!(null, "", "the miss is remembered");
+    let id = app.send(create("后开的店")).await.body["data"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(id, first + 1);
+    let r = app.get(&next, None).await;
+    assert!(r.success(), "the new shop is visible at once: {r:?}");
+    assert_eq!(r.body["data"]["name"], "后开的店");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nearby_search_loads_a_type_once_and_remembers_one_without_shops() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let path = "/api/shop/of/type?typeId=1&current=1&x=104.08&y=30.66";
+    let warm = app.get(path, None).await.body["data"].clone();
+    assert!(!warm.as_array().unwrap().is_empty(), "{warm}");
+    // The type's GEO index is lost (as after a flush): a burst reloads it from the database
+    // once, not once per request.
+    let _: () =
+        redis::AsyncCommands::del(&mut app.redis().await, format!("{}shop:geo:1", app.prefix))
+            .await
+            .unwrap();
+    let before = loads(&app);
+    for a in hammer(&app, path, 100).await {
+        assert_eq!(a["data"], warm);
+    }
+    assert_eq!(loads(&app) - before, 1, "one load of the type's positions");
+
+    // A type without shops: one database query, then remembered.
+    let empty = "/api/shop/of/type?typeId=987654&current=1&x=104.08&y=30.66";
+    let before = loads(&app);
+    for _ in 0..2 {
+        for a in hammer(&app, empty, 100).await {
+            assert!(a["success"] == true && a["data"] == json!([]), "{a}");
+        }
+    }
+    assert_eq!(loads(&app) - before, 1, "one query for 200 requests");
+    // A shop created in it is found at once all the same.
+    let r = app
+        .send(
+            app.client
+                .post(app.url("/api/shop"))
+                .header("x-admin-token", ADMIN_TOKEN)
+                .json(&json!({"name": "新类型的店", "typeId": 987654, "x": 104.08, "y": 30.66})),
+        )
+        .await;
+    assert!(r.success(), "{r:?}");
+    let found = app.get(empty, None).await.body["data"].clone();
+    assert_eq!(found[0]["name"], "新类型的店", "{found}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
