@@ -107,12 +107,11 @@ async fn raw_pending_del(cli: &Cli, args: &SeckillArgs) -> anyhow::Result<(f64, 
 /// waiting for the scheduler).
 fn worker_note(w: &WorkerStats, drain_secs: f64) -> String {
     use std::sync::atomic::Ordering::SeqCst;
-    let (batches, persisted, micros) = (
+    let (batches, persisted, db_secs) = (
         w.batches.load(SeqCst),
         w.persisted.load(SeqCst),
-        w.write_micros.load(SeqCst),
+        w.write_seconds.snapshot().sum,
     );
-    let db_secs = micros as f64 / 1e6;
     format!(
         "worker: {batches} batches, {:.0} orders/batch, {:.3}s inside database transactions of {:.3}s drain ({:.0} %)",
         persisted as f64 / batches.max(1) as f64,

@@ -266,15 +266,15 @@ fn counters_section(out: &mut String, state: &AppState) {
             "Batch writes that failed because the database was away.",
             &[("", l(&w.db_outages))],
         );
-        let _ = writeln!(
+        w.write_seconds.snapshot().render_prometheus(
             out,
-            "# HELP hmdp_worker_write_seconds_total Database time spent writing committed batches.\n# TYPE hmdp_worker_write_seconds_total counter\nhmdp_worker_write_seconds_total {}",
-            l(&w.write_micros) as f64 / 1e6
+            "hmdp_worker_write_seconds",
+            "Database time of committed order batches.",
         );
-        let _ = writeln!(
+        w.batch_size.snapshot().render_prometheus(
             out,
-            "# HELP hmdp_worker_last_batch_size Orders in the last committed batch.\n# TYPE hmdp_worker_last_batch_size gauge\nhmdp_worker_last_batch_size {}",
-            l(&w.last_batch)
+            "hmdp_worker_batch_size",
+            "Orders per committed batch.",
         );
     }
 }

@@ -57,13 +57,14 @@ struct StatusView {
     id: i64,
     id_str: String,
     voucher_id: i64,
-    /// `pending` (accepted, not yet in the database) or `created`.
+    /// `pending` (accepted, not yet in the database), `created`, or `failed` (accepted, but it
+    /// could not be written and waits in the dead letters for an operator).
     state: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     order: Option<VoucherOrder>,
 }
 
-/// `GET /voucher-order/{id}`: `pending` or `created`, for the order's owner only.
+/// `GET /voucher-order/{id}`: `pending`, `created` or `failed`, for the order's owner only.
 async fn order_status(
     State(state): State<AppState>,
     CurrentUser(session): CurrentUser,
@@ -78,6 +79,13 @@ async fn order_status(
             id_str: id.to_string(),
             voucher_id,
             state: "pending",
+            order: None,
+        }),
+        OrderStatus::Failed { voucher_id } => ok(StatusView {
+            id,
+            id_str: id.to_string(),
+            voucher_id,
+            state: "failed",
             order: None,
         }),
         OrderStatus::Created(order) => ok(StatusView {

@@ -18,8 +18,28 @@
 //! consistent database snapshot of the voucher's stock and orders. An accepted order that is
 //! not in the database yet was appended before the voucher's keys vanished (no order can be
 //! accepted while they are missing), and the worker never trims an entry before it is written,
-//! so it is in the stream entries read: its stock is taken off and its buyer added. The
-//! voucher's hash is written last, with a check that nobody loaded it meanwhile.
+//! so it is in the stream entries read: its stock is taken off and its buyer added. Orders
+//! the worker gave up on (the shard's dead-letter stream) count the same way: their stock stays
+//! taken and their buyer recorded, so a warm-up neither hands their stock out again nor lets
+//! their buyer buy twice (an operator settles them). Each buyer is counted once, as the
+//! database's unique key lets only one order per buyer through. The voucher's hash is written
+//! last, with a check that nobody loaded it meanwhile.
+//!
+//! The same warm-up repairs a voucher whose hash is incomplete (a field missing) or whose buyer
+//! set vanished while the hash stayed: the hash counts the orders it accepted (`sold`), and the
+//! script treats "sold something, buyer set gone" as not loaded, so a buyer whose record was
+//! lost cannot buy again. The warm-up then drops the hash and loads it from scratch, under its
+//! lock; while the hash is missing no order is accepted. Redis should still run with
+//! `maxmemory-policy noeviction`: an evicted order stream loses orders, which nothing can
+//! repair ([`Seckill::check_shards`] warns at start when the policy is another).
+//!
+//! ## The shard count is part of the data
+//! A voucher's keys and its queued orders live in shard `voucher id mod HMDP_SECKILL_SHARDS`.
+//! Changing the count moves vouchers to other shards and strands the orders queued in the old
+//! ones (and two instances with different counts would each sell the full stock). So the
+//! count is recorded in Redis (`seckill:shards`) the first time, and an instance with another
+//! count refuses to take orders ([`Seckill::check_shards`]); the error says how to change it
+//! safely (drain first).
 //!
 //! ## Sync mode: the database decides
 //! The course's database path, kept as the baseline: check the window and stock, take a
@@ -63,6 +83,92 @@ pub enum SeckillError {
     Id(#[from] hmdp_id::Error),
     #[error("the voucher could not be loaded into Redis")]
     NotLoaded,
+    #[error(transparent)]
+    Shards(#[from] ShardCountMismatch),
+}
+
+/// This instance's shard count differs from the one recorded in Redis.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "Redis (key {key}) holds flash-sale orders in {recorded} shard(s), but HMDP_SECKILL_SHARDS is \
+     {configured}: with another count, orders queued in the old shards would be stranded and \
+     stock could be sold twice, so this instance refuses to take or write orders. Start it with \
+     HMDP_SECKILL_SHARDS={recorded}. To change the count: stop taking orders, let the workers \
+     drain every order stream (hmdp_order_stream_pending and hmdp_order_stream_lag at 0), settle \
+     the dead letters (seckill:{{s<k>}}:orders:dead), then delete the keys {prefix}seckill:* and \
+     start every instance with the new count"
+)]
+pub struct ShardCountMismatch {
+    pub key: String,
+    pub prefix: String,
+    pub recorded: u32,
+    pub configured: u32,
+}
+
+/// The key recording the shard count (no hash tag: it is read on its own).
+pub fn shard_count_key(keys: &Keys) -> String {
+    format!("{}seckill:shards", keys.prefix())
+}
+
+/// Records `shards` as the deployment's shard count if none is recorded yet, and fails if
+/// another count is. Also warns when Redis may evict keys (see the module docs).
+pub async fn check_shard_count(
+    redis: &RedisConn,
+    keys: &Keys,
+    shards: u32,
+) -> Result<(), SeckillError> {
+    let mut redis = redis.clone();
+    let key = shard_count_key(keys);
+    let recorded: Option<u32> = scripts::RECORD_SHARDS
+        .key(&key)
+        .arg(shards)
+        .invoke_async(&mut redis)
+        .await?;
+    match recorded {
+        Some(r) if r == shards => {}
+        Some(recorded) => {
+            let e = ShardCountMismatch {
+                key,
+                prefix: keys.prefix().to_owned(),
+                recorded,
+                configured: shards,
+            };
+            tracing::error!(error = %e, "flash sale refused to start");
+            return Err(e.into());
+        }
+        None => {
+            // Not a number: written by hand. Refuse rather than guess.
+            return Err(ShardCountMismatch {
+                key,
+                prefix: keys.prefix().to_owned(),
+                recorded: 0,
+                configured: shards,
+            }
+            .into());
+        }
+    }
+    warn_if_evicting(&mut redis).await;
+    Ok(())
+}
+
+/// Logs a warning when Redis's `maxmemory-policy` lets it evict flash-sale keys.
+async fn warn_if_evicting(redis: &mut RedisConn) {
+    // `CONFIG` may be disabled (managed Redis): then nothing can be said.
+    let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(redis)
+        .await;
+    if let Ok(reply) = reply
+        && let Some(policy) = reply.get(1)
+        && policy != "noeviction"
+    {
+        tracing::warn!(
+            policy = %policy,
+            "Redis may evict keys (maxmemory-policy is not noeviction): an evicted order stream \
+             loses accepted orders; set maxmemory-policy noeviction"
+        );
+    }
 }
 
 /// Why an order was refused.
@@ -92,6 +198,9 @@ pub struct SeckillStats {
 pub enum OrderStatus {
     /// Accepted, not yet in the database.
     Pending { voucher_id: i64 },
+    /// Accepted, but the worker could not write it and moved it to the dead-letter stream
+    /// (an operator must settle it).
+    Failed { voucher_id: i64 },
     /// In the database.
     Created(VoucherOrder),
     /// No such order of this user.
@@ -108,12 +217,38 @@ pub struct Seckill {
     ids: IdGenerator<RedisConn>,
     settings: SeckillSettings,
     stats: Arc<SeckillStats>,
+    /// Set once the shard count has been checked against Redis.
+    shards_checked: Arc<tokio::sync::OnceCell<()>>,
 }
 
 /// How long an unknown voucher id is remembered as unknown.
 const MISSING_TTL: Duration = Duration::from_secs(60);
-/// How long the owner and voucher of an accepted order are kept for the status query.
-const PENDING_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// How long the owner and voucher of an accepted (or failed) order are kept for the status
+/// query.
+pub(crate) const PENDING_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The pending record of an order: `user:voucher`, or `user:voucher:failed` once the worker
+/// moved the order to the dead letters.
+pub(crate) fn pending_record(user: i64, voucher: i64, failed: bool) -> String {
+    if failed {
+        format!("{user}:{voucher}:failed")
+    } else {
+        format!("{user}:{voucher}")
+    }
+}
+
+/// `(user, voucher, failed)` of a pending record.
+fn parse_pending_record(s: &str) -> Option<(i64, i64, bool)> {
+    let mut parts = s.split(':');
+    let user = parts.next()?.parse().ok()?;
+    let voucher = parts.next()?.parse().ok()?;
+    let failed = match parts.next() {
+        None => false,
+        Some("failed") => true,
+        Some(_) => return None,
+    };
+    parts.next().is_none().then_some((user, voucher, failed))
+}
 
 impl Seckill {
     pub fn new(
@@ -132,7 +267,18 @@ impl Seckill {
             ids,
             settings,
             stats: Arc::default(),
+            shards_checked: Arc::default(),
         }
+    }
+
+    /// Records this instance's shard count in Redis, or checks it against the recorded one;
+    /// call it at start (in `async` mode) and refuse to start on an error. Also warns when
+    /// Redis may evict keys. The first order checks it too, should this not have been called.
+    pub async fn check_shards(&self) -> Result<(), SeckillError> {
+        self.shards_checked
+            .get_or_try_init(|| check_shard_count(&self.redis, &self.keys, self.settings.shards))
+            .await?;
+        Ok(())
     }
 
     pub fn stats(&self) -> &SeckillStats {
@@ -170,6 +316,7 @@ impl Seckill {
         user: UserId,
         voucher: VoucherId,
     ) -> Result<Result<i64, Refusal>, SeckillError> {
+        self.check_shards().await?;
         let shard = Keys::seckill_shard(voucher.get(), self.settings.shards);
         let order_id = self.ids.next_id().await?;
         let mut redis = self.redis.clone();
@@ -189,7 +336,7 @@ impl Seckill {
                     // makes it unnecessary.
                     let _: redis::RedisResult<()> = redis::cmd("SET")
                         .arg(self.keys.seckill_pending(order_id))
-                        .arg(format!("{}:{}", user.get(), voucher.get()))
+                        .arg(pending_record(user.get(), voucher.get(), false))
                         .arg("PX")
                         .arg(PENDING_TTL.as_millis() as u64)
                         .query_async(&mut redis)
@@ -208,27 +355,44 @@ impl Seckill {
     }
 
     /// Loads a voucher into Redis from the database (see the module docs for why this cannot
-    /// hand out stock twice). Safe to call concurrently: a lock makes one caller do the work,
-    /// and the final write happens only if the voucher is still missing.
+    /// hand out stock twice), or repairs an unusable one. Safe to call concurrently: a lock
+    /// makes one caller do the work, and the final write happens only if the voucher is still
+    /// missing.
     pub async fn warm(&self, voucher: VoucherId) -> Result<(), SeckillError> {
         let shard = Keys::seckill_shard(voucher.get(), self.settings.shards);
-        let hash = self.keys.seckill_voucher(shard, voucher.get());
-        let mut redis = self.redis.clone();
         let lock = self.locks.lock(&format!("seckill:warm:{voucher}"))?;
-        let guard = lock
+        let Some(guard) = lock
             .try_lock(Duration::from_secs(5), Some(Duration::from_secs(15)))
+            .await?
+        else {
+            // Someone else has been warming it for a while; the caller retries the grab.
+            tracing::warn!(
+                voucher = voucher.get(),
+                "flash-sale warm-up lock busy; not loading"
+            );
+            return Ok(());
+        };
+        let result = self.warm_locked(voucher, shard).await;
+        // Whatever happened: a failed load must not keep others waiting for the lease.
+        let _ = guard.unlock().await;
+        result
+    }
+
+    async fn warm_locked(&self, voucher: VoucherId, shard: u32) -> Result<(), SeckillError> {
+        let state: i64 = scripts::CHECK_LOADED
+            .key(self.keys.seckill_voucher(shard, voucher.get()))
+            .key(self.keys.seckill_buyers(shard, voucher.get()))
+            .invoke_async(&mut self.redis.clone())
             .await?;
-        let loaded: bool = redis::cmd("HEXISTS")
-            .arg(&hash)
-            .arg("stock")
-            .query_async(&mut redis)
-            .await?;
-        if !loaded {
+        if state == -1 {
+            tracing::warn!(
+                voucher = voucher.get(),
+                "flash-sale voucher incomplete in Redis (a field or its buyer set lost); reloading it"
+            );
+        }
+        if state != 1 {
             self.stats.warm_ups.fetch_add(1, Ordering::Relaxed);
             self.load_from_database(voucher, shard).await?;
-        }
-        if let Some(g) = guard {
-            let _ = g.unlock().await;
         }
         Ok(())
     }
@@ -237,8 +401,13 @@ impl Seckill {
         let mut redis = self.redis.clone();
         let hash = self.keys.seckill_voucher(shard, voucher.get());
         let buyers_key = self.keys.seckill_buyers(shard, voucher.get());
-        // 1. The stream first (see the module docs), 2. then the database snapshot.
-        let queued = self.queued_orders(shard, voucher.get()).await?;
+        // 1. The streams first (see the module docs), 2. then the database snapshot.
+        let queued = self
+            .orders_in_stream(&self.keys.seckill_stream(shard), voucher.get())
+            .await?;
+        let dead = self
+            .orders_in_stream(&self.keys.seckill_dead_letters(shard), voucher.get())
+            .await?;
         let Some(snapshot) = orders::sale_snapshot(&self.db, voucher).await? else {
             let _: i64 = scripts::MARK_MISSING
                 .key(&hash)
@@ -249,17 +418,18 @@ impl Seckill {
         };
         let persisted: std::collections::HashSet<i64> =
             snapshot.orders.iter().map(|(id, _)| *id).collect();
-        let unwritten: Vec<(i64, i64)> = queued
-            .into_iter()
-            .filter(|(id, _)| !persisted.contains(id))
-            .collect();
-        let stock = snapshot.voucher.stock - unwritten.len() as i64;
-        let buyers: Vec<i64> = snapshot
-            .orders
-            .iter()
-            .map(|(_, u)| *u)
-            .chain(unwritten.iter().map(|(_, u)| *u))
-            .collect();
+        let mut buyers: std::collections::HashSet<i64> =
+            snapshot.orders.iter().map(|(_, u)| *u).collect();
+        // Orders not in the database: each new buyer takes one from stock (a second order of
+        // a buyer can never be written: the unique key refuses it).
+        let mut unwritten = 0i64;
+        for (id, user) in queued.iter().chain(dead.iter()) {
+            if !persisted.contains(id) && buyers.insert(*user) {
+                unwritten += 1;
+            }
+        }
+        let stock = snapshot.voucher.stock - unwritten;
+        let buyers: Vec<i64> = buyers.into_iter().collect();
         for chunk in buyers.chunks(1000) {
             let _: i64 = redis::cmd("SADD")
                 .arg(&buyers_key)
@@ -272,32 +442,34 @@ impl Seckill {
             .arg(stock.max(0))
             .arg(local_millis(snapshot.voucher.begin_time))
             .arg(local_millis(snapshot.voucher.end_time))
+            .arg(buyers.len())
             .invoke_async(&mut redis)
             .await?;
         tracing::info!(
             voucher = voucher.get(),
             stock,
             buyers = buyers.len(),
-            queued_unwritten = unwritten.len(),
+            queued_unwritten = unwritten,
+            dead_letters = dead.len(),
             loaded = loaded == 1,
             "flash-sale voucher loaded into Redis from the database"
         );
         Ok(())
     }
 
-    /// `(order id, user id)` of the shard's queued orders of one voucher (written or not).
-    async fn queued_orders(
+    /// `(order id, user id)` of the orders of one voucher in a stream (the shard's order
+    /// stream, written or not, or its dead letters).
+    async fn orders_in_stream(
         &self,
-        shard: u32,
+        stream: &str,
         voucher: i64,
     ) -> Result<Vec<(i64, i64)>, SeckillError> {
-        let stream = self.keys.seckill_stream(shard);
         let mut redis = self.redis.clone();
         let mut out = Vec::new();
         let mut start = "-".to_owned();
         loop {
             let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-                .arg(&stream)
+                .arg(stream)
                 .arg(&start)
                 .arg("+")
                 .arg("COUNT")
@@ -340,6 +512,7 @@ impl Seckill {
             .arg(stock)
             .arg(local_millis(begin))
             .arg(local_millis(end))
+            .arg(0)
             .invoke_async(&mut self.redis.clone())
             .await;
         if let Err(e) = result {
@@ -398,28 +571,27 @@ impl Seckill {
     }
 
     /// An order's status as its owner may see it.
+    ///
+    /// The pending record is read *before* the database: the worker deletes it only after its
+    /// commit, so an order missing from both reads was never accepted (reading the database
+    /// first could miss a commit and then find the record deleted).
     pub async fn order_status(
         &self,
         user: UserId,
         order_id: i64,
     ) -> Result<OrderStatus, SeckillError> {
-        if let Some(order) = orders::order(&self.db, order_id).await? {
-            return Ok(if order.user_id == user.get() {
-                OrderStatus::Created(order)
-            } else {
-                OrderStatus::Unknown
-            });
-        }
         let pending: Option<String> = redis::cmd("GET")
             .arg(self.keys.seckill_pending(order_id))
             .query_async(&mut self.redis.clone())
             .await?;
-        let parsed = pending.as_deref().and_then(|p| {
-            let (u, v) = p.split_once(':')?;
-            Some((u.parse::<i64>().ok()?, v.parse::<i64>().ok()?))
-        });
-        Ok(match parsed {
-            Some((u, voucher_id)) if u == user.get() => OrderStatus::Pending { voucher_id },
+        if let Some(order) = orders::order(&self.db, order_id).await?
+            && order.user_id == user.get()
+        {
+            return Ok(OrderStatus::Created(order));
+        }
+        Ok(match pending.as_deref().and_then(parse_pending_record) {
+            Some((u, voucher_id, false)) if u == user.get() => OrderStatus::Pending { voucher_id },
+            Some((u, voucher_id, true)) if u == user.get() => OrderStatus::Failed { voucher_id },
             _ => OrderStatus::Unknown,
         })
     }
@@ -549,5 +721,25 @@ pub fn local_millis(t: NaiveDateTime) -> i64 {
         chrono::LocalResult::Ambiguous(a, _) => a.timestamp_millis(),
         // A time skipped by a DST change: read it as UTC rather than fail.
         chrono::LocalResult::None => t.and_utc().timestamp_millis(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_records_round_trip() {
+        assert_eq!(
+            parse_pending_record(&pending_record(7, 9, false)),
+            Some((7, 9, false))
+        );
+        assert_eq!(
+            parse_pending_record(&pending_record(7, 9, true)),
+            Some((7, 9, true))
+        );
+        assert_eq!(parse_pending_record("7:9:other"), None);
+        assert_eq!(parse_pending_record("7"), None);
+        assert_eq!(parse_pending_record("7:9:failed:x"), None);
     }
 }

@@ -1,5 +1,8 @@
 //! The flash sale's Lua scripts. Each gets every key it touches in `KEYS` (one shard's hash
 //! tag), is created once and invoked with `EVALSHA` (reloaded by redis-rs on `NOSCRIPT`).
+//!
+//! The voucher hash holds `stock`, `begin`, `end` (ms) and `sold` (orders accepted since it
+//! was loaded, counted for the buyer-set guard below), or only `missing` for "no such voucher".
 
 use std::sync::LazyLock;
 
@@ -7,16 +10,21 @@ use redis::Script;
 
 /// Decides one order.
 ///
-/// KEYS: voucher hash (`stock`, `begin`, `end` in ms, or `missing`), buyer set, order stream.
+/// KEYS: voucher hash, buyer set, order stream.
 /// ARGV: voucher id, user id, order id.
 /// Returns 0 accepted (stock taken, buyer recorded, order appended to the stream), 1 sold out,
 /// 2 already bought, 3 not started, 4 ended, -1 not loaded, -2 no such voucher.
+///
+/// "Not loaded" (the caller warms the voucher and retries) also covers a hash missing any of
+/// `stock`, `begin`, `end` (no `tonumber(nil)`), and a buyer set that vanished while the hash
+/// stayed (`sold > 0`, set gone: evicted or deleted) — without the guard a buyer whose record
+/// was lost could buy a second time.
 pub static GRAB: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-local v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'missing')
-if not v[1] then
-  if v[4] then return -2 end
+local v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'missing', 'sold')
+if not (v[1] and v[2] and v[3]) then
+  if v[4] and not v[1] then return -2 end
   return -1
 end
 local t = redis.call('TIME')
@@ -25,7 +33,9 @@ if now < tonumber(v[2]) then return 3 end
 if now > tonumber(v[3]) then return 4 end
 if tonumber(v[1]) <= 0 then return 1 end
 if redis.call('SISMEMBER', KEYS[2], ARGV[2]) == 1 then return 2 end
+if v[5] and tonumber(v[5]) > 0 and redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
 redis.call('HINCRBY', KEYS[1], 'stock', -1)
+redis.call('HINCRBY', KEYS[1], 'sold', 1)
 redis.call('SADD', KEYS[2], ARGV[2])
 redis.call('XADD', KEYS[3], '*', 'id', ARGV[3], 'userId', ARGV[2], 'voucherId', ARGV[1])
 return 0
@@ -33,16 +43,46 @@ return 0
     )
 });
 
-/// Loads a voucher's sale fields unless it is already loaded (a `missing` marker is replaced).
+/// Loads a voucher's sale fields unless it is already (completely) loaded; a `missing` marker
+/// or a partial hash is replaced.
 ///
-/// KEYS: voucher hash. ARGV: stock, begin ms, end ms. Returns 1 if written, 0 if it was there.
+/// KEYS: voucher hash. ARGV: stock, begin ms, end ms, sold (buyers recorded in the buyer set).
+/// Returns 1 if written, 0 if it was there.
 pub static LOAD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-if redis.call('HEXISTS', KEYS[1], 'stock') == 1 then return 0 end
+local v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end')
+if v[1] and v[2] and v[3] then return 0 end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'stock', ARGV[1], 'begin', ARGV[2], 'end', ARGV[3])
+redis.call('HSET', KEYS[1], 'stock', ARGV[1], 'begin', ARGV[2], 'end', ARGV[3], 'sold', ARGV[4])
 return 1
+",
+    )
+});
+
+/// The warm-up's check, under the warm-up lock: is the voucher loaded and usable?
+///
+/// KEYS: voucher hash, buyer set. Returns 1 loaded; 0 not loaded (nothing, or a `missing`
+/// marker); -1 it was unusable and has been dropped, so it must be loaded again: a partial
+/// hash (a field missing), or `sold > 0` with the buyer set gone. Dropping it makes the
+/// voucher "not loaded" for [`GRAB`], so no order is accepted until the warm-up has rebuilt
+/// stock and buyers from the database and the stream.
+pub static CHECK_LOADED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'sold')
+if v[1] and v[2] and v[3] then
+  if v[4] and tonumber(v[4]) > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
+    redis.call('DEL', KEYS[1])
+    return -1
+  end
+  return 1
+end
+if v[1] or v[2] or v[3] then
+  redis.call('DEL', KEYS[1])
+  return -1
+end
+return 0
 ",
     )
 });
@@ -57,6 +97,18 @@ if redis.call('HEXISTS', KEYS[1], 'stock') == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'missing', '1')
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1
+",
+    )
+});
+
+/// Records the shard count the first time and answers the recorded one.
+///
+/// KEYS: the shard-count key. ARGV: this instance's shard count. Returns the recorded count.
+pub static RECORD_SHARDS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+redis.call('SET', KEYS[1], ARGV[1], 'NX')
+return tonumber(redis.call('GET', KEYS[1]))
 ",
     )
 });

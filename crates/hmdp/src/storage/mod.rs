@@ -31,7 +31,9 @@ pub use migrate::{MigrationReport, migrate};
 /// Errors of the storage layer.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
-    /// The database cannot be reached (connection refused, pool timed out, …): try later.
+    /// The database is away or briefly refusing (connection lost, pool timed out, deadlock,
+    /// lock wait timeout, shutting down, read-only, too many connections, SQLite busy): the
+    /// same statement may well succeed later, so try again later.
     #[error("database unavailable: {0}")]
     Unavailable(#[source] sqlx::Error),
     /// A query failed for another reason (a bug, a schema mismatch).
@@ -46,21 +48,55 @@ pub enum StorageError {
 }
 
 impl StorageError {
-    /// True when the failure is the database being away rather than a bad query.
+    /// True when the failure is transient (the database away or briefly refusing, see
+    /// [`StorageError::Unavailable`]) rather than a bad query: retrying later is the cure.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, StorageError::Unavailable(_))
     }
 }
 
+/// MySQL/MariaDB error numbers that say "not now" rather than "never".
+///
+/// 1040 too many connections, 1053 server shutdown in progress, 1205 lock wait timeout,
+/// 1213 deadlock, 1290 running with `--read-only` (a fail-over in progress), 1792 read-only
+/// transaction, 1836 read-only mode, 1927 connection killed.
+const MYSQL_TRANSIENT: &[u16] = &[1040, 1053, 1205, 1213, 1290, 1792, 1836, 1927];
+
+/// SQLite primary result codes that say "not now": 5 `SQLITE_BUSY`, 6 `SQLITE_LOCKED` (the
+/// driver reports extended codes, whose low byte is the primary code).
+const SQLITE_TRANSIENT: &[i64] = &[5, 6];
+
+/// True when a database error is transient: retrying the same statement later can succeed.
+fn is_transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        // A broken exchange (e.g. a connection cut mid-packet).
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(d) => {
+            if let Some(m) = d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+                MYSQL_TRANSIENT.contains(&m.number())
+            } else if d.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+                d.code()
+                    .and_then(|c| c.parse::<i64>().ok())
+                    .is_some_and(|c| SQLITE_TRANSIENT.contains(&(c & 0xff)))
+            } else {
+                false
+            }
+        }
+        _ => false,
+    }
+}
+
 impl From<sqlx::Error> for StorageError {
     fn from(e: sqlx::Error) -> Self {
-        match e {
-            sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed => StorageError::Unavailable(e),
-            other => StorageError::Query(other),
+        if is_transient(&e) {
+            StorageError::Unavailable(e)
+        } else {
+            StorageError::Query(e)
         }
     }
 }
@@ -292,5 +328,40 @@ pub mod datetime_format {
             })
             .transpose()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that meets another's write lock without waiting gets `SQLITE_BUSY`: transient.
+    #[tokio::test]
+    async fn sqlite_busy_is_unavailable_and_a_bad_query_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts =
+            SqliteConnectOptions::from_str(&format!("sqlite://{}/t.db", dir.path().display()))
+                .unwrap()
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .busy_timeout(Duration::ZERO);
+        let a = SqlitePool::connect_with(opts.clone()).await.unwrap();
+        let b = SqlitePool::connect_with(opts).await.unwrap();
+        sqlx::query("CREATE TABLE t (x INTEGER)")
+            .execute(&a)
+            .await
+            .unwrap();
+        let holder = a.begin_write().await.unwrap();
+        let busy = sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&b)
+            .await
+            .unwrap_err();
+        assert!(StorageError::from(busy).is_unavailable());
+        drop(holder);
+        let bad = sqlx::query("INSERT INTO no_such_table VALUES (1)")
+            .execute(&b)
+            .await
+            .unwrap_err();
+        assert!(!StorageError::from(bad).is_unavailable());
     }
 }

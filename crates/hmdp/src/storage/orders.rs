@@ -141,11 +141,59 @@ impl From<sqlx::Error> for BatchError {
     }
 }
 
+/// Why an order of a batch was not written although the batch was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conflict {
+    /// The buyer already has another order of this voucher (the unique key `(user_id,
+    /// voucher_id)`): Redis accepted a second order of one buyer (its buyer set was lost).
+    BuyerHasOrder { existing_order: i64 },
+    /// The order id already belongs to an order of another user or voucher.
+    IdTaken { user_id: i64, voucher_id: i64 },
+    /// The insert skipped the order, yet nothing in the database collides with it.
+    NotInserted,
+}
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Conflict::BuyerHasOrder { existing_order } => write!(
+                f,
+                "conflict: the buyer already has order {existing_order} of this voucher"
+            ),
+            Conflict::IdTaken {
+                user_id,
+                voucher_id,
+            } => write!(
+                f,
+                "conflict: the order id is taken by an order of user {user_id}, voucher {voucher_id}"
+            ),
+            Conflict::NotInserted => write!(f, "conflict: the insert skipped the order"),
+        }
+    }
+}
+
+/// What writing a batch did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// Rows inserted now.
+    pub inserted: u64,
+    /// Orders of the batch that were in the database already, under their own id (an earlier
+    /// delivery wrote them).
+    pub already_written: u64,
+    /// Orders that were not written and never will be, with the reason.
+    pub conflicts: Vec<(NewOrder, Conflict)>,
+}
+
 /// Writes a batch of orders in one transaction: per voucher, one multi-row insert that skips
 /// orders already written (same id, or same user and voucher) and one stock decrement by the
-/// number actually inserted, guarded by `stock >= n`. Returns how many rows were inserted.
-/// Idempotent: writing the same batch twice inserts nothing the second time.
-pub async fn write_order_batch(db: &Db, orders: &[NewOrder]) -> Result<u64, BatchError> {
+/// number actually inserted, guarded by `stock >= n`. Idempotent: writing the same batch twice
+/// inserts nothing the second time.
+///
+/// When fewer rows are inserted than sent, the orders that are not in the database under their
+/// own id (with their own user and voucher) are told apart from redeliveries and returned as
+/// [`BatchOutcome::conflicts`], so they are not taken for "already written" while the buyer
+/// was told the order succeeded.
+pub async fn write_order_batch(db: &Db, orders: &[NewOrder]) -> Result<BatchOutcome, BatchError> {
     let mut by_voucher: std::collections::BTreeMap<i64, Vec<&NewOrder>> = Default::default();
     for o in orders {
         by_voucher.entry(o.voucher_id).or_default().push(o);
@@ -158,9 +206,9 @@ pub async fn write_order_batch(db: &Db, orders: &[NewOrder]) -> Result<u64, Batc
             "INSERT IGNORE INTO tb_voucher_order (id, user_id, voucher_id, pay_type, status) VALUES "
         }
     };
-    let total = crate::on_pool!(db, pool => {
+    let outcome = crate::on_pool!(db, pool => {
         let mut tx = pool.begin_write().await?;
-        let mut total = 0u64;
+        let mut outcome = BatchOutcome::default();
         for (voucher_id, group) in &by_voucher {
             let sql = format!("{insert_head}{}", vec!["(?, ?, ?, 1, 1)"; group.len()].join(", "));
             let mut q = sqlx::query(&sql);
@@ -184,12 +232,65 @@ pub async fn write_order_batch(db: &Db, orders: &[NewOrder]) -> Result<u64, Batc
                     return Err(BatchError::StockShort { voucher_id: *voucher_id });
                 }
             }
-            total += inserted;
+            outcome.inserted += inserted;
+            if inserted < group.len() as u64 {
+                // Rare (redeliveries, conflicts): look at what the skipped ones collided with,
+                // inside the transaction so the answer matches what was just written.
+                let ids = group.iter().map(|o| o.id);
+                let users = group.iter().map(|o| o.user_id);
+                let sql = format!(
+                    "SELECT id, CAST(user_id AS SIGNED), CAST(voucher_id AS SIGNED) FROM tb_voucher_order \
+                     WHERE id IN ({}) OR (voucher_id = ? AND user_id IN ({}))",
+                    vec!["?"; group.len()].join(", "),
+                    vec!["?"; group.len()].join(", ")
+                );
+                let mut q = sqlx::query_as::<_, (i64, i64, i64)>(&sql);
+                for id in ids {
+                    q = q.bind(id);
+                }
+                q = q.bind(voucher_id);
+                for u in users {
+                    q = q.bind(u);
+                }
+                let rows = q.fetch_all(&mut *tx).await?;
+                let mut present = 0u64;
+                for o in group {
+                    match classify(o, &rows) {
+                        None => present += 1,
+                        Some(c) => outcome.conflicts.push((**o, c)),
+                    }
+                }
+                // Orders inserted just now are counted by `inserted`, not as redeliveries.
+                outcome.already_written += present.saturating_sub(inserted);
+            }
         }
         tx.commit().await?;
-        total
+        outcome
     });
-    Ok(total)
+    Ok(outcome)
+}
+
+/// `None` when `o` is in `rows` under its own id with its own user and voucher; otherwise the
+/// row it collides with.
+fn classify(o: &NewOrder, rows: &[(i64, i64, i64)]) -> Option<Conflict> {
+    if rows.contains(&(o.id, o.user_id, o.voucher_id)) {
+        return None;
+    }
+    if let Some(&(_, user_id, voucher_id)) = rows.iter().find(|r| r.0 == o.id) {
+        return Some(Conflict::IdTaken {
+            user_id,
+            voucher_id,
+        });
+    }
+    match rows
+        .iter()
+        .find(|r| r.1 == o.user_id && r.2 == o.voucher_id)
+    {
+        Some(&(existing_order, _, _)) => Some(Conflict::BuyerHasOrder { existing_order }),
+        // Neither its id nor its buyer is there (should not happen): report it rather than
+        // pretend it was written.
+        None => Some(Conflict::NotInserted),
+    }
 }
 
 /// The outcome of the database-only (sync) order path.

@@ -19,6 +19,7 @@ mod failures;
 mod login;
 mod metrics;
 mod openapi;
+mod order_pipeline;
 mod seckill;
 mod shops;
 mod static_files;
