@@ -48,6 +48,34 @@ pub enum ManagedRedis {
     Never,
 }
 
+/// When a managed `redis-server` flushes its append-only file to disk (`HMDP_REDIS_APPENDFSYNC`).
+///
+/// This decides what a Redis crash can lose: an accepted flash-sale order exists only in Redis
+/// until the worker writes it, so with `everysec` up to about one second of accepted orders can
+/// vanish in a crash of Redis (or of the machine); `always` loses none, at the price of one
+/// `fsync` per write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AppendFsync {
+    /// `fsync` after every write: nothing acknowledged is lost; slowest.
+    Always,
+    /// `fsync` once a second (Redis's default): up to a second of writes can be lost.
+    Everysec,
+    /// Leave flushing to the operating system (typically every 30 s): fastest, least safe.
+    No,
+}
+
+impl AppendFsync {
+    /// The value of Redis's `appendfsync` setting.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AppendFsync::Always => "always",
+            AppendFsync::Everysec => "everysec",
+            AppendFsync::No => "no",
+        }
+    }
+}
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -182,6 +210,9 @@ pub struct Config {
     pub redis_prefix: String,
     /// `HMDP_REDIS_MANAGED`: auto | always | never.
     pub redis_managed: ManagedRedis,
+    /// `HMDP_REDIS_APPENDFSYNC`: always | everysec | no, for a managed `redis-server` (a Redis
+    /// of your own keeps its own setting).
+    pub redis_appendfsync: AppendFsync,
     /// `HMDP_ADMIN_TOKEN`: admin credential; generated and stored under `data_dir` when unset.
     pub admin_token: Option<Secret>,
     /// `HMDP_STATIC_DIR`: a folder served at `/` (e.g. the original front-end pages).
@@ -223,6 +254,7 @@ impl Default for Config {
             redis_url: None,
             redis_prefix: String::new(),
             redis_managed: ManagedRedis::Auto,
+            redis_appendfsync: AppendFsync::Everysec,
             admin_token: None,
             static_dir: None,
             data_dir,
@@ -276,6 +308,7 @@ struct FileConfig {
     redis_url: Option<String>,
     redis_prefix: Option<String>,
     redis_managed: Option<ManagedRedis>,
+    redis_appendfsync: Option<AppendFsync>,
     admin_token: Option<String>,
     static_dir: Option<PathBuf>,
     data_dir: Option<PathBuf>,
@@ -357,6 +390,9 @@ impl Config {
             redis_managed: s
                 .get("HMDP_REDIS_MANAGED", f.redis_managed)?
                 .unwrap_or(d.redis_managed),
+            redis_appendfsync: s
+                .get("HMDP_REDIS_APPENDFSYNC", f.redis_appendfsync)?
+                .unwrap_or(d.redis_appendfsync),
             admin_token: s.get("HMDP_ADMIN_TOKEN", f.admin_token)?.map(Secret::new),
             static_dir: s.get("HMDP_STATIC_DIR", f.static_dir)?,
             session_ttl: secs("HMDP_SESSION_TTL_SECS", f.session_ttl_secs, d.session_ttl)?,
@@ -518,8 +554,8 @@ impl Config {
     pub fn redacted_summary(&self) -> String {
         format!(
             "listen={} database_url={} redis_url={} redis_prefix={:?} redis_managed={:?} \
-             admin_token={} static_dir={} data_dir={} session_ttl={}s code_ttl={}s \
-             code_min_interval={}s code_daily_limit={} code_max_attempts={} body_limit={}B \
+             redis_appendfsync={} admin_token={} static_dir={} data_dir={} session_ttl={}s \
+             code_ttl={}s code_min_interval={}s code_daily_limit={} code_max_attempts={} body_limit={}B \
              request_timeout={}ms db_max_connections={} shop_cache={:?} cache_ttl={}s \
              cache_null_ttl={}s cache_jitter={} l1_ttl={}ms bloom={} fallback_concurrency={} \
              seckill_mode={:?} seckill_shards={} worker={} worker_batch={} id_mode={:?} \
@@ -532,6 +568,7 @@ impl Config {
                 .unwrap_or_else(|| format!("{DEFAULT_REDIS_URL} (default)")),
             self.redis_prefix,
             self.redis_managed,
+            self.redis_appendfsync.as_str(),
             if self.admin_token.is_some() {
                 "set"
             } else {
@@ -606,6 +643,11 @@ macro_rules! from_str_lowercase {
 }
 
 from_str_lowercase!(ManagedRedis { "auto" => ManagedRedis::Auto, "always" => ManagedRedis::Always, "never" => ManagedRedis::Never });
+from_str_lowercase!(AppendFsync {
+    "always" => AppendFsync::Always,
+    "everysec" => AppendFsync::Everysec,
+    "no" => AppendFsync::No,
+});
 from_str_lowercase!(LogFormat { "text" => LogFormat::Text, "json" => LogFormat::Json });
 from_str_lowercase!(SeckillMode { "async" => SeckillMode::Async, "sync" => SeckillMode::Sync });
 from_str_lowercase!(IdMode { "compatible" => IdMode::Compatible, "segment" => IdMode::Segment });
@@ -696,6 +738,28 @@ mod tests {
         assert_eq!(c.listen.to_string(), "0.0.0.0:9000");
         assert_eq!(c.redis_prefix, "env:");
         assert_eq!(c.session_ttl, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn the_managed_redis_fsync_policy_comes_from_the_file_or_the_environment() {
+        let c = Config::from_sources(None, &env(&[])).unwrap();
+        assert_eq!(c.redis_appendfsync, AppendFsync::Everysec);
+        assert!(c.redacted_summary().contains("redis_appendfsync=everysec"));
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("hmdp.toml");
+        std::fs::write(&file, "redis_appendfsync = \"always\"\n").unwrap();
+        let c = Config::from_sources(Some(&file), &env(&[])).unwrap();
+        assert_eq!(c.redis_appendfsync, AppendFsync::Always);
+        assert!(c.redacted_summary().contains("redis_appendfsync=always"));
+        let c =
+            Config::from_sources(Some(&file), &env(&[("HMDP_REDIS_APPENDFSYNC", "no")])).unwrap();
+        assert_eq!(c.redis_appendfsync, AppendFsync::No);
+
+        let err = Config::from_sources(None, &env(&[("HMDP_REDIS_APPENDFSYNC", "sometimes")]))
+            .unwrap_err();
+        assert!(err.to_string().contains("HMDP_REDIS_APPENDFSYNC"), "{err}");
+        assert!(err.to_string().contains("always, everysec, no"), "{err}");
     }
 
     #[test]
