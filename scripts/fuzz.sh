@@ -43,7 +43,7 @@ fuzz_one() {
   prefix="fuzz:$RANDOM$RANDOM:"
   HMDP_LISTEN="127.0.0.1:$port" HMDP_DATABASE_URL="${db_url:-sqlite://$dir/hmdp.db}" \
     HMDP_REDIS_URL="$redis_url" HMDP_REDIS_PREFIX="$prefix" HMDP_ADMIN_TOKEN="$admin" \
-    HMDP_DATA_DIR="$dir" HMDP_RATE_LIMIT_IP=0 HMDP_RATE_LIMIT_USER=0 HMDP_LOG=info \
+    HMDP_DATA_DIR="$dir" HMDP_RATE_LIMIT_IP=0 HMDP_RATE_LIMIT_USER=0 HMDP_CODE_IP_PER_MIN=0 HMDP_LOG=info \
     "$bin" >"$dir/hmdp.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.2; done

@@ -112,10 +112,15 @@ pub struct CodePolicy {
     pub ttl: Duration,
     /// Minimum time between two codes for one phone.
     pub min_interval: Duration,
-    /// Codes per phone per rolling 24 hours.
+    /// Codes per phone per day: the window opens with the phone's first code and lasts 24
+    /// hours (a fixed window, not a rolling one).
     pub daily_limit: u32,
     /// Wrong tries after which the code is void.
     pub max_attempts: u32,
+    /// `HMDP_CODE_IP_PER_MIN`: code requests per minute from one client IP, in bursts of up to
+    /// that many; 0 = off. The per-phone limits cannot stop one client asking for codes for
+    /// many different phones (an SMS flood at your expense); this can.
+    pub ip_per_min: u32,
 }
 
 /// How `GET /shop/{id}` rebuilds a missing or stale entry (`HMDP_SHOP_CACHE`).
@@ -221,7 +226,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// `HMDP_SESSION_TTL_SECS`: sliding session lifetime.
     pub session_ttl: Duration,
-    /// `HMDP_CODE_TTL_SECS`, `HMDP_CODE_MIN_INTERVAL_SECS`, `HMDP_CODE_DAILY_LIMIT`, `HMDP_CODE_MAX_ATTEMPTS`.
+    /// `HMDP_CODE_TTL_SECS`, `HMDP_CODE_MIN_INTERVAL_SECS`, `HMDP_CODE_DAILY_LIMIT`,
+    /// `HMDP_CODE_MAX_ATTEMPTS`, `HMDP_CODE_IP_PER_MIN`.
     pub code: CodePolicy,
     /// Cache settings (`HMDP_SHOP_CACHE`, `HMDP_CACHE_*`, `HMDP_SHOP_BLOOM`).
     pub cache: CacheSettings,
@@ -264,6 +270,7 @@ impl Default for Config {
                 min_interval: Duration::from_secs(60),
                 daily_limit: 10,
                 max_attempts: 5,
+                ip_per_min: 10,
             },
             cache: CacheSettings {
                 shop_strategy: ShopCacheStrategy::Mutex,
@@ -317,6 +324,7 @@ struct FileConfig {
     code_min_interval_secs: Option<u64>,
     code_daily_limit: Option<u32>,
     code_max_attempts: Option<u32>,
+    code_ip_per_min: Option<u32>,
     shop_cache: Option<ShopCacheStrategy>,
     cache_ttl_secs: Option<u64>,
     cache_null_ttl_secs: Option<u64>,
@@ -409,6 +417,9 @@ impl Config {
                 max_attempts: s
                     .get("HMDP_CODE_MAX_ATTEMPTS", f.code_max_attempts)?
                     .unwrap_or(d.code.max_attempts),
+                ip_per_min: s
+                    .get("HMDP_CODE_IP_PER_MIN", f.code_ip_per_min)?
+                    .unwrap_or(d.code.ip_per_min),
             },
             cache: CacheSettings {
                 shop_strategy: s
@@ -555,7 +566,8 @@ impl Config {
         format!(
             "listen={} database_url={} redis_url={} redis_prefix={:?} redis_managed={:?} \
              redis_appendfsync={} admin_token={} static_dir={} data_dir={} session_ttl={}s \
-             code_ttl={}s code_min_interval={}s code_daily_limit={} code_max_attempts={} body_limit={}B \
+             code_ttl={}s code_min_interval={}s code_daily_limit={} code_max_attempts={} \
+             code_ip_per_min={}/min body_limit={}B \
              request_timeout={}ms db_max_connections={} shop_cache={:?} cache_ttl={}s \
              cache_null_ttl={}s cache_jitter={} l1_ttl={}ms bloom={} fallback_concurrency={} \
              seckill_mode={:?} seckill_shards={} worker={} worker_batch={} id_mode={:?} \
@@ -584,6 +596,7 @@ impl Config {
             self.code.min_interval.as_secs(),
             self.code.daily_limit,
             self.code.max_attempts,
+            self.code.ip_per_min,
             self.body_limit,
             self.request_timeout.as_millis(),
             self.db_max_connections,
@@ -723,6 +736,10 @@ mod tests {
         assert_eq!(c.data_dir, PathBuf::from("data"));
         assert_eq!(c.session_ttl, Duration::from_secs(1800));
         assert_eq!(c.code.ttl, Duration::from_secs(120));
+        assert_eq!(c.code.ip_per_min, 10);
+        let c = Config::from_sources(None, &env(&[("HMDP_CODE_IP_PER_MIN", "0")])).unwrap();
+        assert_eq!(c.code.ip_per_min, 0, "0 turns the per-IP code quota off");
+        assert!(c.redacted_summary().contains("code_ip_per_min=0/min"));
     }
 
     #[test]

@@ -96,10 +96,10 @@ pub struct AppStateInner {
 }
 
 /// The API routes, without layers or prefix.
-fn api() -> Router<AppState> {
+fn api(config: &Config) -> Router<AppState> {
     Router::new()
         .merge(health::router())
-        .merge(user::router())
+        .merge(user::router(config))
         .merge(shop::router())
         .merge(voucher::router())
         .merge(order::router())
@@ -108,7 +108,8 @@ fn api() -> Router<AppState> {
 
 /// The complete application: the API at `/` and `/api`, the layers, and the static files.
 pub fn app(state: AppState) -> Router {
-    let api = api().route("/metrics", axum::routing::get(metrics::metrics));
+    // Built once and mounted twice: both mounts share the route-level quotas' state.
+    let api = api(&state.config).route("/metrics", axum::routing::get(metrics::metrics));
     let mut router = Router::new()
         .merge(ui::routes())
         .merge(api.clone())
