@@ -4,8 +4,9 @@
 #   scripts/test.sh            # everything (what CI runs)
 #   scripts/test.sh -p hmdp    # extra arguments go to `cargo test`
 #
-# It makes sure what the tests need is there first: installs redis-server, mariadb-server and
-# chromium + chromium-driver with apt-get when missing (as root), starts them when they are not running, and
+# It makes sure what the tests need is there first: installs redis-server, mariadb-server,
+# chromium + chromium-driver, and python3 + python3-venv + curl (for the fuzzing) with apt-get
+# when missing (as root, or through sudo), starts the servers when they are not running, and
 # creates a MariaDB account for the tests. Override the targets with HMDP_TEST_REDIS_URL and
 # HMDP_TEST_MYSQL_URL to use servers of your own.
 set -euo pipefail
@@ -23,10 +24,14 @@ command -v chromium >/dev/null || need_install+=(chromium)
 command -v chromedriver >/dev/null || need_install+=(chromium-driver)
 # Only for readable screenshots (Chinese text); the UI test checks text, not pixels.
 dpkg -s fonts-wqy-microhei >/dev/null 2>&1 || need_install+=(fonts-wqy-microhei)
+# scripts/fuzz.sh (run at the end): schemathesis in a Python venv, curl to drive the service.
+command -v python3 >/dev/null || need_install+=(python3)
+dpkg -s python3-venv >/dev/null 2>&1 || need_install+=(python3-venv)
+command -v curl >/dev/null || need_install+=(curl)
 if [ ${#need_install[@]} -gt 0 ]; then
   log "installing ${need_install[*]} (apt-get)"
   as_root apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${need_install[@]}" >/dev/null
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_install[@]}" >/dev/null
 fi
 
 # Redis on 127.0.0.1:6379 unless HMDP_TEST_REDIS_URL points elsewhere.

@@ -52,8 +52,13 @@ pub async fn run(cli: Cli) -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("hmdp: {e:#}");
+            // Exactly one line: through the log when it shows errors (so a JSON log stays all
+            // JSON), else straight to stderr (e.g. `HMDP_LOG=off`) so it is never silent.
+            if tracing::enabled!(tracing::Level::ERROR) {
+                tracing::error!("{e:#}");
+            } else {
+                eprintln!("hmdp: {e:#}");
+            }
             1
         }
     }

@@ -48,6 +48,34 @@ pub enum ManagedRedis {
     Never,
 }
 
+/// When a managed `redis-server` flushes its append-only file to disk (`HMDP_REDIS_APPENDFSYNC`).
+///
+/// This decides what a Redis crash can lose: an accepted flash-sale order exists only in Redis
+/// until the worker writes it, so with `everysec` up to about one second of accepted orders can
+/// vanish in a crash of Redis (or of the machine); `always` loses none, at the price of one
+/// `fsync` per write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AppendFsync {
+    /// `fsync` after every write: nothing acknowledged is lost; slowest.
+    Always,
+    /// `fsync` once a second (Redis's default): up to a second of writes can be lost.
+    Everysec,
+    /// Leave flushing to the operating system (typically every 30 s): fastest, least safe.
+    No,
+}
+
+impl AppendFsync {
+    /// The value of Redis's `appendfsync` setting.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AppendFsync::Always => "always",
+            AppendFsync::Everysec => "everysec",
+            AppendFsync::No => "no",
+        }
+    }
+}
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -84,10 +112,15 @@ pub struct CodePolicy {
     pub ttl: Duration,
     /// Minimum time between two codes for one phone.
     pub min_interval: Duration,
-    /// Codes per phone per rolling 24 hours.
+    /// Codes per phone per day: the window opens with the phone's first code and lasts 24
+    /// hours (a fixed window, not a rolling one).
     pub daily_limit: u32,
     /// Wrong tries after which the code is void.
     pub max_attempts: u32,
+    /// `HMDP_CODE_IP_PER_MIN`: code requests per minute from one client IP, in bursts of up to
+    /// that many; 0 = off. The per-phone limits cannot stop one client asking for codes for
+    /// many different phones (an SMS flood at your expense); this can.
+    pub ip_per_min: u32,
 }
 
 /// How `GET /shop/{id}` rebuilds a missing or stale entry (`HMDP_SHOP_CACHE`).
@@ -182,6 +215,9 @@ pub struct Config {
     pub redis_prefix: String,
     /// `HMDP_REDIS_MANAGED`: auto | always | never.
     pub redis_managed: ManagedRedis,
+    /// `HMDP_REDIS_APPENDFSYNC`: always | everysec | no, for a managed `redis-server` (a Redis
+    /// of your own keeps its own setting).
+    pub redis_appendfsync: AppendFsync,
     /// `HMDP_ADMIN_TOKEN`: admin credential; generated and stored under `data_dir` when unset.
     pub admin_token: Option<Secret>,
     /// `HMDP_STATIC_DIR`: a folder served at `/` (e.g. the original front-end pages).
@@ -190,7 +226,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// `HMDP_SESSION_TTL_SECS`: sliding session lifetime.
     pub session_ttl: Duration,
-    /// `HMDP_CODE_TTL_SECS`, `HMDP_CODE_MIN_INTERVAL_SECS`, `HMDP_CODE_DAILY_LIMIT`, `HMDP_CODE_MAX_ATTEMPTS`.
+    /// `HMDP_CODE_TTL_SECS`, `HMDP_CODE_MIN_INTERVAL_SECS`, `HMDP_CODE_DAILY_LIMIT`,
+    /// `HMDP_CODE_MAX_ATTEMPTS`, `HMDP_CODE_IP_PER_MIN`.
     pub code: CodePolicy,
     /// Cache settings (`HMDP_SHOP_CACHE`, `HMDP_CACHE_*`, `HMDP_SHOP_BLOOM`).
     pub cache: CacheSettings,
@@ -223,6 +260,7 @@ impl Default for Config {
             redis_url: None,
             redis_prefix: String::new(),
             redis_managed: ManagedRedis::Auto,
+            redis_appendfsync: AppendFsync::Everysec,
             admin_token: None,
             static_dir: None,
             data_dir,
@@ -232,6 +270,7 @@ impl Default for Config {
                 min_interval: Duration::from_secs(60),
                 daily_limit: 10,
                 max_attempts: 5,
+                ip_per_min: 10,
             },
             cache: CacheSettings {
                 shop_strategy: ShopCacheStrategy::Mutex,
@@ -276,6 +315,7 @@ struct FileConfig {
     redis_url: Option<String>,
     redis_prefix: Option<String>,
     redis_managed: Option<ManagedRedis>,
+    redis_appendfsync: Option<AppendFsync>,
     admin_token: Option<String>,
     static_dir: Option<PathBuf>,
     data_dir: Option<PathBuf>,
@@ -284,6 +324,7 @@ struct FileConfig {
     code_min_interval_secs: Option<u64>,
     code_daily_limit: Option<u32>,
     code_max_attempts: Option<u32>,
+    code_ip_per_min: Option<u32>,
     shop_cache: Option<ShopCacheStrategy>,
     cache_ttl_secs: Option<u64>,
     cache_null_ttl_secs: Option<u64>,
@@ -357,6 +398,9 @@ impl Config {
             redis_managed: s
                 .get("HMDP_REDIS_MANAGED", f.redis_managed)?
                 .unwrap_or(d.redis_managed),
+            redis_appendfsync: s
+                .get("HMDP_REDIS_APPENDFSYNC", f.redis_appendfsync)?
+                .unwrap_or(d.redis_appendfsync),
             admin_token: s.get("HMDP_ADMIN_TOKEN", f.admin_token)?.map(Secret::new),
             static_dir: s.get("HMDP_STATIC_DIR", f.static_dir)?,
             session_ttl: secs("HMDP_SESSION_TTL_SECS", f.session_ttl_secs, d.session_ttl)?,
@@ -373,6 +417,9 @@ impl Config {
                 max_attempts: s
                     .get("HMDP_CODE_MAX_ATTEMPTS", f.code_max_attempts)?
                     .unwrap_or(d.code.max_attempts),
+                ip_per_min: s
+                    .get("HMDP_CODE_IP_PER_MIN", f.code_ip_per_min)?
+                    .unwrap_or(d.code.ip_per_min),
             },
             cache: CacheSettings {
                 shop_strategy: s
@@ -518,8 +565,9 @@ impl Config {
     pub fn redacted_summary(&self) -> String {
         format!(
             "listen={} database_url={} redis_url={} redis_prefix={:?} redis_managed={:?} \
-             admin_token={} static_dir={} data_dir={} session_ttl={}s code_ttl={}s \
-             code_min_interval={}s code_daily_limit={} code_max_attempts={} body_limit={}B \
+             redis_appendfsync={} admin_token={} static_dir={} data_dir={} session_ttl={}s \
+             code_ttl={}s code_min_interval={}s code_daily_limit={} code_max_attempts={} \
+             code_ip_per_min={}/min body_limit={}B \
              request_timeout={}ms db_max_connections={} shop_cache={:?} cache_ttl={}s \
              cache_null_ttl={}s cache_jitter={} l1_ttl={}ms bloom={} fallback_concurrency={} \
              seckill_mode={:?} seckill_shards={} worker={} worker_batch={} id_mode={:?} \
@@ -532,6 +580,7 @@ impl Config {
                 .unwrap_or_else(|| format!("{DEFAULT_REDIS_URL} (default)")),
             self.redis_prefix,
             self.redis_managed,
+            self.redis_appendfsync.as_str(),
             if self.admin_token.is_some() {
                 "set"
             } else {
@@ -547,6 +596,7 @@ impl Config {
             self.code.min_interval.as_secs(),
             self.code.daily_limit,
             self.code.max_attempts,
+            self.code.ip_per_min,
             self.body_limit,
             self.request_timeout.as_millis(),
             self.db_max_connections,
@@ -606,6 +656,11 @@ macro_rules! from_str_lowercase {
 }
 
 from_str_lowercase!(ManagedRedis { "auto" => ManagedRedis::Auto, "always" => ManagedRedis::Always, "never" => ManagedRedis::Never });
+from_str_lowercase!(AppendFsync {
+    "always" => AppendFsync::Always,
+    "everysec" => AppendFsync::Everysec,
+    "no" => AppendFsync::No,
+});
 from_str_lowercase!(LogFormat { "text" => LogFormat::Text, "json" => LogFormat::Json });
 from_str_lowercase!(SeckillMode { "async" => SeckillMode::Async, "sync" => SeckillMode::Sync });
 from_str_lowercase!(IdMode { "compatible" => IdMode::Compatible, "segment" => IdMode::Segment });
@@ -681,6 +736,10 @@ mod tests {
         assert_eq!(c.data_dir, PathBuf::from("data"));
         assert_eq!(c.session_ttl, Duration::from_secs(1800));
         assert_eq!(c.code.ttl, Duration::from_secs(120));
+        assert_eq!(c.code.ip_per_min, 10);
+        let c = Config::from_sources(None, &env(&[("HMDP_CODE_IP_PER_MIN", "0")])).unwrap();
+        assert_eq!(c.code.ip_per_min, 0, "0 turns the per-IP code quota off");
+        assert!(c.redacted_summary().contains("code_ip_per_min=0/min"));
     }
 
     #[test]
@@ -696,6 +755,28 @@ mod tests {
         assert_eq!(c.listen.to_string(), "0.0.0.0:9000");
         assert_eq!(c.redis_prefix, "env:");
         assert_eq!(c.session_ttl, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn the_managed_redis_fsync_policy_comes_from_the_file_or_the_environment() {
+        let c = Config::from_sources(None, &env(&[])).unwrap();
+        assert_eq!(c.redis_appendfsync, AppendFsync::Everysec);
+        assert!(c.redacted_summary().contains("redis_appendfsync=everysec"));
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("hmdp.toml");
+        std::fs::write(&file, "redis_appendfsync = \"always\"\n").unwrap();
+        let c = Config::from_sources(Some(&file), &env(&[])).unwrap();
+        assert_eq!(c.redis_appendfsync, AppendFsync::Always);
+        assert!(c.redacted_summary().contains("redis_appendfsync=always"));
+        let c =
+            Config::from_sources(Some(&file), &env(&[("HMDP_REDIS_APPENDFSYNC", "no")])).unwrap();
+        assert_eq!(c.redis_appendfsync, AppendFsync::No);
+
+        let err = Config::from_sources(None, &env(&[("HMDP_REDIS_APPENDFSYNC", "sometimes")]))
+            .unwrap_err();
+        assert!(err.to_string().contains("HMDP_REDIS_APPENDFSYNC"), "{err}");
+        assert!(err.to_string().contains("always, everysec, no"), "{err}");
     }
 
     #[test]

@@ -18,6 +18,11 @@ use crate::{
 /// KEYS: code, attempts, cooldown, daily. ARGV: code, code TTL ms, cooldown ms, daily cap,
 /// daily window ms. Returns `{0, 0}` when stored, `{1, ms}` while cooling down, `{2, ms}` when
 /// the daily cap is reached (`ms` = time until it lifts).
+///
+/// The daily cap is a fixed window, not a rolling one: the counter is created with the phone's
+/// first code and expires a day later, whatever came in between. One counter key per phone is
+/// all it costs (a rolling window would keep a timestamp per code); the worst case is twice the
+/// cap within a few minutes around the window's end, still a few codes a day.
 static ISSUE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"

@@ -1,3 +1,12 @@
+//! Delivering login codes: the [`SmsSender`] seam.
+//!
+//! The service does not talk to an SMS gateway itself; it hands each code to an `SmsSender`.
+//! The default, [`LogSmsSender`], writes the code to the log at INFO level, as the original
+//! does, so development, demos and the end-to-end tests need no gateway (tests plug in a
+//! capturing sender instead). A deployment implements the trait for its provider and passes it
+//! in `Dependencies`. When delivery fails, `POST /user/code` answers 503 and lifts the phone's
+//! cooldown, so the user can ask again at once.
+
 use futures_util::future::BoxFuture;
 
 /// Where login codes go. The default, [`LogSmsSender`], writes them to the log as the original

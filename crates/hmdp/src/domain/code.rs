@@ -1,3 +1,10 @@
+//! [`LoginCode`]: the six-digit code a user receives by SMS and types back.
+//!
+//! Codes are drawn from the CSPRNG (the original used a non-cryptographic generator, so codes
+//! could be predicted); what a user submits is parsed here before anything touches Redis, so a
+//! malformed code costs no round trip and no wrong try. `Debug` hides the digits: a code in a
+//! log line is a login for whoever reads the log.
+
 use std::fmt;
 
 use rand::Rng;

@@ -1,3 +1,11 @@
+//! Typed database ids ([`UserId`], [`ShopId`], [`VoucherId`]): positive `i64`s that cannot
+//! be mixed up.
+//!
+//! A path or JSON id that is zero, negative or not a number is refused at the edge as
+//! `invalid_request` instead of becoming a query for a row that cannot exist. Each type is a
+//! plain `i64` on the wire and in the database (`serde(try_from, into)`), so the original
+//! front-end sees the numbers it always saw.
+
 use std::{fmt, str::FromStr};
 
 use serde::{Deserialize, Serialize};

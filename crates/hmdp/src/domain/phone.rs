@@ -1,11 +1,17 @@
+//! [`Phone`]: a mainland-China mobile number, checked against the original's phone rule.
+//!
+//! A phone is the login identity and part of Redis key names (`login:code:{phone}`), so only a
+//! parsed one reaches Redis or the database: nothing else can inject into a key or a query.
+//! `Display` and `Debug` mask the middle digits, because phones end up in logs.
+
 use std::{fmt, sync::LazyLock};
 
 use regex::Regex;
 
 /// A mainland-China mobile number in the form the original accepts.
 ///
-/// The rule is the original's `PHONE_REGEX` prefix set (13x, 14[579], 15[0-35-9], 166,
-/// 17[0135678], 18x, 19[89]) followed by eight digits. The original's pattern also let a literal
+/// The rule is the original's `PHONE_REGEX` prefix set (`13x`, `14[579]`, `15[0-35-9]`, `166`,
+/// `17[0135678]`, `18x`, `19[89]`) followed by eight digits. The original's pattern also let a literal
 /// comma through (`5[0-3,5-9]`); that is a slip in the character class, not a rule, so it is
 /// not reproduced here.
 #[derive(Clone, PartialEq, Eq, Hash)]

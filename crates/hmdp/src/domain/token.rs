@@ -1,3 +1,9 @@
+//! [`SessionToken`]: the random token that names a login session (`login:token:{token}`).
+//!
+//! Tokens are 128 bits from the CSPRNG, so they cannot be guessed. The `authorization` header
+//! is parsed into one before any Redis lookup: a header of the wrong shape is anonymous at once,
+//! and cannot be used to probe or inject key names. `Debug` shows only a prefix.
+
 use std::fmt;
 
 use rand::RngCore;

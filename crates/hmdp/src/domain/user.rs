@@ -1,3 +1,9 @@
+//! What a session knows about its user ([`UserDto`], the original's `UserDTO`) and the
+//! nickname a new user gets ([`NickName`]).
+//!
+//! The DTO is exactly the three fields the original keeps in the session hash and returns from
+//! `/user/me`, so its pages keep working; nothing private (phone, password) is ever in it.
+
 use rand::{Rng, distr::Alphanumeric};
 use serde::Serialize;
 

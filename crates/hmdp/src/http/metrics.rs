@@ -1,10 +1,13 @@
 //! `GET /metrics`: Prometheus text exposition of what the service is doing.
 //!
 //! Counters live where the work happens (cache client, flash sale, order worker) as plain
-//! atomics; this module only reads them, plus a per-route request histogram recorded by a
-//! `route_layer` middleware (so the label is the route template, e.g. `/shop/{id}`, never the
-//! raw path: unbounded label values would blow up Prometheus). Stream gauges are read from Redis
-//! when scraped.
+//! atomics; this module only reads them, plus a per-route request histogram recorded by
+//! [`track`], the outermost middleware but tracing. Being outside the rate limits, the request
+//! timeout, the body limit and the panic catcher, it counts their refusals too (a flood shows up
+//! as 429s on its route). Labels are bounded, because unbounded label values would blow up
+//! Prometheus: the route is the template (e.g. `/shop/{id}`, never the raw path), or
+//! `unmatched` for everything no route took (unknown paths, static files); methods outside the
+//! standard set are counted as `OTHER`. Stream gauges are read from Redis when scraped.
 
 use std::{
     collections::BTreeMap,
@@ -88,10 +91,31 @@ impl HttpMetrics {
     }
 }
 
-/// Records one request (installed with `route_layer`, so the matched route is known).
+/// The method label: the method itself if standard, else `OTHER` (any token is a valid method,
+/// and each would otherwise become a series). Cloning a standard method allocates nothing.
+fn method_label(method: &Method) -> Method {
+    static OTHER: std::sync::LazyLock<Method> =
+        std::sync::LazyLock::new(|| Method::from_bytes(b"OTHER").expect("a valid token"));
+    match *method {
+        Method::GET
+        | Method::POST
+        | Method::PUT
+        | Method::DELETE
+        | Method::HEAD
+        | Method::OPTIONS
+        | Method::PATCH
+        | Method::TRACE
+        | Method::CONNECT => method.clone(),
+        _ => OTHER.clone(),
+    }
+}
+
+/// Records one request, whatever answered it. Installed with `Router::layer`, which axum
+/// applies per route after routing, so the matched route is known here; the fallback (no
+/// route) has none and is counted as `unmatched`.
 pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
-    let method = req.method().clone();
+    let method = method_label(req.method());
     let route = req.extensions().get::<MatchedPath>().cloned();
     let resp = next.run(req).await;
     let route = route

@@ -96,10 +96,10 @@ pub struct AppStateInner {
 }
 
 /// The API routes, without layers or prefix.
-fn api() -> Router<AppState> {
+fn api(config: &Config) -> Router<AppState> {
     Router::new()
         .merge(health::router())
-        .merge(user::router())
+        .merge(user::router(config))
         .merge(shop::router())
         .merge(voucher::router())
         .merge(order::router())
@@ -108,12 +108,8 @@ fn api() -> Router<AppState> {
 
 /// The complete application: the API at `/` and `/api`, the layers, and the static files.
 pub fn app(state: AppState) -> Router {
-    let api = api()
-        .route("/metrics", axum::routing::get(metrics::metrics))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            metrics::track,
-        ));
+    // Built once and mounted twice: both mounts share the route-level quotas' state.
+    let api = api(&state.config).route("/metrics", axum::routing::get(metrics::metrics));
     let mut router = Router::new()
         .merge(ui::routes())
         .merge(api.clone())
@@ -128,7 +124,9 @@ pub fn app(state: AppState) -> Router {
         ),
         None => router.fallback(not_found),
     };
-    // Layers run outside-in: trace, panic, timeout, body limit, IP limit, session, user limit.
+    // Layers run outside-in: trace, metrics, panic, timeout, body limit, IP limit, session,
+    // user limit. Axum applies `Router::layer` to each route (and the fallback) after routing,
+    // so every layer, the metrics one included, already sees the route template (`MatchedPath`).
     router
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -148,6 +146,12 @@ pub fn app(state: AppState) -> Router {
             request_timeout,
         ))
         .layer(CatchPanicLayer::custom(panic_response))
+        // Outside every refusal (rate limits, timeout, body limit, panics, unknown routes), so
+        // those answers are counted too.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(DefaultMakeSpan::new().level(Level::INFO))

@@ -1,7 +1,9 @@
 //! `/user/*`: SMS code, login, logout, me, and public user lookups.
 
+use std::sync::Arc;
+
 use axum::{
-    Router,
+    Router, middleware,
     routing::{get, post},
 };
 use serde::Deserialize;
@@ -9,17 +11,26 @@ use serde::Deserialize;
 use super::{
     ApiError, ApiResult, AppState, ErrorCode,
     extract::{AppJson, AppPath, AppQuery, CurrentUser},
+    limits::{self, CodeQuota},
     ok, ok_empty,
 };
 use crate::{
     auth::{CodeError, CodeVerdict},
+    config::Config,
     domain::{LoginCode, NickName, Phone, UserDto, UserId},
     storage::users::{self, UserInfo},
 };
 
-pub fn router() -> Router<AppState> {
+pub fn router(config: &Config) -> Router<AppState> {
+    let mut code = post(send_code);
+    if let Some(quota) = CodeQuota::new(config.code.ip_per_min) {
+        code = code.route_layer(middleware::from_fn_with_state(
+            Arc::new(quota),
+            limits::limit_codes,
+        ));
+    }
     Router::new()
-        .route("/user/code", post(send_code))
+        .route("/user/code", code)
         .route("/user/login", post(login))
         .route("/user/logout", post(logout))
         .route("/user/me", get(me))
@@ -32,7 +43,9 @@ struct CodeParams {
     phone: String,
 }
 
-/// `POST /user/code?phone=`: sends a login code (by default: writes it to the log).
+/// `POST /user/code?phone=`: sends a login code (by default: writes it to the log). Besides the
+/// per-phone cooldown and daily cap checked here, each client IP has a quota of code requests
+/// (`HMDP_CODE_IP_PER_MIN`, see [`limits::limit_codes`]).
 async fn send_code(
     axum::extract::State(state): axum::extract::State<AppState>,
     AppQuery(params): AppQuery<CodeParams>,

@@ -2,8 +2,15 @@
 //!
 //! When no Redis answers at the default URL (and `HMDP_REDIS_URL` is unset), `hmdp` starts one
 //! itself: loopback only, a free port, data under `$HMDP_DATA_DIR/redis` with AOF on (so
-//! accepted orders survive a restart), and stops it on exit. On Linux the child also gets
-//! `SIGTERM` if `hmdp` dies without cleaning up, so it never outlives its parent.
+//! accepted orders survive a restart; `HMDP_REDIS_APPENDFSYNC` decides how often the AOF is
+//! flushed, see [`AppendFsync`]), and stops it on exit.
+//!
+//! The child runs in its own process group. Ctrl-C in a terminal sends `SIGINT` to the whole
+//! foreground process group; if `redis-server` were in ours it would shut down at once, while
+//! `hmdp` is still draining requests and the order worker still has to acknowledge its last
+//! batch. In its own group it hears only `hmdp`, which stops it last ([`ManagedRedis::stop`]).
+//! On Linux the child also gets `SIGTERM` if `hmdp` dies without cleaning up (a crash, `kill
+//! -9`), so it never outlives its parent.
 
 use std::{
     net::{SocketAddr, TcpListener},
@@ -13,6 +20,8 @@ use std::{
 };
 
 use tokio::process::{Child, Command};
+
+use crate::config::AppendFsync;
 
 /// Why a managed Redis could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -42,8 +51,17 @@ pub struct ManagedRedis {
 }
 
 impl ManagedRedis {
-    /// Starts `redis-server` with its files in `dir` and waits until it answers `PING`.
+    /// Starts `redis-server` with its files in `dir` (AOF with `appendfsync everysec`) and waits
+    /// until it answers `PING`.
     pub async fn start(dir: &Path) -> Result<Self, ManagedRedisError> {
+        Self::start_with(dir, AppendFsync::Everysec).await
+    }
+
+    /// Like [`ManagedRedis::start`], with the AOF flushed as `appendfsync` says.
+    pub async fn start_with(
+        dir: &Path,
+        appendfsync: AppendFsync,
+    ) -> Result<Self, ManagedRedisError> {
         let binary = find_on_path("redis-server").ok_or(ManagedRedisError::NotInstalled)?;
         std::fs::create_dir_all(dir).map_err(|source| ManagedRedisError::DataDir {
             path: dir.to_owned(),
@@ -65,7 +83,7 @@ impl ManagedRedis {
             .arg("--appendonly")
             .arg("yes")
             .arg("--appendfsync")
-            .arg("everysec")
+            .arg(appendfsync.as_str())
             .arg("--save")
             .arg("")
             .arg("--daemonize")
@@ -78,6 +96,10 @@ impl ManagedRedis {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true);
+        // Its own process group: a Ctrl-C meant for `hmdp` must not stop Redis under the drain
+        // (see the module docs).
+        #[cfg(unix)]
+        cmd.process_group(0);
         #[cfg(target_os = "linux")]
         // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
         unsafe {
@@ -104,7 +126,12 @@ impl ManagedRedis {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        tracing::info!(url = %me.url, dir = %me.dir.display(), "started a managed redis-server (AOF on)");
+        tracing::info!(
+            url = %me.url,
+            dir = %me.dir.display(),
+            appendfsync = %appendfsync.as_str(),
+            "started a managed redis-server (AOF on)"
+        );
         Ok(me)
     }
 
@@ -115,6 +142,7 @@ impl ManagedRedis {
 
     /// Asks the server to shut down (flushing the AOF), then waits for it to exit.
     pub async fn stop(mut self) {
+        tracing::info!(url = %self.url, "stopping the managed redis-server");
         if let Ok(client) = redis::Client::open(self.url.as_str())
             && let Ok(Ok(mut conn)) = tokio::time::timeout(
                 Duration::from_secs(2),
@@ -160,4 +188,50 @@ fn find_on_path(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|dir| dir.join(name))
         .find(|candidate| candidate.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn config_get(url: &str, name: &str) -> String {
+        let client = redis::Client::open(url).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let (_, value): (String, String) = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg(name)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        value
+    }
+
+    #[tokio::test]
+    async fn the_aof_is_flushed_as_configured_and_the_child_has_its_own_process_group() {
+        for fsync in [AppendFsync::Always, AppendFsync::No] {
+            let dir = tempfile::tempdir().unwrap();
+            let redis = ManagedRedis::start_with(dir.path(), fsync).await.unwrap();
+            assert_eq!(config_get(redis.url(), "appendonly").await, "yes");
+            assert_eq!(config_get(redis.url(), "appendfsync").await, fsync.as_str());
+
+            // A Ctrl-C to our process group does not reach the child.
+            let pid = redis.child.id().expect("running") as libc::pid_t;
+            // SAFETY: getpgid only reads the process table.
+            let (child_group, our_group) = unsafe { (libc::getpgid(pid), libc::getpgid(0)) };
+            assert_eq!(child_group, pid, "the child leads its own group");
+            assert_ne!(child_group, our_group);
+
+            let url = redis.url().to_owned();
+            redis.stop().await;
+            assert!(!answers_ping(&url, Duration::from_millis(300)).await);
+        }
+    }
+
+    #[tokio::test]
+    async fn the_default_flushes_every_second() {
+        let dir = tempfile::tempdir().unwrap();
+        let redis = ManagedRedis::start(dir.path()).await.unwrap();
+        assert_eq!(config_get(redis.url(), "appendfsync").await, "everysec");
+        redis.stop().await;
+    }
 }

@@ -1,4 +1,5 @@
-//! The binary with no configuration: comes up healthy, and its managed Redis.
+//! The binary with no configuration: comes up healthy, and its managed Redis; signals, the
+//! JSON log format and start-up errors.
 
 use std::{
     path::Path,
@@ -6,10 +7,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::helpers::free_port;
+use crate::helpers::{free_port, redis_url};
 
 /// Runs `hmdp` in `dir` with a clean environment plus `extra` variables.
 fn start_hmdp(dir: &Path, port: u16, extra: &[(&str, &str)]) -> Child {
+    hmdp_command(dir, port, extra).spawn().unwrap()
+}
+
+/// The command [`start_hmdp`] runs: stderr goes to `dir/hmdp.log`.
+fn hmdp_command(dir: &Path, port: u16, extra: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hmdp"));
     cmd.current_dir(dir)
         .env_clear()
@@ -22,7 +28,69 @@ fn start_hmdp(dir: &Path, port: u16, extra: &[(&str, &str)]) -> Child {
     for (k, v) in extra {
         cmd.env(k, v);
     }
-    cmd.spawn().unwrap()
+    cmd
+}
+
+/// A Redis key prefix of its own, so a binary pointed at the shared test Redis writes only keys
+/// that [`remove_keys`] can find again.
+fn unique_prefix() -> String {
+    format!("t:{}:", uuid::Uuid::new_v4().simple())
+}
+
+/// Deletes every key under `prefix` from the shared test Redis (slot mates start with `{`).
+async fn remove_keys(prefix: &str) {
+    use redis::AsyncCommands;
+    let mut conn = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for pattern in [format!("{prefix}*"), format!("{{{prefix}*")] {
+        let keys: Vec<String> = conn.keys(&pattern).await.unwrap();
+        if !keys.is_empty() {
+            let _: () = conn.del(keys).await.unwrap();
+        }
+    }
+}
+
+/// The URL a managed Redis was started at, read from the service log.
+fn managed_redis_url(log: &str) -> String {
+    log.split("started a managed redis-server")
+        .nth(1)
+        .and_then(|rest| rest.split("url=").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no managed redis url in the log: {log}"))
+        .to_owned()
+}
+
+async fn config_get(url: &str, name: &str) -> String {
+    let mut conn = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let (_, value): (String, String) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(name)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    value
+}
+
+/// Waits for `child` to exit by itself (after a signal), killing it after 20 s.
+fn wait_exit(child: &mut Child, what: &str) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("hmdp did not stop within 20 s of {what}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 async fn wait_healthy(port: u16, child: &mut Child, dir: &Path) -> serde_json::Value {
@@ -57,24 +125,18 @@ fn terminate(child: &mut Child) -> std::process::ExitStatus {
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
     }
-    let started = Instant::now();
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        if started.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("hmdp did not stop within 20 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_exit(child, "SIGTERM")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_with_no_configuration_comes_up_healthy() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut child = start_hmdp(dir.path(), port, &[]);
+    // No configuration but a key prefix: with nothing configured the service uses the Redis at
+    // the default address, which here is the shared test Redis; the prefix keeps its keys apart
+    // from everybody else's there, and lets the test remove them afterwards.
+    let prefix = unique_prefix();
+    let mut child = start_hmdp(dir.path(), port, &[("HMDP_REDIS_PREFIX", &prefix)]);
     let health = wait_healthy(port, &mut child, dir.path()).await;
     assert_eq!(health["data"]["database"], "ok");
     assert_eq!(health["data"]["redis"], "ok");
@@ -92,6 +154,7 @@ async fn the_binary_with_no_configuration_comes_up_healthy() {
     assert!(status.success(), "graceful exit on SIGTERM, got {status}");
     let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
     assert!(log.contains("SIGTERM received"), "{log}");
+    remove_keys(&prefix).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,18 +165,14 @@ async fn a_managed_redis_is_started_and_stopped_with_the_service() {
     wait_healthy(port, &mut child, dir.path()).await;
 
     let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
-    let url = log
-        .split("started a managed redis-server")
-        .nth(1)
-        .and_then(|rest| rest.split("url=").nth(1))
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no managed redis url in the log: {log}"))
-        .to_owned();
+    let url = managed_redis_url(&log);
     assert!(
         hmdp::kv::managed::answers_ping(&url, Duration::from_secs(1)).await,
         "{url}"
     );
-    // AOF is on, under the data directory.
+    // AOF is on, under the data directory, flushed every second by default.
+    assert_eq!(config_get(&url, "appendonly").await, "yes");
+    assert_eq!(config_get(&url, "appendfsync").await, "everysec");
     let redis_dir = dir.path().join("data/redis");
     let aof_exists = std::fs::read_dir(&redis_dir).unwrap().any(|e| {
         e.unwrap()
@@ -179,4 +238,140 @@ async fn without_redis_server_installed_the_error_says_how_to_fix_it() {
     let last = err.lines().last().unwrap_or_default();
     assert!(last.contains("apt-get install redis-server"), "{err}");
     assert!(last.contains("HMDP_REDIS_URL"), "{err}");
+    // Said once, not once by the log and again on stderr.
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.contains("redis-server was not found"))
+            .count(),
+        1,
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs startup.rs to start the managed Redis with ManagedRedis::start_with(dir, \
+            config.redis_appendfsync)"]
+async fn the_managed_redis_flushes_its_aof_as_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = start_hmdp(
+        dir.path(),
+        port,
+        &[
+            ("HMDP_REDIS_MANAGED", "always"),
+            ("HMDP_REDIS_APPENDFSYNC", "always"),
+        ],
+    );
+    wait_healthy(port, &mut child, dir.path()).await;
+    let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
+    assert!(log.contains("redis_appendfsync=always"), "{log}");
+    let url = managed_redis_url(&log);
+    assert_eq!(config_get(&url, "appendfsync").await, "always");
+    assert!(terminate(&mut child).success());
+}
+
+/// Ctrl-C in a terminal signals the whole foreground process group. The managed Redis must not
+/// hear it: `hmdp` drains, lets the worker finish, and only then stops Redis itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_to_the_process_group_drains_before_the_managed_redis_stops() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut cmd = hmdp_command(
+        dir.path(),
+        port,
+        &[
+            ("HMDP_REDIS_MANAGED", "always"),
+            ("HMDP_ADMIN_TOKEN", "embedded-test-admin-token"),
+        ],
+    );
+    // Like a shell job: `hmdp` leads a process group of its own (so the signal below does
+    // not reach the test runner), and the Ctrl-C goes to the whole group.
+    cmd.process_group(0);
+    let mut child = cmd.spawn().unwrap();
+    wait_healthy(port, &mut child, dir.path()).await;
+    let url = managed_redis_url(&std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap());
+
+    // SAFETY: kill(2) with a negative pid signals the process group our child leads.
+    unsafe {
+        libc::kill(-(child.id() as i32), libc::SIGINT);
+    }
+    let status = wait_exit(&mut child, "SIGINT");
+    let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
+    assert!(
+        status.success(),
+        "graceful exit on SIGINT, got {status}: {log}"
+    );
+    assert!(
+        !hmdp::kv::managed::answers_ping(&url, Duration::from_millis(500)).await,
+        "the managed redis-server stops with the service"
+    );
+    let position = |what: &str| {
+        log.find(what)
+            .unwrap_or_else(|| panic!("{what:?} not in the log: {log}"))
+    };
+    assert!(
+        position("SIGINT received") < position("finishing the order worker's current batch")
+            && position("finishing the order worker's current batch")
+                < position("stopping the managed redis-server"),
+        "drain first, Redis last: {log}"
+    );
+    // Nothing failed on the way down while Redis was still needed (the worker's last
+    // acknowledgements). Then hmdp stops Redis (its L1 subscription may complain after that).
+    let before_redis_stops = &log[..position("stopping the managed redis-server")];
+    let complaints: Vec<&str> = before_redis_stops
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .collect();
+    assert!(complaints.is_empty(), "{complaints:#?}");
+    // Redis itself was asked to shut down by hmdp; it never saw the signal.
+    let redis_log = std::fs::read_to_string(dir.path().join("data/redis/redis.log")).unwrap();
+    assert!(
+        redis_log.contains("User requested shutdown") && !redis_log.contains("Received SIG"),
+        "{redis_log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_json_log_format_writes_one_json_object_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let prefix = unique_prefix();
+    let url = redis_url();
+    let mut child = start_hmdp(
+        dir.path(),
+        port,
+        &[
+            ("HMDP_LOG_FORMAT", "json"),
+            ("HMDP_REDIS_URL", &url),
+            ("HMDP_REDIS_PREFIX", &prefix),
+            ("HMDP_ADMIN_TOKEN", "embedded-test-admin-token"),
+        ],
+    );
+    wait_healthy(port, &mut child, dir.path()).await;
+    assert!(terminate(&mut child).success());
+    remove_keys(&prefix).await;
+
+    let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
+    let events: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l:?}")))
+        .collect();
+    let listening = events
+        .iter()
+        .find(|e| e["fields"]["message"] == "hmdp listening")
+        .unwrap_or_else(|| panic!("no 'hmdp listening' event: {log}"));
+    assert_eq!(listening["level"], "INFO");
+    assert!(listening["timestamp"].is_string(), "{listening}");
+    assert_eq!(
+        listening["fields"]["addr"],
+        format!("127.0.0.1:{port}"),
+        "{listening}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["fields"]["message"] == "SIGTERM received; shutting down"),
+        "{log}"
+    );
 }

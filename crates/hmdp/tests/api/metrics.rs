@@ -1,7 +1,7 @@
 //! `/metrics` in the Prometheus text format.
 
 use crate::{
-    helpers::{Backend, spawn_app},
+    helpers::{Backend, spawn_app, spawn_app_with},
     seckill::create_sale,
 };
 
@@ -58,4 +58,89 @@ async fn metrics_count_requests_by_route_and_sales_by_outcome() {
     );
     // Route templates only: a raw id never becomes a label.
     assert!(!text.contains("777777"), "{text}");
+}
+
+/// Refusals that happen before any handler runs (rate limits, body limit, unknown routes) are
+/// requests too: a flood must show up in the metrics, on its route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_before_the_handler_are_counted_on_their_route() {
+    let app = spawn_app_with(Backend::Sqlite, |c| {
+        c.rate_limit_ip = 5; // bursts of 10
+        c.body_limit = 1024;
+    })
+    .await;
+    let r = app.get("/api/no/such/route", None).await;
+    assert_eq!(r.status, 404);
+    let r = app
+        .send(
+            app.client
+                .post(app.url("/api/user/login"))
+                .header("content-type", "application/json")
+                .body(format!(r#"{{"phone":"{}"}}"#, "1".repeat(4096))),
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (413, "payload_too_large"), "{r:?}");
+    let mut refused = 0;
+    for _ in 0..40 {
+        if app.get("/api/shop-type/list", None).await.status == 429 {
+            refused += 1;
+        }
+    }
+    assert!(
+        refused >= 20,
+        "a burst of 40 over 5/s (burst 10): {refused} refused"
+    );
+
+    // Wait for the address's bucket to refill enough for the scrape.
+    let started = std::time::Instant::now();
+    let text = loop {
+        let resp = app.client.get(app.url("/metrics")).send().await.unwrap();
+        if resp.status() == 200 {
+            break resp.text().await.unwrap();
+        }
+        assert!(started.elapsed().as_secs() < 10, "metrics stay refused");
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    };
+    let has = |line: &str| {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in:\n{text}"
+        )
+    };
+    has(&format!(
+        r#"hmdp_http_requests_total{{method="GET",route="/shop-type/list",status="429"}} {refused}"#
+    ));
+    has(r#"hmdp_http_requests_total{method="GET",route="unmatched",status="404"} 1"#);
+    has(r#"hmdp_http_requests_total{method="POST",route="/user/login",status="413"} 1"#);
+}
+
+/// Any token is a valid HTTP method; each must not become a series of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_methods_share_one_label() {
+    let app = spawn_app(Backend::Sqlite).await;
+    for m in ["FROBNICATE", "X-CUSTOM-METHOD-WITH-A-LONG-NAME"] {
+        let method = reqwest::Method::from_bytes(m.as_bytes()).unwrap();
+        let r = app
+            .client
+            .request(method, app.url("/api/shop-type/list"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405);
+    }
+    let text = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.lines().any(|l| l
+            == r#"hmdp_http_requests_total{method="OTHER",route="/shop-type/list",status="405"} 2"#),
+        "{text}"
+    );
+    assert!(!text.contains("FROBNICATE"), "{text}");
 }

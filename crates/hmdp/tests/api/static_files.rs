@@ -2,19 +2,42 @@
 
 use crate::helpers::{Backend, spawn_app_with};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_static_dir_is_served_at_the_root_beside_the_api() {
-    let site = tempfile::tempdir().unwrap();
-    std::fs::write(site.path().join("index.html"), "<h1>hmdp pages</h1>").unwrap();
-    std::fs::create_dir(site.path().join("js")).unwrap();
-    std::fs::write(
-        site.path().join("js/common.js"),
-        "axios.defaults.baseURL = '/api'",
+/// Sends `GET {target}` as raw HTTP/1.1 bytes, so the path reaches the server exactly as
+/// written (an HTTP client would normalise `/../` and `/%2e%2e/` away before sending); the
+/// status and the body.
+fn raw_get(addr: std::net::SocketAddr, target: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
-    let secret_dir = tempfile::tempdir().unwrap();
-    std::fs::write(secret_dir.path().join("secret.txt"), "top secret").unwrap();
-    let root = site.path().to_owned();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{target}: not an HTTP answer: {answer:?}"));
+    (status, answer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_dir_is_served_at_the_root_beside_the_api() {
+    // The served folder and, beside it, a file that must never be reachable.
+    let parent = tempfile::tempdir().unwrap();
+    let site = parent.path().join("site");
+    std::fs::create_dir(&site).unwrap();
+    std::fs::write(site.join("index.html"), "<h1>hmdp pages</h1>").unwrap();
+    std::fs::create_dir(site.join("js")).unwrap();
+    std::fs::write(site.join("js/common.js"), "axios.defaults.baseURL = '/api'").unwrap();
+    std::fs::write(parent.path().join("secret.txt"), "top secret").unwrap();
+    let root = site.clone();
     let app = spawn_app_with(Backend::Sqlite, move |c| c.static_dir = Some(root)).await;
 
     let page = app.client.get(app.url("/")).send().await.unwrap();
@@ -32,27 +55,42 @@ async fn a_static_dir_is_served_at_the_root_beside_the_api() {
     assert!(app.get("/api/shop-type/list", None).await.success());
     assert!(app.get("/shop-type/list", None).await.success());
 
-    // Missing files are a 404 envelope; traversal out of the folder finds nothing.
+    // Missing files are a 404 envelope.
     let r = app.get("/nope.html", None).await;
     assert_eq!((r.status, r.code()), (404, "not_found"));
-    let name = secret_dir
-        .path()
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .to_string();
-    for path in [
-        format!("/../{name}/secret.txt"),
-        format!("/%2e%2e/{name}/secret.txt"),
-        "/..%2f..%2fetc/passwd".to_owned(),
+
+    // Traversal out of the folder, sent byte for byte: plain, percent-encoded dots, encoded
+    // slashes, backslashes (raw and encoded), mixed case, from a subfolder, and deep.
+    let (status, answer) = raw_get(app.addr, "/js/common.js");
+    assert_eq!(status, 200, "the raw client works: {answer}");
+    assert!(answer.contains("axios.defaults.baseURL"), "{answer}");
+    for target in [
+        "/../secret.txt",
+        "/js/../../secret.txt",
+        "/%2e%2e/secret.txt",
+        "/%2E%2E/secret.txt",
+        "/.%2e/secret.txt",
+        "/..%2fsecret.txt",
+        "/..%2Fsecret.txt",
+        "/%2e%2e%2fsecret.txt",
+        "/js/..%2f..%2fsecret.txt",
+        "/..%5csecret.txt",
+        "/%5c..%5csecret.txt",
+        "/js%5c..%5c..%5csecret.txt",
+        "/..\\secret.txt",
+        "/../site/../secret.txt",
+        "/..%2f..%2f..%2f..%2f..%2f..%2f..%2f..%2fetc/passwd",
+        "/%2fetc%2fpasswd",
+        "/../../../../../../../../etc/passwd",
     ] {
-        let resp = app.client.get(app.url(&path)).send().await.unwrap();
-        let status = resp.status().as_u16();
-        let body = resp.text().await.unwrap();
+        let (status, answer) = raw_get(app.addr, target);
         assert!(
-            !body.contains("top secret") && !body.contains("root:"),
-            "{path}: {body}"
+            !answer.contains("top secret") && !answer.contains("root:"),
+            "{target} leaked: {answer}"
         );
-        assert!(status == 404 || status == 400, "{path}: {status}");
+        assert!(
+            status == 404 || status == 400,
+            "{target}: {status} {answer}"
+        );
     }
 }
