@@ -122,6 +122,7 @@ pub async fn start_on(
         rate_limit_user: 0,
         ..Config::default()
     };
+    config.code.ip_per_min = 0;
     adjust(&mut config);
     let sms = Arc::new(CapturingSms::default());
     let app = Application::build_with(config, Dependencies { sms: sms.clone() }).await?;

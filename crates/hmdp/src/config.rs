@@ -171,6 +171,11 @@ pub struct SeckillSettings {
     pub max_deliveries: u64,
     /// `HMDP_WORKER_CLAIM_IDLE_MS`: entries pending this long with another consumer are taken over.
     pub claim_idle: Duration,
+    /// `HMDP_WORKER_CONSUMER`: this worker's name in the consumer group. A stable name (one
+    /// per deployment slot, e.g. a StatefulSet pod name) lets a restarted worker finish its own
+    /// pending orders at once; unset, each process gets a fresh name and a dead one's orders
+    /// are taken over after `claim_idle`. Two live workers must never share a name.
+    pub consumer: Option<String>,
     /// `HMDP_ID_MODE`: compatible | segment.
     pub id_mode: IdMode,
 }
@@ -289,6 +294,7 @@ impl Default for Config {
                 batch: 200,
                 max_deliveries: 5,
                 claim_idle: Duration::from_secs(30),
+                consumer: None,
                 id_mode: IdMode::Segment,
             },
             rate_limit_ip: 200,
@@ -339,6 +345,7 @@ struct FileConfig {
     worker_batch: Option<usize>,
     worker_max_deliveries: Option<u64>,
     worker_claim_idle_ms: Option<u64>,
+    worker_consumer: Option<String>,
     id_mode: Option<IdMode>,
     rate_limit_ip: Option<u32>,
     rate_limit_user: Option<u32>,
@@ -469,6 +476,10 @@ impl Config {
                     .get("HMDP_WORKER_CLAIM_IDLE_MS", f.worker_claim_idle_ms)?
                     .map(Duration::from_millis)
                     .unwrap_or(d.seckill.claim_idle),
+                consumer: s
+                    .get("HMDP_WORKER_CONSUMER", f.worker_consumer)?
+                    .map(|c: String| c.trim().to_owned())
+                    .filter(|c| !c.is_empty()),
                 id_mode: s
                     .get("HMDP_ID_MODE", f.id_mode)?
                     .unwrap_or(d.seckill.id_mode),
@@ -570,7 +581,7 @@ impl Config {
              code_ip_per_min={}/min body_limit={}B \
              request_timeout={}ms db_max_connections={} shop_cache={:?} cache_ttl={}s \
              cache_null_ttl={}s cache_jitter={} l1_ttl={}ms bloom={} fallback_concurrency={} \
-             seckill_mode={:?} seckill_shards={} worker={} worker_batch={} id_mode={:?} \
+             seckill_mode={:?} seckill_shards={} worker={} worker_batch={} worker_consumer={} id_mode={:?} \
              rate_limit_ip={}/s rate_limit_user={}/s",
             self.listen,
             redact_url(&self.database_url),
@@ -611,6 +622,7 @@ impl Config {
             self.seckill.shards,
             self.seckill.worker,
             self.seckill.batch,
+            self.seckill.consumer.as_deref().unwrap_or("(random)"),
             self.seckill.id_mode,
             self.rate_limit_ip,
             self.rate_limit_user,
@@ -777,6 +789,17 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("HMDP_REDIS_APPENDFSYNC"), "{err}");
         assert!(err.to_string().contains("always, everysec, no"), "{err}");
+    }
+
+    #[test]
+    fn the_worker_consumer_name_is_optional_and_trimmed() {
+        let c = Config::from_sources(None, &env(&[])).unwrap();
+        assert_eq!(c.seckill.consumer, None);
+        assert!(c.redacted_summary().contains("worker_consumer=(random)"));
+        let c = Config::from_sources(None, &env(&[("HMDP_WORKER_CONSUMER", " pod-1 ")])).unwrap();
+        assert_eq!(c.seckill.consumer.as_deref(), Some("pod-1"));
+        let c = Config::from_sources(None, &env(&[("HMDP_WORKER_CONSUMER", "  ")])).unwrap();
+        assert_eq!(c.seckill.consumer, None);
     }
 
     #[test]

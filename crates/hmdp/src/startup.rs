@@ -127,6 +127,14 @@ impl Application {
             ids,
             config.seckill.clone(),
         );
+        if seckill.mode() == crate::config::SeckillMode::Async {
+            // A service on another shard count than the one recorded in Redis would strand
+            // orders and could oversell: refuse to start (the error says how to change it).
+            seckill
+                .check_shards()
+                .await
+                .context("the flash sale cannot start")?;
+        }
         let worker = config.seckill.worker.then(|| {
             OrderWorker::new(
                 db.clone(),
@@ -134,7 +142,7 @@ impl Application {
                 redis_url.clone(),
                 keys.clone(),
                 config.seckill.clone(),
-                None,
+                config.seckill.consumer.clone(),
             )
         });
         let state = AppState::new(AppStateInner {
@@ -205,7 +213,11 @@ impl Application {
         if let Some(w) = worker {
             let _ = w.await;
         }
-        self.state.db.close().await;
+        let db = self.state.db.clone();
+        // Dropping the state stops its background listeners (the L1 invalidation subscription)
+        // before a managed Redis goes away, so they do not report a lost connection.
+        drop(self.state);
+        db.close().await;
         if let Some(redis) = self.managed_redis {
             redis.stop().await;
         }
@@ -244,7 +256,20 @@ pub async fn run_worker(config: Config) -> anyhow::Result<()> {
         )
     })?;
     let keys = Keys::new(config.redis_prefix.clone());
-    let worker = OrderWorker::new(db.clone(), redis, url, keys, config.seckill.clone(), None);
+    let worker = OrderWorker::new(
+        db.clone(),
+        redis,
+        url,
+        keys,
+        config.seckill.clone(),
+        config.seckill.consumer.clone(),
+    );
+    // Refuse to start on another shard count than the one recorded: the streams of the other
+    // shards would never be drained (README, "Changing HMDP_SECKILL_SHARDS").
+    worker
+        .check_shards()
+        .await
+        .context("the order worker cannot start")?;
     worker.run_until(shutdown_signal()).await;
     db.close().await;
     Ok(())
@@ -287,7 +312,9 @@ async fn resolve_redis(config: &Config) -> anyhow::Result<(String, Option<Manage
         }
     };
     if start_managed {
-        let managed = ManagedRedis::start(&config.data_dir.join("redis")).await?;
+        let managed =
+            ManagedRedis::start_with(&config.data_dir.join("redis"), config.redis_appendfsync)
+                .await?;
         Ok((managed.url().to_owned(), Some(managed)))
     } else {
         Ok((config.redis_url_or_default().to_owned(), None))
@@ -303,6 +330,7 @@ fn settle_admin_token(config: &Config) -> anyhow::Result<Secret> {
     if let Ok(existing) = std::fs::read_to_string(&path) {
         let existing = existing.trim();
         if existing.len() >= 16 {
+            tighten_if_readable_by_others(&path);
             tracing::info!(file = %path.display(), "admin token read from file (HMDP_ADMIN_TOKEN unset)");
             return Ok(Secret::new(existing));
         }
@@ -319,6 +347,36 @@ fn settle_admin_token(config: &Config) -> anyhow::Result<Secret> {
         "HMDP_ADMIN_TOKEN is unset: generated an admin token (send it as the x-admin-token header)"
     );
     Ok(Secret::new(token))
+}
+
+/// An admin-token file that others may read (copied around, restored from a backup, edited
+/// by hand) is put back to mode 0600, with a warning: the token is a credential.
+fn tighten_if_readable_by_others(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(meta) = std::fs::metadata(path) else {
+            return;
+        };
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            match std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)) {
+                Ok(()) => tracing::warn!(
+                    file = %path.display(),
+                    mode = format!("{mode:o}"),
+                    "the admin-token file was readable by others; its mode is now 600"
+                ),
+                Err(e) => tracing::warn!(
+                    file = %path.display(),
+                    mode = format!("{mode:o}"),
+                    error = %e,
+                    "the admin-token file is readable by others and could not be restricted"
+                ),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
 }
 
 fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
@@ -368,4 +426,27 @@ pub async fn shutdown_signal() {
 /// Where the data directory is, for messages.
 pub fn data_dir_display(config: &Config) -> PathBuf {
     std::fs::canonicalize(&config.data_dir).unwrap_or_else(|_| config.data_dir.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn an_admin_token_file_readable_by_others_is_restricted() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            data_dir: dir.path().to_owned(),
+            ..Config::default()
+        };
+        let path = dir.path().join("admin-token");
+        std::fs::write(&path, "0123456789abcdef0123\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let token = settle_admin_token(&config).unwrap();
+        assert_eq!(token.expose(), "0123456789abcdef0123");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
 }

@@ -136,6 +136,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let mut out = String::with_capacity(8 * 1024);
     http_section(&mut out, &state);
     counters_section(&mut out, &state);
+    locks_section(&mut out, &state);
     stream_section(&mut out, &state).await;
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
 }
@@ -198,6 +199,41 @@ fn counter(out: &mut String, name: &str, help: &str, samples: &[(&str, u64)]) {
             let _ = writeln!(out, "{name}{{{labels}}} {v}");
         }
     }
+}
+
+/// The distributed locks of this instance (cache rebuilds, voucher warm-ups, sync-mode orders).
+fn locks_section(out: &mut String, state: &AppState) {
+    let s = state.locks.stats();
+    counter(
+        out,
+        "hmdp_lock_acquisitions_total",
+        "Lock acquisitions by result (acquired at once, contended = after waiting, timeout = wait \
+         budget spent, error = Redis failed). Sync-mode order locks never wait: a refusal counts \
+         as a timeout.",
+        &[
+            ("result=\"acquired\"", s.acquired),
+            ("result=\"contended\"", s.contended),
+            ("result=\"timeout\"", s.timeouts),
+            ("result=\"error\"", s.errors),
+        ],
+    );
+    counter(
+        out,
+        "hmdp_lock_lost_total",
+        "Locks lost while held (lease ran out or a renewal failed).",
+        &[("", s.lost)],
+    );
+    let name = "hmdp_lock_wait_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Time spent waiting for a held lock (waits that ended).\n# TYPE {name} histogram"
+    );
+    for (le, n) in hmdp_lock::WAIT_BUCKETS.iter().zip(s.wait_buckets.iter()) {
+        let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {n}", le.as_secs_f64());
+    }
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", s.waits());
+    let _ = writeln!(out, "{name}_sum {}", s.wait_time_us as f64 / 1e6);
+    let _ = writeln!(out, "{name}_count {}", s.waits());
 }
 
 fn counters_section(out: &mut String, state: &AppState) {
@@ -283,6 +319,12 @@ fn counters_section(out: &mut String, state: &AppState) {
             "hmdp_worker_claimed_total",
             "Entries taken over from other consumers.",
             &[("", l(&w.claimed))],
+        );
+        counter(
+            out,
+            "hmdp_worker_conflicts_total",
+            "Accepted orders that collided with another order in the database (dead-lettered).",
+            &[("", l(&w.conflicts))],
         );
         counter(
             out,

@@ -249,8 +249,6 @@ async fn without_redis_server_installed_the_error_says_how_to_fix_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs startup.rs to start the managed Redis with ManagedRedis::start_with(dir, \
-            config.redis_appendfsync)"]
 async fn the_managed_redis_flushes_its_aof_as_configured() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();

@@ -58,6 +58,17 @@ async fn metrics_count_requests_by_route_and_sales_by_outcome() {
     );
     // Route templates only: a raw id never becomes a label.
     assert!(!text.contains("777777"), "{text}");
+    // The cold shop reads rebuilt under the distributed lock (mutex strategy).
+    let value = |prefix: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix:?} in:\n{text}"))
+    };
+    assert!(value(r#"hmdp_lock_acquisitions_total{result="acquired"}"#) >= 1);
+    assert_eq!(value(r#"hmdp_lock_acquisitions_total{result="error"}"#), 0);
+    value("hmdp_lock_wait_seconds_count");
+    assert_eq!(value("hmdp_worker_conflicts_total"), 0);
 }
 
 /// Refusals that happen before any handler runs (rate limits, body limit, unknown routes) are
