@@ -353,7 +353,7 @@ pub fn document() -> Value {
         "/voucher/seckill",
         "post",
         operation(
-            "Create a flash-sale voucher and load it into Redis",
+            "Create a flash-sale voucher and load it into Redis; times server-local or with an offset",
             "voucher",
             Admin,
             vec![],
@@ -365,7 +365,7 @@ pub fn document() -> Value {
         "/voucher/list/{shopId}",
         "get",
         operation(
-            "A shop's vouchers on sale",
+            "A shop's vouchers on sale; flash-sale ones with stock and their window (beginTime/endTime server-local, beginMillis/endMillis as instants)",
             "voucher",
             Public,
             vec![id_param("shopId")],
@@ -425,6 +425,12 @@ pub fn document() -> Value {
     let text = |max: u32| json!({"type": "string", "maxLength": max});
     let opt_text = |max: u32| json!({"type": "string", "maxLength": max, "nullable": true});
     let time = json!({"type": "string", "example": "2026-11-21T10:00:00", "description": "server-local yyyy-MM-ddTHH:mm:ss"});
+    let sale_time = json!({"type": "string", "example": "2026-11-21T10:00:00+08:00",
+        "description": "server-local yyyy-MM-ddTHH:mm:ss (as the original), or RFC 3339 with an offset or Z (converted to server-local time)"});
+    let millis = |of: &str| {
+        json!({"type": "integer", "format": "int64",
+        "description": format!("{of} as milliseconds since the epoch (UTC): the instant, whatever the zones")})
+    };
     let shop_fields = json!({
         "name": {"type": "string", "minLength": 1, "maxLength": 128},
         "typeId": {"type": "integer", "format": "int64", "minimum": 1},
@@ -462,20 +468,23 @@ pub fn document() -> Value {
         "ShopType": {"type": "object", "properties": {"id": int64, "name": {"type": "string"}, "icon": {"type": "string"}, "sort": int64}},
         "Voucher": {"type": "object", "properties": {"id": int64, "shopId": int64, "title": {"type": "string"}, "subTitle": {"type": "string"},
             "rules": {"type": "string"}, "payValue": int64, "actualValue": int64, "type": {"type": "integer", "enum": [0, 1]},
-            "stock": int64, "beginTime": time, "endTime": time}},
+            "stock": int64, "beginTime": time, "endTime": time,
+            "beginMillis": millis("beginTime"), "endMillis": millis("endTime")}},
         "VoucherInput": {"type": "object", "required": ["shopId", "title", "payValue", "actualValue"], "properties": {
             "shopId": {"type": "integer", "format": "int64", "minimum": 1}, "title": text(255), "subTitle": opt_text(255), "rules": opt_text(1024),
             "payValue": {"type": "integer", "format": "int64", "minimum": 0}, "actualValue": {"type": "integer", "format": "int64", "minimum": 0}}},
         "SeckillVoucherInput": {"type": "object", "required": ["shopId", "title", "payValue", "actualValue", "stock", "beginTime", "endTime"], "properties": {
             "shopId": {"type": "integer", "format": "int64", "minimum": 1}, "title": text(255), "subTitle": opt_text(255), "rules": opt_text(1024),
             "payValue": {"type": "integer", "format": "int64", "minimum": 0}, "actualValue": {"type": "integer", "format": "int64", "minimum": 0},
-            "stock": {"type": "integer", "format": "int64", "minimum": 1, "maximum": 10_000_000}, "beginTime": time, "endTime": time}},
+            "stock": {"type": "integer", "format": "int64", "minimum": 1, "maximum": 10_000_000}, "beginTime": sale_time, "endTime": sale_time}},
         "Order": {"type": "object", "properties": {"id": int64, "idStr": {"type": "string"}, "userId": int64, "voucherId": int64,
             "payType": int64, "status": int64, "createTime": time}},
         "OrderStatus": {"type": "object", "properties": {"id": int64, "idStr": {"type": "string"}, "voucherId": int64,
             "state": {"type": "string", "enum": ["pending", "created"]}, "order": schema_ref("Order")}},
         "SaleStats": {"type": "object", "properties": {"voucherId": int64, "redisStock": int64, "dbStock": int64, "accepted": int64,
-            "persisted": int64, "streamLength": int64, "pending": int64, "lag": int64, "beginTime": time, "endTime": time, "nowMillis": int64}}
+            "persisted": int64, "streamLength": int64, "pending": int64, "lag": int64, "beginTime": time, "endTime": time, "nowMillis": int64,
+            "beginMillis": millis("beginTime"), "endMillis": millis("endTime"),
+            "serverUtcOffsetMinutes": {"type": "integer", "format": "int32", "description": "the server's current offset from UTC in minutes (east positive): the zone of beginTime and endTime"}}}
     });
     json!({
         "openapi": "3.0.3",

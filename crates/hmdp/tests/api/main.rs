@@ -22,3 +22,4 @@ mod openapi;
 mod seckill;
 mod shops;
 mod static_files;
+mod vouchers;
