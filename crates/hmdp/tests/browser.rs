@@ -9,7 +9,10 @@
 //! One flow, like a user would go: log in with the code from the "server log", open a shop,
 //! grab the flash-sale voucher and see the order go pending → created, grab again and see the
 //! refusal, look at my orders, create a voucher as admin, and watch the live dashboard count
-//! a small sale fired from the test. Screenshots land in
+//! a small sale fired from the test. The browser runs in another time zone than the service
+//! (`TZ` of the chromedriver process, which chromium inherits), as a user in China would with
+//! a server on UTC: the countdowns, the grab button and the admin form must not mix up the
+//! zones. Screenshots land in
 //! `$CARGO_TARGET_DIR/ui-screenshots/` (or `target/ui-screenshots/`), also when a step fails.
 
 use std::{
@@ -20,6 +23,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use chrono::TimeZone;
 use futures_util::future::BoxFuture;
 use hmdp::{
     Application, Config, Dependencies,
@@ -254,7 +258,8 @@ struct Browser {
 }
 
 impl Browser {
-    async fn launch() -> Self {
+    /// Chromium with `tz` (an IANA zone name) as its local time zone.
+    async fn launch(tz: &str) -> Self {
         let chromedriver =
             std::env::var("HMDP_CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
         let chromium =
@@ -262,6 +267,7 @@ impl Browser {
         let port = free_port();
         let driver = Command::new(&chromedriver)
             .arg(format!("--port={port}"))
+            .env("TZ", tz)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -528,15 +534,47 @@ fn base64_decode(text: &str) -> Vec<u8> {
 
 // ------------------------------------------------------------------------------ the test
 
+/// The server's current UTC offset in minutes: the service runs in this process.
+fn server_offset_minutes() -> i32 {
+    chrono::Local::now().offset().local_minus_utc() / 60
+}
+
+/// A browser zone at least 3 hours away from the server's: Tokyo (UTC+9), or New York when
+/// the server is near Tokyo.
+fn browser_zone() -> &'static str {
+    if (server_offset_minutes() - 540).abs() < 180 {
+        "America/New_York"
+    } else {
+        "Asia/Tokyo"
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
     let app = TestApp::spawn().await;
-    let b = Browser::launch().await;
+    let tz = browser_zone();
+    let b = Browser::launch(tz).await;
     let base = app.url("");
+    let started = chrono::Utc::now();
 
     // The UI is the root page (no HMDP_STATIC_DIR), and lives at /app/ as well.
     b.goto(&format!("{base}/")).await;
     b.wait_contains(".brand", "hmdp").await;
+
+    // The browser really is in another zone than the server (else this test proves nothing).
+    let zone = b
+        .js(
+            "return [Intl.DateTimeFormat().resolvedOptions().timeZone, -new Date().getTimezoneOffset()];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(zone[0], tz, "chromium took TZ from its driver: {zone}");
+    let browser_offset = zone[1].as_i64().unwrap() as i32;
+    assert!(
+        (browser_offset - server_offset_minutes()).abs() >= 180,
+        "browser UTC{browser_offset:+} min vs server UTC{:+} min",
+        server_offset_minutes()
+    );
     b.goto(&format!("{base}/app/#/login")).await;
 
     // Log in: the page says where the code is in log-SMS mode, in both languages.
@@ -633,6 +671,27 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
         )
         .await;
     let sale: i64 = created.as_str().unwrap().parse().unwrap();
+    // The form's default start is "now" on the browser's clock in the browser's zone; the
+    // server stored that instant (not a time hours away), and the page says how it stored it.
+    let stats: Value = app
+        .http
+        .get(app.url(&format!("/api/voucher/seckill/{sale}/stats")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let begin_ms = stats["data"]["beginMillis"].as_i64().unwrap();
+    let from = started.timestamp_millis() - 120_000;
+    let to = chrono::Utc::now().timestamp_millis();
+    assert!(
+        (from..=to).contains(&begin_ms),
+        "the sale starts when the admin said: {stats}"
+    );
+    let stored = b.wait_contains("#admin-stored", "服务器本地时间").await;
+    let server_begin = stats["data"]["beginTime"].as_str().unwrap()[..16].replace('T', " ");
+    assert!(stored.contains(&server_begin), "{stored} vs {stats}");
 
     // The dashboard of the new sale: full stock, nothing accepted yet.
     b.click("#admin-open-dash").await;
@@ -703,28 +762,64 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
     assert_ne!(before, after, "the chart moved");
     b.screenshot("09-dashboard-after-sale").await;
 
-    // A sale that has not begun: a countdown to the start and no way to grab yet.
-    let begin = chrono::Local::now().naive_local() + chrono::Duration::hours(2);
-    let end = begin + chrono::Duration::hours(1);
-    let r: Value = app
-        .http
-        .post(app.url("/api/voucher/seckill"))
-        .header("x-admin-token", ADMIN_TOKEN)
-        .json(&json!({
-            "shopId": 2, "title": "明日秒杀", "payValue": 100, "actualValue": 1000, "stock": 5,
-            "beginTime": begin.format("%Y-%m-%dT%H:%M:%S").to_string(),
-            "endTime": end.format("%Y-%m-%dT%H:%M:%S").to_string(),
-        }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let later = r["data"].as_i64().unwrap_or_else(|| panic!("{r}"));
+    // Two sales created the original's way, in server-local time: one running for another
+    // hour, one that has not begun.
+    let now = chrono::Local::now().naive_local();
+    let create = |title: &'static str, begin: chrono::NaiveDateTime, end: chrono::NaiveDateTime| {
+        let req = app
+            .http
+            .post(app.url("/api/voucher/seckill"))
+            .header("x-admin-token", ADMIN_TOKEN)
+            .json(&json!({
+                "shopId": 2, "title": title, "payValue": 100, "actualValue": 1000, "stock": 5,
+                "beginTime": begin.format("%Y-%m-%dT%H:%M:%S").to_string(),
+                "endTime": end.format("%Y-%m-%dT%H:%M:%S").to_string(),
+            }));
+        async move {
+            let r: Value = req.send().await.unwrap().json().await.unwrap();
+            r["data"].as_i64().unwrap_or_else(|| panic!("{r}"))
+        }
+    };
+    let running_begin = now - chrono::Duration::minutes(30);
+    let running = create("正在秒杀", running_begin, now + chrono::Duration::hours(1)).await;
+    let later = create(
+        "明日秒杀",
+        now + chrono::Duration::hours(2),
+        now + chrono::Duration::hours(3),
+    )
+    .await;
     b.click("#tabbar a[data-tab=\"home\"]").await;
     b.click("#types a[data-type-id=\"1\"]").await;
     b.click("#shops a[data-shop-id=\"2\"]").await;
+
+    // The running sale, seen from the other zone: open, about an hour left, grab enabled,
+    // and its window shown in the browser's local time.
+    let card = format!(".voucher[data-voucher-id=\"{running}\"]");
+    let countdown = b
+        .wait_contains(&format!("{card} .countdown"), "距结束")
+        .await;
+    assert!(
+        countdown.contains("00:59:") || countdown.contains("01:00:00"),
+        "{countdown}"
+    );
+    b.wait_contains(&format!("{card} .grab"), "立即抢购").await;
+    let disabled = b
+        .js(
+            "return document.querySelector(arguments[0]).disabled;",
+            json!([format!("{card} .grab")]),
+        )
+        .await;
+    assert_eq!(disabled, false, "the grab button is live during the sale");
+    let begin_here = chrono::Local
+        .from_local_datetime(&running_begin)
+        .unwrap()
+        .with_timezone(&chrono::FixedOffset::east_opt(browser_offset * 60).unwrap())
+        .format("%Y-%m-%d %H:%M")
+        .to_string();
+    let window = b.text(&format!("{card} .window")).await.unwrap_or_default();
+    assert!(window.starts_with(&begin_here), "{window} vs {begin_here}");
+
+    // The sale that has not begun: a countdown to the start and no way to grab yet.
     let card = format!(".voucher[data-voucher-id=\"{later}\"]");
     let countdown = b
         .wait_contains(&format!("{card} .countdown"), "距开始")
@@ -741,7 +836,7 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
         )
         .await;
     assert_eq!(disabled, true, "the grab button waits for the start");
-    b.screenshot("10-not-started").await;
+    b.screenshot("10-running-and-not-started").await;
 
     let errors = b.page_errors().await;
     assert!(errors.is_empty(), "the page reported errors: {errors:?}");

@@ -85,8 +85,9 @@
       'admin.pay': '售价 (元)',
       'admin.actual': '面值 (元)',
       'admin.stock': '库存',
-      'admin.begin': '开始时间 (服务器本地时间)',
-      'admin.end': '结束时间',
+      'admin.begin': '开始时间（本机时间：{0}）',
+      'admin.end': '结束时间（本机时间）',
+      'admin.stored': '已保存：服务器本地时间 {0} 至 {1}（服务器 {2}），即本机时间 {3} 至 {4}。',
       'admin.submit': '创建秒杀券',
       'admin.created': '创建成功：秒杀券 #{0}',
       'admin.denied': '管理员令牌不正确',
@@ -185,8 +186,9 @@
       'admin.pay': 'Price (yuan)',
       'admin.actual': 'Face value (yuan)',
       'admin.stock': 'Stock',
-      'admin.begin': 'Begins (server local time)',
-      'admin.end': 'Ends',
+      'admin.begin': 'Begins (your time: {0})',
+      'admin.end': 'Ends (your time)',
+      'admin.stored': 'Stored as {0} to {1} server time (server {2}), i.e. {3} to {4} your time.',
       'admin.submit': 'Create flash-sale voucher',
       'admin.created': 'Created flash-sale voucher #{0}',
       'admin.denied': 'Wrong admin token',
@@ -328,15 +330,45 @@
     return '¥' + (n % 100 === 0 ? String(n / 100) : (n / 100).toFixed(2));
   }
 
-  /** "yyyy-MM-ddTHH:mm:ss" in the server's local time, read as this browser's local time. */
-  function parseLocal(text) {
-    const m = /^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2}))?/.exec(String(text || ''));
-    if (!m) return NaN;
-    return new Date(+m[1], m[2] - 1, +m[3], +m[4], +m[5], +(m[6] || 0)).getTime();
-  }
+  // Times: the server returns a sale's window as its own local time without a zone
+  // (beginTime/endTime, as the original) and as instants (beginMillis/endMillis). The page
+  // computes only with the instants and shows them in this browser's zone, so a user in
+  // another zone than the server sees the right countdown.
 
   function pad(n) {
     return String(n).padStart(2, '0');
+  }
+
+  /** "+08:00" for an offset in minutes east of UTC. */
+  function isoOffset(minutes) {
+    const m = Math.abs(minutes);
+    return (minutes < 0 ? '-' : '+') + pad(Math.floor(m / 60)) + ':' + pad(m % 60);
+  }
+
+  /** This browser's zone, e.g. "Asia/Shanghai (UTC+08:00)". */
+  function browserZone() {
+    let name = '';
+    try {
+      name = Intl.DateTimeFormat().resolvedOptions().timeZone || '';
+    } catch (e) { /* no Intl: the offset alone */ }
+    const off = 'UTC' + isoOffset(-new Date().getTimezoneOffset());
+    return name ? name + ' (' + off + ')' : off;
+  }
+
+  /**
+   * A datetime-local value ("yyyy-MM-ddTHH:mm[:ss]", this browser's zone) as RFC 3339 with
+   * this browser's offset at that moment; the server converts it to its own zone.
+   */
+  function withOffset(value) {
+    const m = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?$/.exec(value);
+    if (!m) return value; // the server says what is wrong with it
+    const d = new Date(+m[1], m[2] - 1, +m[3], +m[4], +m[5], +(m[6] || 0));
+    return localInput(d) + isoOffset(-d.getTimezoneOffset());
+  }
+
+  /** An instant (epoch ms) in this browser's zone, "yyyy-MM-dd HH:mm". */
+  function localText(ms) {
+    return Number.isFinite(ms) ? localInput(new Date(ms)).slice(0, 16).replace('T', ' ') : '–';
   }
 
   function duration(ms) {
@@ -664,17 +696,18 @@
 
     const stock = h('span', { class: 'stock' }, t('v.stock', v.stock ?? '-'));
     const countdown = h('span', { class: 'countdown muted small' });
+    const begin = Number(v.beginMillis);
+    const end = Number(v.endMillis);
     const bar = h('span');
     const grab = h('button', { class: 'btn grab', type: 'button' }, t('v.grab'));
     const result = h('div', { class: 'result' });
     card.append(
       h('div', { class: 'bar' }, bar),
       h('div', { class: 'row' }, h('div', { class: 'grow' }, stock, ' · ', countdown), grab),
+      h('div', { class: 'muted small window' }, localText(begin) + ' – ' + localText(end)),
       result,
       h('p', { class: 'small' }, h('a', { class: 'tag', href: '#/dash/' + Number(v.id) }, '📈 ' + t('v.dash'))));
 
-    const begin = parseLocal(v.beginTime);
-    const end = parseLocal(v.endTime);
     let skew = 0; // server clock minus ours, from the stats endpoint
     let total = null;
     let busy = false;
@@ -829,12 +862,13 @@
         h('div', {}, field('a-pay', t('admin.pay'), { type: 'number', min: 0, step: '0.01', value: 69 })),
         h('div', {}, field('a-actual', t('admin.actual'), { type: 'number', min: 0, step: '0.01', value: 100 }))),
       field('a-stock', t('admin.stock'), { type: 'number', min: 1, value: 100 }),
-      field('a-begin', t('admin.begin'), { type: 'datetime-local', step: 1, value: localInput(now) }),
+      field('a-begin', t('admin.begin', browserZone()), { type: 'datetime-local', step: 1, value: localInput(now) }),
       field('a-end', t('admin.end'), { type: 'datetime-local', step: 1, value: localInput(new Date(now.getTime() + 86400000)) }),
       h('button', { class: 'btn block', id: 'admin-submit', type: 'submit' }, t('admin.submit')));
     const result = h('div', { id: 'admin-result' });
     const val = (id) => form.querySelector('#' + id).value.trim();
-    const time = (id) => { const x = val(id); return x.length === 16 ? x + ':00' : x; };
+    // Sent with this browser's offset, so the server stores the instant the admin meant.
+    const time = (id) => withOffset(val(id));
     async function showShop() {
       const r = await api('GET', '/shop/' + Number(val('a-shop')));
       shopName.textContent = r.ok && r.json.data ? r.json.data.name : (r.json.errorMsg || '');
@@ -868,6 +902,15 @@
         h('div', { class: 'row wrap' },
           h('a', { class: 'btn small', id: 'admin-open-dash', href: '#/dash/' + id }, '📈 ' + t('admin.openDash')),
           h('a', { class: 'btn ghost small', href: '#/shop/' + body.shopId }, t('admin.openShop')))));
+      // Show what the server stored, in its zone and in ours.
+      const st = await api('GET', '/voucher/seckill/' + id + '/stats');
+      if (st.ok && st.json.data && result.dataset.voucherId === String(id)) {
+        const d = st.json.data;
+        const server = (x) => String(x || '').slice(0, 16).replace('T', ' ');
+        result.append(h('p', { class: 'small muted', id: 'admin-stored' }, t('admin.stored',
+          server(d.beginTime), server(d.endTime), 'UTC' + isoOffset(Number(d.serverUtcOffsetMinutes) || 0),
+          localText(Number(d.beginMillis)), localText(Number(d.endMillis)))));
+      }
     });
     root.append(h('h1', {}, t('admin.title')),
       h('div', { class: 'card' }, h('label', { for: 'admin-token' }, t('admin.token')), tok,
@@ -1006,10 +1049,9 @@
       show(st.wrate, p.toFixed(1));
       bar.style.width = total > 0 ? (100 * Number(left) / total).toFixed(1) + '%' : '0%';
 
-      const begin = parseLocal(d.beginTime);
-      const end = parseLocal(d.endTime);
-      // Both ends are server-local times read as this browser's local time (same zone assumed);
-      // the server's clock avoids trusting ours.
+      // Instants on the server's clock: neither our zone nor our clock matters.
+      const begin = Number(d.beginMillis);
+      const end = Number(d.endMillis);
       const local = now;
       status.textContent = local < begin ? t('dash.notStarted', duration(begin - local))
         : local >= end ? t('dash.ended') : t('dash.running', duration(end - local));

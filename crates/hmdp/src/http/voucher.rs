@@ -1,4 +1,15 @@
 //! `/voucher/*`: the vouchers of a shop (public) and creating one (admin).
+//!
+//! # Times and time zones
+//!
+//! The original stores a sale's window as the server's *local* date-time without a zone and
+//! returns it as `yyyy-MM-ddTHH:mm:ss`; a client in another zone cannot tell which instant
+//! that is. We keep those fields unchanged (the original front-end reads them) and add the
+//! same instants as epoch milliseconds (`beginMillis`, `endMillis`, computed with the same
+//! [`local_millis`] the flash-sale script's window uses), plus the server's current UTC offset
+//! on the stats endpoint. Creating a sale accepts the original local format and also an
+//! RFC 3339 time with an offset (`2026-11-23T10:00:00+08:00` or `…Z`), which is converted to
+//! the server's local time before it is stored.
 
 use axum::{
     Router,
@@ -11,12 +22,12 @@ use super::{
     extract::{Admin, AppJson, AppPath},
     ok,
 };
-use chrono::NaiveDateTime;
-use serde::Deserialize;
+use chrono::{DateTime, Local, NaiveDateTime};
+use serde::{Deserialize, Serialize};
 
 use crate::{
     domain::{ShopId, VoucherId},
-    seckill::SaleStats,
+    seckill::{SaleStats, local_millis},
     storage::{
         catalogue::{self, Voucher, VoucherInput},
         datetime_format,
@@ -58,11 +69,33 @@ async fn create_voucher(
     ok(catalogue::insert_voucher(&state.db, &input).await?.get())
 }
 
+/// A voucher as listed: the original's fields, and for a flash sale its window as instants.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct VoucherView {
+    #[serde(flatten)]
+    voucher: Voucher,
+    /// `beginTime` (server-local) as milliseconds since the epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    begin_millis: Option<i64>,
+    /// `endTime` (server-local) as milliseconds since the epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    end_millis: Option<i64>,
+}
+
 async fn vouchers_of_shop(
     State(state): State<AppState>,
     AppPath(shop): AppPath<ShopId>,
-) -> ApiResult<Vec<Voucher>> {
-    ok(catalogue::vouchers_of_shop(&state.db, shop).await?)
+) -> ApiResult<Vec<VoucherView>> {
+    let vouchers = catalogue::vouchers_of_shop(&state.db, shop).await?;
+    ok(vouchers
+        .into_iter()
+        .map(|voucher| VoucherView {
+            begin_millis: voucher.begin_time.map(local_millis),
+            end_millis: voucher.end_time.map(local_millis),
+            voucher,
+        })
+        .collect())
 }
 
 /// Title, subtitle and rules within the original's column sizes.
@@ -90,14 +123,37 @@ struct SeckillVoucherInput {
     pay_value: i64,
     actual_value: i64,
     stock: i64,
-    #[serde(deserialize_with = "datetime_format::deserialize")]
+    #[serde(deserialize_with = "sale_time")]
     begin_time: NaiveDateTime,
-    #[serde(deserialize_with = "datetime_format::deserialize")]
+    #[serde(deserialize_with = "sale_time")]
     end_time: NaiveDateTime,
 }
 
+/// Reads a sale's begin or end as the server-local date-time the database stores: the
+/// original's `yyyy-MM-ddTHH:mm:ss` (already server-local), or an RFC 3339 time with an offset
+/// or `Z` (an unambiguous instant, converted to the server's zone). A browser knows its own
+/// offset but not the server's, so the web UI sends the second form.
+fn sale_time<'de, D: serde::Deserializer<'de>>(d: D) -> Result<NaiveDateTime, D::Error> {
+    let s: String = Deserialize::deserialize(d)?;
+    parse_sale_time(&s).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "{s:?} is not a date-time like 2026-01-25T10:00:00 (server-local) \
+             or 2026-01-25T10:00:00+08:00"
+        ))
+    })
+}
+
+fn parse_sale_time(s: &str) -> Option<NaiveDateTime> {
+    datetime_format::parse_flexible(s).or_else(|| {
+        DateTime::parse_from_rfc3339(s.trim())
+            .ok()
+            .map(|t| t.with_timezone(&Local).naive_local())
+    })
+}
+
 /// `POST /voucher/seckill`: saves the voucher and its sale in one transaction and loads the
-/// stock and the sale window into Redis. Times are the server's local time, as the original.
+/// stock and the sale window into Redis. Times are the server's local time, as the original,
+/// or carry their own offset (see [`sale_time`]).
 async fn create_seckill_voucher(
     State(state): State<AppState>,
     _: Admin,
@@ -153,17 +209,55 @@ async fn create_seckill_voucher(
     ok(id.get())
 }
 
+/// [`SaleStats`] with the sale window as instants and the server's zone.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SaleStatsView {
+    #[serde(flatten)]
+    stats: SaleStats,
+    begin_millis: i64,
+    end_millis: i64,
+    /// The server's offset from UTC right now, in minutes (east positive), so a page can say
+    /// which zone `beginTime`/`endTime` are in.
+    server_utc_offset_minutes: i32,
+}
+
 /// `GET /voucher/seckill/{id}/stats`: the live state of a sale (stock in Redis and in the
 /// database, accepted vs written orders, the order stream's backlog), for the dashboard.
 async fn sale_stats(
     State(state): State<AppState>,
     AppPath(id): AppPath<VoucherId>,
-) -> ApiResult<SaleStats> {
+) -> ApiResult<SaleStatsView> {
     match state.seckill.sale_stats(id).await? {
-        Some(stats) => ok(stats),
+        Some(stats) => ok(SaleStatsView {
+            begin_millis: local_millis(stats.begin_time),
+            end_millis: local_millis(stats.end_time),
+            server_utc_offset_minutes: Local::now().offset().local_minus_utc() / 60,
+            stats,
+        }),
         None => Err(ApiError::new(
             super::ErrorCode::VoucherNotFound,
             "优惠券不存在 (no flash-sale voucher with this id)",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sale_times_are_server_local_or_carry_an_offset() {
+        let local = parse_sale_time("2030-01-02T03:04:05").unwrap();
+        assert_eq!(local.to_string(), "2030-01-02 03:04:05");
+        assert_eq!(parse_sale_time("2030-01-02 03:04:05"), Some(local));
+        // With an offset: the same instant, in the server's zone.
+        let instant = DateTime::parse_from_rfc3339("2030-01-02T03:04:05+08:00").unwrap();
+        let t = parse_sale_time("2030-01-02T03:04:05+08:00").unwrap();
+        assert_eq!(local_millis(t), instant.timestamp_millis());
+        let z = parse_sale_time("2030-01-01T19:04:05Z").unwrap();
+        assert_eq!(z, t);
+        assert_eq!(parse_sale_time("tomorrow"), None);
+        assert_eq!(parse_sale_time("2030-01-02T03:04:05+25:00"), None);
     }
 }

@@ -23,3 +23,4 @@ mod order_pipeline;
 mod seckill;
 mod shops;
 mod static_files;
+mod vouchers;
