@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes a running hmdp with schemathesis, generated from the service's own /openapi.json:
-# no answer may be a 5xx, and every answer must have the documented content type (the JSON
-# envelope). Runs against SQLite and MariaDB, a bounded number of examples per operation.
+# no answer may be a 5xx, and every answer must have a documented status, the documented content
+# type and a body that matches its documented schema (the JSON envelope). Runs against SQLite and MariaDB, a bounded number of examples per operation.
 #
 #   scripts/fuzz.sh    # HMDP_FUZZ_EXAMPLES (default 25) examples per operation; a fixed
 #                      # HMDP_FUZZ_SEED keeps CI reproducible: set another to explore further
@@ -68,7 +68,7 @@ fuzz_one() {
   log "$name: fuzzing http://127.0.0.1:$port"
   local status=0
   local st=("$venv/bin/schemathesis" run "http://127.0.0.1:$port/openapi.json"
-    --checks not_a_server_error,content_type_conformance
+    --checks not_a_server_error,content_type_conformance,status_code_conformance,response_schema_conformance
     --max-examples "${HMDP_FUZZ_EXAMPLES:-25}" --seed "${HMDP_FUZZ_SEED:-20261121}"
     --request-timeout 10 --no-color
     -H "authorization: $token" -H "x-admin-token: $admin")

@@ -24,6 +24,7 @@ command -v chromium >/dev/null || need_install+=(chromium)
 command -v chromedriver >/dev/null || need_install+=(chromium-driver)
 # Only for readable screenshots (Chinese text); the UI test checks text, not pixels.
 dpkg -s fonts-wqy-microhei >/dev/null 2>&1 || need_install+=(fonts-wqy-microhei)
+dpkg -s fonts-noto-color-emoji >/dev/null 2>&1 || need_install+=(fonts-noto-color-emoji)
 # scripts/fuzz.sh (run at the end): schemathesis in a Python venv, curl to drive the service.
 command -v python3 >/dev/null || need_install+=(python3)
 dpkg -s python3-venv >/dev/null 2>&1 || need_install+=(python3-venv)

@@ -64,6 +64,7 @@
       'v.success': '抢购成功！订单号 {0}',
       'v.state': '订单状态：',
       'state.pending': '排队写入中 (pending)',
+      'state.failed': '下单失败，请联系客服 (failed)',
       'state.created': '已创建 (created)',
       'state.unknown': '查询中…',
       'orders.title': '我的订单',
@@ -165,6 +166,7 @@
       'v.success': 'Got it! Order {0}',
       'v.state': 'Order status: ',
       'state.pending': 'queued (pending)',
+      'state.failed': 'could not be written: please contact support (failed)',
       'state.created': 'created',
       'state.unknown': 'checking…',
       'orders.title': 'My orders',
@@ -778,16 +780,18 @@
     return card;
   }
 
-  /** Polls an order until the worker has written it (pending → created). */
+  /** Polls an order until the worker has written it (pending → created), or gave up on it
+   *  (pending → failed: the order is in the dead letters, for an operator). */
   async function followOrder(orderId, el, ctx) {
     for (let i = 0; i < 60 && ctx.alive() && el.isConnected; i += 1) {
       const r = await api('GET', '/voucher-order/' + orderId);
       if (r.ok && r.json.data) {
         const st = r.json.data.state;
-        el.textContent = t('state.' + (st === 'created' ? 'created' : 'pending'));
-        el.className = 'state ' + st;
-        el.dataset.state = st;
-        if (st === 'created') return;
+        const known = st === 'created' || st === 'failed' ? st : 'pending';
+        el.textContent = t('state.' + known);
+        el.className = 'state ' + known;
+        el.dataset.state = known;
+        if (known !== 'pending') return;
       }
       await new Promise((res) => setTimeout(res, 500));
     }

@@ -675,6 +675,9 @@ pub fn document() -> Value {
     let text = |max: u32| json!({"type": "string", "maxLength": max});
     let opt_text = |max: u32| json!({"type": "string", "maxLength": max, "nullable": true});
     let time = json!({"type": "string", "example": "2026-11-21T10:00:00", "description": "server-local yyyy-MM-ddTHH:mm:ss"});
+    // Columns the original schema allows to be NULL are sent as JSON null.
+    let opt_int64 = json!({"type": "integer", "format": "int64", "nullable": true});
+    let opt_string = json!({"type": "string", "nullable": true});
     let sale_time = json!({"type": "string", "example": "2026-11-21T10:00:00+08:00",
         "description": "server-local yyyy-MM-ddTHH:mm:ss (as the original), or RFC 3339 with an offset or Z (converted to server-local time)"});
     let millis = |of: &str| {
@@ -715,8 +718,8 @@ pub fn document() -> Value {
         "Shop": {"type": "object", "properties": shop},
         "ShopInput": {"type": "object", "required": ["name", "typeId", "x", "y"], "properties": shop_fields},
         "ShopUpdate": {"type": "object", "required": ["id", "name", "typeId", "x", "y"], "properties": update_fields},
-        "ShopType": {"type": "object", "properties": {"id": int64, "name": {"type": "string"}, "icon": {"type": "string"}, "sort": int64}},
-        "Voucher": {"type": "object", "properties": {"id": int64, "shopId": int64, "title": {"type": "string"}, "subTitle": {"type": "string"},
+        "ShopType": {"type": "object", "properties": {"id": int64, "name": opt_string, "icon": opt_string, "sort": opt_int64}},
+        "Voucher": {"type": "object", "properties": {"id": int64, "shopId": opt_int64, "title": {"type": "string"}, "subTitle": {"type": "string"},
             "rules": {"type": "string"}, "payValue": int64, "actualValue": int64, "type": {"type": "integer", "enum": [0, 1]},
             "stock": int64, "beginTime": time, "endTime": time,
             "beginMillis": millis("beginTime"), "endMillis": millis("endTime")}},
@@ -730,9 +733,9 @@ pub fn document() -> Value {
         "Order": {"type": "object", "properties": {"id": int64, "idStr": {"type": "string"}, "userId": int64, "voucherId": int64,
             "payType": int64, "status": int64, "createTime": time}},
         "OrderStatus": {"type": "object", "properties": {"id": int64, "idStr": {"type": "string"}, "voucherId": int64,
-            "state": {"type": "string", "enum": ["pending", "created"]}, "order": schema_ref("Order")}},
-        "SaleStats": {"type": "object", "properties": {"voucherId": int64, "redisStock": int64, "dbStock": int64, "accepted": int64,
-            "persisted": int64, "streamLength": int64, "pending": int64, "lag": int64, "beginTime": time, "endTime": time, "nowMillis": int64,
+            "state": {"type": "string", "enum": ["pending", "created", "failed"], "description": "pending: accepted, being written; created: in the database; failed: accepted but could not be written (in the dead letters, for an operator)"}, "order": schema_ref("Order")}},
+        "SaleStats": {"type": "object", "properties": {"voucherId": int64, "redisStock": opt_int64, "dbStock": int64, "accepted": int64,
+            "persisted": int64, "streamLength": int64, "pending": int64, "lag": opt_int64, "beginTime": time, "endTime": time, "nowMillis": int64,
             "beginMillis": millis("beginTime"), "endMillis": millis("endTime"),
             "serverUtcOffsetMinutes": {"type": "integer", "format": "int32", "description": "the server's current offset from UTC in minutes (east positive): the zone of beginTime and endTime"}}}
     });

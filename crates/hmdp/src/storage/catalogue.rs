@@ -161,8 +161,13 @@ pub async fn shop_types(db: &Db) -> Result<Vec<ShopType>> {
     }))
 }
 
+/// `sold`, `comments` and `score` are `INT UNSIGNED` in the original schema, and sqlx decodes a
+/// 4-byte MySQL integer read as `i64` with sign extension: 4294967294 would come back as -2.
+/// Casting to a signed 64-bit integer in the query keeps the whole range (on SQLite the cast is
+/// a no-op for integers).
 const SHOP_COLUMNS: &str = "SELECT id, name, type_id, images, area, address, x, y, avg_price, \
-    sold, comments, score, open_hours, create_time, update_time FROM tb_shop";
+    CAST(sold AS SIGNED) AS sold, CAST(comments AS SIGNED) AS comments, \
+    CAST(score AS SIGNED) AS score, open_hours, create_time, update_time FROM tb_shop";
 
 /// One shop by id.
 pub async fn shop(db: &Db, id: ShopId) -> Result<Option<Shop>> {

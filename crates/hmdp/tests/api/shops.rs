@@ -124,6 +124,10 @@ async fn an_update_is_visible_on_the_next_read(backend: Backend) {
     let mut changed = shop.clone();
     changed["name"] = json!("新名字小店");
     changed["avgPrice"] = json!(77);
+    // The top of the original's INT UNSIGNED range survives the round trip (MySQL once read it
+    // back sign-extended: -1 and -2).
+    changed["sold"] = json!(4_294_967_295_u64);
+    changed["comments"] = json!(4_294_967_294_u64);
     let r = app
         .send(
             app.client
@@ -136,6 +140,8 @@ async fn an_update_is_visible_on_the_next_read(backend: Backend) {
     let after = app.get("/api/shop/3", None).await;
     assert_eq!(after.body["data"]["name"], "新名字小店");
     assert_eq!(after.body["data"]["avgPrice"], 77);
+    assert_eq!(after.body["data"]["sold"], 4_294_967_295_u64);
+    assert_eq!(after.body["data"]["comments"], 4_294_967_294_u64);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
