@@ -246,6 +246,9 @@ pub struct Config {
     pub body_limit: usize,
     /// `HMDP_REQUEST_TIMEOUT_MS`: a request taking longer is answered 503.
     pub request_timeout: Duration,
+    /// `HMDP_IDLE_TIMEOUT_SECS`: how long a connection may take to send a request head, which
+    /// is also how long an idle keep-alive connection stays open.
+    pub idle_timeout: Duration,
     /// `HMDP_LOG`: a tracing filter such as `info` or `hmdp=debug` (falls back to `RUST_LOG`).
     pub log_filter: String,
     /// `HMDP_LOG_FORMAT`: text | json.
@@ -301,6 +304,7 @@ impl Default for Config {
             rate_limit_user: 20,
             body_limit: 64 * 1024,
             request_timeout: Duration::from_secs(10),
+            idle_timeout: crate::http::HEADER_READ_TIMEOUT,
             log_filter: "info".to_owned(),
             log_format: LogFormat::Text,
         }
@@ -351,6 +355,7 @@ struct FileConfig {
     rate_limit_user: Option<u32>,
     body_limit_bytes: Option<usize>,
     request_timeout_ms: Option<u64>,
+    idle_timeout_secs: Option<u64>,
     log: Option<String>,
     log_format: Option<LogFormat>,
 }
@@ -497,6 +502,10 @@ impl Config {
                 .get("HMDP_REQUEST_TIMEOUT_MS", f.request_timeout_ms)?
                 .map(Duration::from_millis)
                 .unwrap_or(d.request_timeout),
+            idle_timeout: s
+                .get("HMDP_IDLE_TIMEOUT_SECS", f.idle_timeout_secs)?
+                .map(Duration::from_secs)
+                .unwrap_or(d.idle_timeout),
             log_filter: s
                 .get("HMDP_LOG", f.log)?
                 .or_else(|| {
@@ -546,6 +555,9 @@ impl Config {
         if self.request_timeout.is_zero() {
             return Err(invalid("HMDP_REQUEST_TIMEOUT_MS", "must be at least 1"));
         }
+        if self.idle_timeout.is_zero() {
+            return Err(invalid("HMDP_IDLE_TIMEOUT_SECS", "must be at least 1"));
+        }
         if !(0.0..=0.5).contains(&self.cache.jitter) {
             return Err(invalid("HMDP_CACHE_JITTER", "must be between 0 and 0.5"));
         }
@@ -579,7 +591,7 @@ impl Config {
              redis_appendfsync={} admin_token={} static_dir={} data_dir={} session_ttl={}s \
              code_ttl={}s code_min_interval={}s code_daily_limit={} code_max_attempts={} \
              code_ip_per_min={}/min body_limit={}B \
-             request_timeout={}ms db_max_connections={} shop_cache={:?} cache_ttl={}s \
+             request_timeout={}ms idle_timeout={}s db_max_connections={} shop_cache={:?} cache_ttl={}s \
              cache_null_ttl={}s cache_jitter={} l1_ttl={}ms bloom={} fallback_concurrency={} \
              seckill_mode={:?} seckill_shards={} worker={} worker_batch={} worker_consumer={} id_mode={:?} \
              rate_limit_ip={}/s rate_limit_user={}/s",
@@ -610,6 +622,7 @@ impl Config {
             self.code.ip_per_min,
             self.body_limit,
             self.request_timeout.as_millis(),
+            self.idle_timeout.as_secs(),
             self.db_max_connections,
             self.cache.shop_strategy,
             self.cache.ttl.as_secs(),

@@ -201,13 +201,10 @@ impl Application {
                 let _ = worker_stopped.await;
             }))
         });
-        let served = axum::serve(
-            self.listener,
-            self.router
-                .into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(shutdown)
-        .await;
+        // In-flight requests get their own time limit plus a second to finish on shutdown.
+        let drain = self.state.config.request_timeout + Duration::from_secs(1);
+        let idle = self.state.config.idle_timeout;
+        let served = http::serve(self.listener, self.router, shutdown, idle, drain).await;
         tracing::info!("http server stopped; finishing the order worker's current batch");
         let _ = stop_worker.send(());
         if let Some(w) = worker {

@@ -13,6 +13,7 @@ mod limits;
 mod metrics;
 mod openapi;
 mod order;
+mod serve;
 mod shop;
 mod ui;
 mod user;
@@ -39,6 +40,7 @@ pub use error::{ApiError, ApiResult, Envelope, ErrorCode, Reply, ok, ok_empty};
 pub use extract::{Admin, AppJson, AppPath, AppQuery, CurrentUser};
 pub use limits::Limits;
 pub use metrics::HttpMetrics;
+pub use serve::{HEADER_READ_TIMEOUT, serve};
 
 use crate::{
     auth::{CodeIssuer, SessionStore, SmsSender},

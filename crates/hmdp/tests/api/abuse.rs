@@ -205,3 +205,47 @@ async fn one_address_cannot_flood_sms_to_many_phones() {
         .await;
     assert!(r.success(), "{r:?}");
 }
+
+/// A client that opens a connection and dribbles a request head (slowloris), or leaves a
+/// keep-alive connection idle, is disconnected after `HMDP_IDLE_TIMEOUT_SECS`; the server keeps
+/// answering everyone else meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_idle_connections_are_closed_after_the_idle_timeout() {
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let app = crate::helpers::spawn_app_with(Backend::Sqlite, |c| {
+        c.idle_timeout = Duration::from_secs(1);
+    })
+    .await;
+    // Half a request head, then nothing.
+    let mut slow = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    slow.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    // A finished request, then an idle keep-alive connection.
+    let mut idle = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    idle.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut first = [0u8; 12];
+    idle.read_exact(&mut first).await.unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+    assert!(app.get("/health", None).await.success());
+
+    for (name, conn) in [("slow", &mut slow), ("idle", &mut idle)] {
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(&mut rest)).await;
+        assert!(
+            read.is_ok(),
+            "the {name} connection was still open after 5 s"
+        );
+        // Closed by the server (EOF, or a reset), not before the timeout.
+        assert!(
+            started.elapsed() >= Duration::from_millis(900),
+            "the {name} connection closed after {:?}",
+            started.elapsed()
+        );
+    }
+}
