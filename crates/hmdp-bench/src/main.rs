@@ -2,11 +2,6 @@
 
 use clap::Parser;
 
-/// The same allocator as the `hmdp` binary, so that a server started in-process measures
-/// what the shipped server does.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[tokio::main]
 async fn main() {
     let cli = hmdp_bench::Cli::parse();

@@ -1,12 +1,9 @@
 //! The `hmdp` binary: parses the command line and hands over to the library.
+//!
+//! glibc's allocator on purpose: mimalloc measured no faster on the flash sale here, and held
+//! 60 % more memory with 10,000 idle connections open (BENCHMARKS.md, "Allocator").
 
 use clap::Parser;
-
-/// mimalloc instead of glibc's malloc: a profile of the flash sale put glibc's
-/// `malloc`/`free` at about a quarter of the server's CPU (many small, short-lived
-/// allocations per request on several threads); see BENCHMARKS.md for the measured effect.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() {
