@@ -95,6 +95,8 @@ struct ModeResult {
     drain: Option<(u64, f64)>,
     /// The in-process worker's own account of the drain: batches and database write time.
     worker_note: Option<String>,
+    /// The HTTP floor on the same server and connections: `(what, outcome)`.
+    floors: Vec<(String, Outcome)>,
 }
 
 /// Pending-key delete cost per batch: `(one at a time, pipelined)` seconds.
@@ -459,6 +461,36 @@ async fn run_mode(
             .await?,
         );
     }
+    // The HTTP floor, after the sale, on the same server and connection count: what a request
+    // costs with no flash-sale work at all (a 404 from the router: no Redis, no database), and
+    // with only the session lookup that every grab starts with (`GET /user/me`: one Redis round
+    // trip). The grab cannot be faster than these; they show where its time goes.
+    let mut floors = Vec::new();
+    if mode == SeckillMode::Async && !args.no_baselines {
+        let secs = Duration::from_secs(cli.seconds.clamp(1, 5));
+        let none: Arc<dyn Fn(u64) -> Req + Send + Sync> =
+            Arc::new(|_| Req::get("/api/no-such-route"));
+        let u3 = users.clone();
+        let me: Arc<dyn Fn(u64) -> Req + Send + Sync> = Arc::new(move |i: u64| {
+            let u = &u3[pick_user(i, n) as usize];
+            Req::get("/api/user/me").header("authorization", &u.token)
+        });
+        for (what, make) in [
+            ("HTTP floor: unknown route, 404 envelope (no Redis)", none),
+            ("HTTP floor: GET /user/me (the session read alone)", me),
+        ] {
+            let o = request_phase(
+                what,
+                t.addr,
+                cli.connections,
+                Stop::After(secs),
+                false,
+                make,
+            )
+            .await?;
+            floors.push((what.to_owned(), o));
+        }
+    }
     if let Some(s) = t.server {
         s.stop().await;
     }
@@ -472,6 +504,7 @@ async fn run_mode(
         load,
         accepted,
         drain,
+        floors,
     })
 }
 
@@ -558,6 +591,12 @@ pub async fn run(cli: &Cli, args: &SeckillArgs) -> anyhow::Result<Report> {
                 row = row.note(n.clone());
             }
             report.rows.push(row);
+        }
+        for (what, o) in &r.floors {
+            report.rows.push(Row::from_outcome(what, o).note(format!(
+                "the grab reaches {:.0} % of this rate",
+                r.load.rate() / o.rate().max(1e-9) * 100.0
+            )));
         }
     }
     if let Some((seq, piped)) = del_cost {
