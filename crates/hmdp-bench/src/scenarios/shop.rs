@@ -122,6 +122,24 @@ pub async fn run(cli: &Cli, flood: u64) -> anyhow::Result<Report> {
                 Row::from_outcome("GET /api/shop/1 (hot key, L1 on: default)", &o_l1)
                     .note(format!("database queries: {}", loads(&with_l1))),
             );
+            // The HTTP floor on the same server and connections: a 404 envelope from the
+            // router, no cache, no Redis. An L1 hit cannot be much faster than this.
+            let floor = http_phase(
+                "HTTP floor (404)",
+                with_l1.addr,
+                c,
+                Stop::After(duration),
+                Arc::new(|_| "/api/no-such-route".to_owned()),
+            )
+            .await?;
+            report.rows.push(
+                Row::from_outcome("HTTP floor: unknown route, 404 envelope (no Redis)", &floor)
+                    .note(format!(
+                        "the L1 hit reaches {:.0} % of this rate; raw GET is {:.0} % of it",
+                        o_l1.rate() / floor.rate().max(1e-9) * 100.0,
+                        raw.rate() / floor.rate().max(1e-9) * 100.0
+                    )),
+            );
             drop(with_l1);
 
             let no_l1 =
