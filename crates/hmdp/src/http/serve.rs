@@ -3,7 +3,7 @@
 //! `axum::serve` would do, but it serves every connection through hyper-util's HTTP/1 + HTTP/2
 //! auto-detection, whose per-connection state is sized for the larger HTTP/2 machinery. A flash
 //! sale is many idle keep-alive connections: with 10,000 of them open the auto-detecting server
-//! held about 18 KiB per connection, this one about 13 KiB (BENCHMARKS.md, `conns`). Every
+//! held about 18 KiB per connection, this one about 12 KiB (BENCHMARKS.md, `conns`). Every
 //! client of this API (the original pages, browsers through the original nginx setup, curl,
 //! load generators) speaks HTTP/1.1; HTTP/2 belongs to the TLS-terminating proxy in front.
 //!
