@@ -176,6 +176,10 @@ pub struct SeckillSettings {
     /// pending orders at once; unset, each process gets a fresh name and a dead one's orders
     /// are taken over after `claim_idle`. Two live workers must never share a name.
     pub consumer: Option<String>,
+    /// `HMDP_WORKER_LISTEN`: where a standalone `hmdp worker` serves its `/metrics` and
+    /// `/health` (e.g. `127.0.0.1:9464`); unset, it opens no port. `hmdp serve` ignores it (its
+    /// embedded worker's metrics are on the service's own `/metrics`).
+    pub listen: Option<SocketAddr>,
     /// `HMDP_ID_MODE`: compatible | segment.
     pub id_mode: IdMode,
 }
@@ -298,6 +302,7 @@ impl Default for Config {
                 max_deliveries: 5,
                 claim_idle: Duration::from_secs(30),
                 consumer: None,
+                listen: None,
                 id_mode: IdMode::Segment,
             },
             rate_limit_ip: 200,
@@ -350,6 +355,7 @@ struct FileConfig {
     worker_max_deliveries: Option<u64>,
     worker_claim_idle_ms: Option<u64>,
     worker_consumer: Option<String>,
+    worker_listen: Option<SocketAddr>,
     id_mode: Option<IdMode>,
     rate_limit_ip: Option<u32>,
     rate_limit_user: Option<u32>,
@@ -485,6 +491,7 @@ impl Config {
                     .get("HMDP_WORKER_CONSUMER", f.worker_consumer)?
                     .map(|c: String| c.trim().to_owned())
                     .filter(|c| !c.is_empty()),
+                listen: s.get("HMDP_WORKER_LISTEN", f.worker_listen)?,
                 id_mode: s
                     .get("HMDP_ID_MODE", f.id_mode)?
                     .unwrap_or(d.seckill.id_mode),
@@ -593,7 +600,7 @@ impl Config {
              code_ip_per_min={}/min body_limit={}B \
              request_timeout={}ms idle_timeout={}s db_max_connections={} shop_cache={:?} cache_ttl={}s \
              cache_null_ttl={}s cache_jitter={} l1_ttl={}ms bloom={} fallback_concurrency={} \
-             seckill_mode={:?} seckill_shards={} worker={} worker_batch={} worker_consumer={} id_mode={:?} \
+             seckill_mode={:?} seckill_shards={} worker={} worker_batch={} worker_consumer={} worker_listen={} id_mode={:?} \
              rate_limit_ip={}/s rate_limit_user={}/s",
             self.listen,
             redact_url(&self.database_url),
@@ -636,6 +643,10 @@ impl Config {
             self.seckill.worker,
             self.seckill.batch,
             self.seckill.consumer.as_deref().unwrap_or("(random)"),
+            self.seckill
+                .listen
+                .map(|a| a.to_string())
+                .unwrap_or_else(|| "-".into()),
             self.seckill.id_mode,
             self.rate_limit_ip,
             self.rate_limit_user,
@@ -813,6 +824,22 @@ mod tests {
         assert_eq!(c.seckill.consumer.as_deref(), Some("pod-1"));
         let c = Config::from_sources(None, &env(&[("HMDP_WORKER_CONSUMER", "  ")])).unwrap();
         assert_eq!(c.seckill.consumer, None);
+    }
+
+    #[test]
+    fn the_worker_listener_is_off_unless_set() {
+        let c = Config::from_sources(None, &env(&[])).unwrap();
+        assert_eq!(c.seckill.listen, None);
+        assert!(c.redacted_summary().contains("worker_listen=-"));
+        let c =
+            Config::from_sources(None, &env(&[("HMDP_WORKER_LISTEN", "127.0.0.1:9464")])).unwrap();
+        assert_eq!(c.seckill.listen, Some("127.0.0.1:9464".parse().unwrap()));
+        assert!(
+            c.redacted_summary()
+                .contains("worker_listen=127.0.0.1:9464")
+        );
+        let err = Config::from_sources(None, &env(&[("HMDP_WORKER_LISTEN", "9464")])).unwrap_err();
+        assert!(err.to_string().contains("HMDP_WORKER_LISTEN"), "{err}");
     }
 
     #[test]

@@ -242,8 +242,29 @@ pub fn order_id_generator(
         .context("cannot set up the order id generator")
 }
 
-/// Runs only the order worker (`hmdp worker`) until SIGINT or SIGTERM.
+/// Runs only the order worker (`hmdp worker`) until SIGINT or SIGTERM, with its `/metrics` and
+/// `/health` on `HMDP_WORKER_LISTEN` when that is set.
 pub async fn run_worker(config: Config) -> anyhow::Result<()> {
+    let listener = match config.seckill.listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (HMDP_WORKER_LISTEN)"))?,
+        ),
+        None => None,
+    };
+    run_worker_with(config, listener, shutdown_signal()).await
+}
+
+/// [`run_worker`] with the listener and the shutdown signal given: what tests drive.
+///
+/// The listener keeps answering until the worker has finished its last batch, so a scrape
+/// during shutdown still sees the final counters.
+pub async fn run_worker_with(
+    config: Config,
+    listener: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
     let db = connect_database(&config).await?;
     let url = config.redis_url_or_default().to_owned();
     let redis = RedisConn::connect(&url).await.with_context(|| {
@@ -255,9 +276,9 @@ pub async fn run_worker(config: Config) -> anyhow::Result<()> {
     let keys = Keys::new(config.redis_prefix.clone());
     let worker = OrderWorker::new(
         db.clone(),
-        redis,
+        redis.clone(),
         url,
-        keys,
+        keys.clone(),
         config.seckill.clone(),
         config.seckill.consumer.clone(),
     );
@@ -267,7 +288,44 @@ pub async fn run_worker(config: Config) -> anyhow::Result<()> {
         .check_shards()
         .await
         .context("the order worker cannot start")?;
-    worker.run_until(shutdown_signal()).await;
+    let endpoint = match listener {
+        Some(listener) => {
+            let addr = listener.local_addr()?;
+            let app = http::worker_app(http::WorkerEndpoint {
+                db: db.clone(),
+                redis,
+                keys,
+                shards: config.seckill.shards,
+                stats: worker.stats().clone(),
+            });
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let idle = config.idle_timeout;
+            let server = tokio::spawn(async move {
+                http::serve(
+                    listener,
+                    app,
+                    async {
+                        let _ = stopped.await;
+                    },
+                    idle,
+                    Duration::from_secs(5),
+                )
+                .await
+            });
+            tracing::info!(%addr, "order worker metrics at http://{addr}/metrics");
+            Some((stop, server))
+        }
+        None => None,
+    };
+    worker.run_until(shutdown).await;
+    if let Some((stop, server)) = endpoint {
+        let _ = stop.send(());
+        match server.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "worker listener ended with an error"),
+            Err(e) => tracing::warn!(error = %e, "worker listener task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
     db.close().await;
     Ok(())
 }

@@ -2,10 +2,17 @@
 
 use std::time::Duration;
 
-use axum::{Json, Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
+use axum::{
+    Json, Router,
+    extract::State,
+    http::StatusCode,
+    response::{IntoResponse, Response},
+    routing::get,
+};
 use serde::Serialize;
 
 use super::{AppState, Envelope};
+use crate::{kv::RedisConn, storage::Db};
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/health", get(health))
@@ -20,10 +27,16 @@ struct Health {
 
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
-async fn health(State(state): State<AppState>) -> impl IntoResponse {
+async fn health(State(state): State<AppState>) -> Response {
+    check(&state.redis, &state.db).await
+}
+
+/// Pings Redis and the database (each within [`CHECK_TIMEOUT`]): 200 with `status: ok`, or 503
+/// in the envelope saying which one is down. Also the standalone worker's `/health`.
+pub(crate) async fn check(redis: &RedisConn, db: &Db) -> Response {
     let (redis, db) = tokio::join!(
-        tokio::time::timeout(CHECK_TIMEOUT, state.redis.ping()),
-        tokio::time::timeout(CHECK_TIMEOUT, state.db.ping()),
+        tokio::time::timeout(CHECK_TIMEOUT, redis.ping()),
+        tokio::time::timeout(CHECK_TIMEOUT, db.ping()),
     );
     let redis_ok = matches!(redis, Ok(Ok(())));
     let db_ok = matches!(db, Ok(Ok(())));
@@ -54,4 +67,5 @@ async fn health(State(state): State<AppState>) -> impl IntoResponse {
             code: (!healthy).then_some("unavailable"),
         }),
     )
+        .into_response()
 }

@@ -24,6 +24,7 @@ use axum::{
 };
 
 use super::AppState;
+use crate::kv::{Keys, RedisConn};
 
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS: [f64; 12] = [
@@ -137,7 +138,16 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     http_section(&mut out, &state);
     counters_section(&mut out, &state);
     locks_section(&mut out, &state);
-    stream_section(&mut out, &state).await;
+    if let Some(w) = &state.worker {
+        worker_section(&mut out, w);
+    }
+    stream_section(
+        &mut out,
+        &state.redis,
+        &state.keys,
+        state.config.seckill.shards,
+    )
+    .await;
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
 }
 
@@ -289,68 +299,72 @@ fn counters_section(out: &mut String, state: &AppState) {
         "Vouchers loaded into Redis from the database.",
         &[("", l(&s.warm_ups))],
     );
-    if let Some(w) = &state.worker {
-        counter(
-            out,
-            "hmdp_worker_orders_written_total",
-            "Orders inserted by this process's worker.",
-            &[("", l(&w.persisted))],
-        );
-        counter(
-            out,
-            "hmdp_worker_redeliveries_total",
-            "Entries acknowledged that were already written.",
-            &[("", l(&w.already_written))],
-        );
-        counter(
-            out,
-            "hmdp_worker_batches_total",
-            "Committed order batches.",
-            &[("", l(&w.batches))],
-        );
-        counter(
-            out,
-            "hmdp_worker_dead_letters_total",
-            "Orders moved to a dead-letter stream.",
-            &[("", l(&w.dead_lettered))],
-        );
-        counter(
-            out,
-            "hmdp_worker_claimed_total",
-            "Entries taken over from other consumers.",
-            &[("", l(&w.claimed))],
-        );
-        counter(
-            out,
-            "hmdp_worker_conflicts_total",
-            "Accepted orders that collided with another order in the database (dead-lettered).",
-            &[("", l(&w.conflicts))],
-        );
-        counter(
-            out,
-            "hmdp_worker_db_outages_total",
-            "Batch writes that failed because the database was away.",
-            &[("", l(&w.db_outages))],
-        );
-        w.write_seconds.snapshot().render_prometheus(
-            out,
-            "hmdp_worker_write_seconds",
-            "Database time of committed order batches.",
-        );
-        w.batch_size.snapshot().render_prometheus(
-            out,
-            "hmdp_worker_batch_size",
-            "Orders per committed batch.",
-        );
-    }
 }
 
-async fn stream_section(out: &mut String, state: &AppState) {
-    let mut redis = state.redis.clone();
-    let shards = state.config.seckill.shards;
+/// The order worker's counters and histograms (the embedded worker's, or a standalone
+/// `hmdp worker`'s on its own listener).
+pub(crate) fn worker_section(out: &mut String, w: &crate::worker::WorkerStats) {
+    let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    counter(
+        out,
+        "hmdp_worker_orders_written_total",
+        "Orders inserted by this process's worker.",
+        &[("", l(&w.persisted))],
+    );
+    counter(
+        out,
+        "hmdp_worker_redeliveries_total",
+        "Entries acknowledged that were already written.",
+        &[("", l(&w.already_written))],
+    );
+    counter(
+        out,
+        "hmdp_worker_batches_total",
+        "Committed order batches.",
+        &[("", l(&w.batches))],
+    );
+    counter(
+        out,
+        "hmdp_worker_dead_letters_total",
+        "Orders moved to a dead-letter stream.",
+        &[("", l(&w.dead_lettered))],
+    );
+    counter(
+        out,
+        "hmdp_worker_claimed_total",
+        "Entries taken over from other consumers.",
+        &[("", l(&w.claimed))],
+    );
+    counter(
+        out,
+        "hmdp_worker_conflicts_total",
+        "Accepted orders that collided with another order in the database (dead-lettered).",
+        &[("", l(&w.conflicts))],
+    );
+    counter(
+        out,
+        "hmdp_worker_db_outages_total",
+        "Batch writes that failed because the database was away.",
+        &[("", l(&w.db_outages))],
+    );
+    w.write_seconds.snapshot().render_prometheus(
+        out,
+        "hmdp_worker_write_seconds",
+        "Database time of committed order batches.",
+    );
+    w.batch_size.snapshot().render_prometheus(
+        out,
+        "hmdp_worker_batch_size",
+        "Orders per committed batch.",
+    );
+}
+
+/// The order streams' length, pending and lag gauges, read from Redis at scrape time.
+pub(crate) async fn stream_section(out: &mut String, redis: &RedisConn, keys: &Keys, shards: u32) {
+    let mut redis = redis.clone();
     let mut lines = (String::new(), String::new(), String::new());
     for shard in 0..shards {
-        let stream = state.keys.seckill_stream(shard);
+        let stream = keys.seckill_stream(shard);
         let len: redis::RedisResult<i64> = redis::cmd("XLEN")
             .arg(&stream)
             .query_async(&mut redis)

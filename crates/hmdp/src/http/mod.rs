@@ -18,6 +18,7 @@ mod shop;
 mod ui;
 mod user;
 mod voucher;
+mod worker;
 
 use std::sync::Arc;
 
@@ -41,6 +42,7 @@ pub use extract::{Admin, AppJson, AppPath, AppQuery, CurrentUser};
 pub use limits::Limits;
 pub use metrics::HttpMetrics;
 pub use serve::{HEADER_READ_TIMEOUT, serve};
+pub use worker::{WorkerEndpoint, worker_app};
 
 use crate::{
     auth::{CodeIssuer, SessionStore, SmsSender},

@@ -820,3 +820,97 @@ async fn warm_ups_under_a_crowd_with_the_worker_running_never_oversell() {
     .await;
     assert_eq!(stock, 0);
 }
+
+/// Polls a standalone worker's `/metrics` until `line` appears in it.
+async fn scrape_until(client: &reqwest::Client, url: &str, line: &str) -> String {
+    let started = Instant::now();
+    loop {
+        let body = client.get(url).send().await.unwrap().text().await.unwrap();
+        if body.lines().any(|l| l == line) {
+            return body;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no `{line}` in the worker's metrics:\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_worker_serves_its_metrics_and_health() {
+    let (app, tokens) = app_with_users(Backend::MySql, 3, |c| c.seckill.worker = false).await;
+    let voucher = create_sale(&app, 5, -60, 3600).await;
+    let ids = grab_all(&app, voucher, &tokens).await;
+
+    // `hmdp worker` on the app's Redis and database, its listener on a free port.
+    let config = (*app.state.config).clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let worker = tokio::spawn(hmdp::startup::run_worker_with(
+        config,
+        Some(listener),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+
+    let metrics = format!("{base}/metrics");
+    let body = scrape_until(&app.client, &metrics, "hmdp_worker_orders_written_total 3").await;
+    wait_for_orders(&app, voucher, 3).await;
+    for id in &ids {
+        assert!(
+            db_order_ids(&app, voucher).await.contains(id),
+            "order {id} written"
+        );
+    }
+    // The embedded worker's metric names, histograms included, and the stream gauges.
+    assert!(
+        body.contains("# TYPE hmdp_worker_batch_size histogram"),
+        "{body}"
+    );
+    assert!(body.contains("hmdp_worker_write_seconds_count "), "{body}");
+    assert!(body.contains("hmdp_worker_dead_letters_total 0"), "{body}");
+    scrape_until(
+        &app.client,
+        &metrics,
+        "hmdp_order_stream_pending{shard=\"0\"} 0",
+    )
+    .await;
+    // Nothing of the service's API is on this port.
+    assert!(!body.contains("hmdp_http_requests_total"), "{body}");
+    let r = app
+        .client
+        .get(format!("{base}/api/shop/1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let envelope: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(envelope["success"], false);
+    assert_eq!(envelope["code"], "not_found");
+
+    let health = app
+        .client
+        .get(format!("{base}/health"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    let health: serde_json::Value = health.json().await.unwrap();
+    assert_eq!(health["data"]["database"], "ok");
+    assert_eq!(health["data"]["redis"], "ok");
+
+    // Shutdown stops the worker and then its listener.
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(20), worker)
+        .await
+        .expect("the worker stops on the signal")
+        .unwrap()
+        .unwrap();
+    assert!(
+        app.client.get(&metrics).send().await.is_err(),
+        "the listener is closed after the worker stopped"
+    );
+}
