@@ -235,6 +235,10 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// `HMDP_SESSION_TTL_SECS`: sliding session lifetime.
     pub session_ttl: Duration,
+    /// `HMDP_SESSION_CACHE_MS`: how long an instance trusts a session it read from Redis
+    /// without asking again; 0 (the default) asks Redis on every request, as the original.
+    /// See `auth::session` for the trade.
+    pub session_cache: Duration,
     /// `HMDP_CODE_TTL_SECS`, `HMDP_CODE_MIN_INTERVAL_SECS`, `HMDP_CODE_DAILY_LIMIT`,
     /// `HMDP_CODE_MAX_ATTEMPTS`, `HMDP_CODE_IP_PER_MIN`.
     pub code: CodePolicy,
@@ -277,6 +281,7 @@ impl Default for Config {
             static_dir: None,
             data_dir,
             session_ttl: Duration::from_secs(30 * 60),
+            session_cache: Duration::ZERO,
             code: CodePolicy {
                 ttl: Duration::from_secs(120),
                 min_interval: Duration::from_secs(60),
@@ -335,6 +340,7 @@ struct FileConfig {
     static_dir: Option<PathBuf>,
     data_dir: Option<PathBuf>,
     session_ttl_secs: Option<u64>,
+    session_cache_ms: Option<u64>,
     code_ttl_secs: Option<u64>,
     code_min_interval_secs: Option<u64>,
     code_daily_limit: Option<u32>,
@@ -422,6 +428,10 @@ impl Config {
             admin_token: s.get("HMDP_ADMIN_TOKEN", f.admin_token)?.map(Secret::new),
             static_dir: s.get("HMDP_STATIC_DIR", f.static_dir)?,
             session_ttl: secs("HMDP_SESSION_TTL_SECS", f.session_ttl_secs, d.session_ttl)?,
+            session_cache: s
+                .get("HMDP_SESSION_CACHE_MS", f.session_cache_ms)?
+                .map(Duration::from_millis)
+                .unwrap_or(d.session_cache),
             code: CodePolicy {
                 ttl: secs("HMDP_CODE_TTL_SECS", f.code_ttl_secs, d.code.ttl)?,
                 min_interval: secs(
@@ -553,6 +563,13 @@ impl Config {
         if self.session_ttl.is_zero() {
             return Err(invalid("HMDP_SESSION_TTL_SECS", "must be at least 1"));
         }
+        // A session trusted longer than it lives could outlast its expiry by more than a blink.
+        if self.session_cache > Duration::from_secs(60) || self.session_cache >= self.session_ttl {
+            return Err(invalid(
+                "HMDP_SESSION_CACHE_MS",
+                "must be at most 60000 and shorter than the session TTL",
+            ));
+        }
         if self.code.ttl.is_zero() || self.code.daily_limit == 0 || self.code.max_attempts == 0 {
             return Err(invalid(
                 "HMDP_CODE_*",
@@ -595,7 +612,7 @@ impl Config {
     pub fn redacted_summary(&self) -> String {
         format!(
             "listen={} database_url={} redis_url={} redis_prefix={:?} redis_managed={:?} \
-             redis_appendfsync={} admin_token={} static_dir={} data_dir={} session_ttl={}s \
+             redis_appendfsync={} admin_token={} static_dir={} data_dir={} session_ttl={}s session_cache={}ms \
              code_ttl={}s code_min_interval={}s code_daily_limit={} code_max_attempts={} \
              code_ip_per_min={}/min body_limit={}B \
              request_timeout={}ms idle_timeout={}s db_max_connections={} shop_cache={:?} cache_ttl={}s \
@@ -622,6 +639,7 @@ impl Config {
                 .unwrap_or_else(|| "-".into()),
             self.data_dir.display(),
             self.session_ttl.as_secs(),
+            self.session_cache.as_millis(),
             self.code.ttl.as_secs(),
             self.code.min_interval.as_secs(),
             self.code.daily_limit,
@@ -840,6 +858,26 @@ mod tests {
         );
         let err = Config::from_sources(None, &env(&[("HMDP_WORKER_LISTEN", "9464")])).unwrap_err();
         assert!(err.to_string().contains("HMDP_WORKER_LISTEN"), "{err}");
+    }
+
+    #[test]
+    fn the_session_cache_is_off_by_default_and_bounded() {
+        let c = Config::from_sources(None, &env(&[])).unwrap();
+        assert_eq!(c.session_cache, Duration::ZERO);
+        assert!(c.redacted_summary().contains("session_cache=0ms"));
+        let c = Config::from_sources(None, &env(&[("HMDP_SESSION_CACHE_MS", "500")])).unwrap();
+        assert_eq!(c.session_cache, Duration::from_millis(500));
+        for bad in [
+            vec![("HMDP_SESSION_CACHE_MS", "60001")],
+            vec![
+                ("HMDP_SESSION_CACHE_MS", "5000"),
+                ("HMDP_SESSION_TTL_SECS", "5"),
+            ],
+            vec![("HMDP_SESSION_CACHE_MS", "soon")],
+        ] {
+            let err = Config::from_sources(None, &env(&bad)).unwrap_err();
+            assert!(err.to_string().contains("HMDP_SESSION_CACHE_MS"), "{err}");
+        }
     }
 
     #[test]

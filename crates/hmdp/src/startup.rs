@@ -155,7 +155,8 @@ impl Application {
                 config.rate_limit_user,
             )),
             locks,
-            sessions: SessionStore::new(redis.clone(), keys.clone(), config.session_ttl),
+            sessions: SessionStore::new(redis.clone(), keys.clone(), config.session_ttl)
+                .with_cache(config.session_cache, 100_000),
             codes: CodeIssuer::new(redis.clone(), keys.clone(), config.code.clone()),
             db,
             redis,

@@ -1,7 +1,21 @@
 //! Sessions: `login:token:{token}` hashes with a sliding TTL (the original's Redis session).
+//!
+//! Redis is the only authority on a session. Every request that carries a token reads the hash
+//! and slides its TTL in one round trip, as the original's `RefreshTokenInterceptor` does.
+//!
+//! That round trip is the largest part of a flash-sale request after the grab script itself
+//! (BENCHMARKS.md: a grab runs at 81–92 % of the rate of `GET /user/me`, which is the session
+//! read alone). [`SessionStore::with_cache`] (`HMDP_SESSION_CACHE_MS`, off by default) lets an
+//! instance trust a session it read from Redis in the last N milliseconds without asking
+//! again. The price, bounded by N: a logout through *another* instance, a session deleted in
+//! Redis by hand, or one that expired there, is still accepted here for up to N ms; and the
+//! TTL slides at most once per N ms per instance (irrelevant next to a 30-minute TTL). A logout
+//! through this instance drops the cached copy at once. Only live sessions are cached: an
+//! unknown token always goes to Redis, so a session created on another instance works at once.
 
 use std::time::Duration;
 
+use moka::future::Cache;
 use redis::AsyncCommands;
 
 use crate::{
@@ -22,11 +36,31 @@ pub struct SessionStore {
     redis: RedisConn,
     keys: Keys,
     ttl: Duration,
+    /// Sessions read from Redis recently, by token (see the module docs); `None` = off.
+    recent: Option<Cache<String, SessionUser>>,
 }
 
 impl SessionStore {
     pub fn new(redis: RedisConn, keys: Keys, ttl: Duration) -> Self {
-        Self { redis, keys, ttl }
+        Self {
+            redis,
+            keys,
+            ttl,
+            recent: None,
+        }
+    }
+
+    /// Trusts a session read from Redis for `for_at_most` afterwards (at most `capacity`
+    /// sessions kept); a zero duration leaves the cache off. See the module docs for what
+    /// that trades.
+    pub fn with_cache(mut self, for_at_most: Duration, capacity: u64) -> Self {
+        self.recent = (!for_at_most.is_zero()).then(|| {
+            Cache::builder()
+                .max_capacity(capacity)
+                .time_to_live(for_at_most)
+                .build()
+        });
+        self
     }
 
     /// Stores a new session for `user` and returns its token.
@@ -55,6 +89,11 @@ impl SessionStore {
         &self,
         token: &SessionToken,
     ) -> Result<Option<SessionUser>, redis::RedisError> {
+        if let Some(recent) = &self.recent
+            && let Some(user) = recent.get(token.as_str()).await
+        {
+            return Ok(Some(user));
+        }
         let key = self.keys.login_token(token.as_str());
         // PEXPIRE on a missing key is a no-op, so reading and refreshing can share one round trip.
         let (fields, _): (Vec<(String, String)>, i64) = redis::pipe()
@@ -73,14 +112,18 @@ impl SessionStore {
                 _ => {}
             }
         }
-        Ok(id.map(|id| SessionUser {
+        let user = id.map(|id| SessionUser {
             token: token.clone(),
             user: UserDto {
                 id,
                 nick_name,
                 icon,
             },
-        }))
+        });
+        if let (Some(recent), Some(user)) = (&self.recent, &user) {
+            recent.insert(token.as_str().to_owned(), user.clone()).await;
+        }
+        Ok(user)
     }
 
     /// Ends a session.
@@ -90,6 +133,11 @@ impl SessionStore {
             .clone()
             .del(self.keys.login_token(token.as_str()))
             .await?;
+        // After the DEL, not before: a request of this session could otherwise read it back in
+        // while the DEL is on its way.
+        if let Some(recent) = &self.recent {
+            recent.invalidate(token.as_str()).await;
+        }
         Ok(())
     }
 

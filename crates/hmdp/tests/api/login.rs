@@ -304,3 +304,49 @@ async fn user_lookups_follow_the_original(backend: Backend) {
         401
     );
 }
+
+/// `HMDP_SESSION_CACHE_MS`: a session read from Redis is trusted for that long and no longer;
+/// a logout through this instance ends it at once; unknown tokens are never cached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_cache_trusts_a_session_for_its_window_only() {
+    let window = std::time::Duration::from_millis(1500);
+    let app = spawn_app_with(Backend::Sqlite, |c| c.session_cache = window).await;
+    let mut redis = app.redis().await;
+
+    let token = app.login("13612345678").await;
+    let key = format!("{}login:token:{token}", app.prefix);
+    assert!(app.get("/api/user/me", Some(&token)).await.success());
+    // Deleted behind this instance's back (as a logout through another instance would):
+    // still trusted within the window...
+    let _: i64 = redis::AsyncCommands::del(&mut redis, &key).await.unwrap();
+    let r = app.get("/api/user/me", Some(&token)).await;
+    assert!(r.success(), "trusted within the window: {r:?}");
+    assert_eq!(
+        r.body["data"]["id"],
+        app.get("/api/user/me", Some(&token)).await.body["data"]["id"]
+    );
+    // ...and refused once it has passed.
+    tokio::time::sleep(window + std::time::Duration::from_millis(200)).await;
+    let r = app.get("/api/user/me", Some(&token)).await;
+    assert_eq!(r.status, 401, "{r:?}");
+
+    // A logout through this instance takes effect at once.
+    let token = app.login("13612345679").await;
+    assert!(app.get("/api/user/me", Some(&token)).await.success());
+    assert!(app.post("/api/user/logout", Some(&token)).await.success());
+    assert_eq!(app.get("/api/user/me", Some(&token)).await.status, 401);
+
+    // "No such session" is not remembered: a session that appears in Redis (created by another
+    // instance) is accepted on the next request.
+    let token = app.login("13612345670").await;
+    let key = format!("{}login:token:{token}", app.prefix);
+    let aside = format!("{key}:aside");
+    let _: () = redis::AsyncCommands::rename(&mut redis, &key, &aside)
+        .await
+        .unwrap();
+    assert_eq!(app.get("/api/user/me", Some(&token)).await.status, 401);
+    let _: () = redis::AsyncCommands::rename(&mut redis, &aside, &key)
+        .await
+        .unwrap();
+    assert!(app.get("/api/user/me", Some(&token)).await.success());
+}
