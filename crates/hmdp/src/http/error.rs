@@ -271,6 +271,8 @@ impl From<crate::seckill::SeckillError> for ApiError {
                 ApiError::unavailable("redis", e)
             }
             E::Id(i) if i.is_redis() => ApiError::unavailable("redis", e),
+            // Redis keeps losing the voucher's keys: retryable, like Redis being away.
+            E::NotLoaded => ApiError::unavailable("redis", e),
             _ => ApiError::internal(e),
         }
     }
@@ -373,6 +375,17 @@ mod tests {
         let text = String::from_utf8(body.to_vec()).unwrap();
         assert!(!text.contains("hunter2"), "{text}");
         assert!(text.contains("\"code\":\"internal\""), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_voucher_redis_keeps_losing_is_a_retryable_503() {
+        let resp = ApiError::from(crate::seckill::SeckillError::NotLoaded).into_response();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        assert!(text.contains("\"code\":\"unavailable\""), "{text}");
     }
 
     #[tokio::test]

@@ -53,7 +53,7 @@ use std::{
         Arc,
         atomic::{AtomicU64, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use chrono::{Local, NaiveDateTime, TimeZone};
@@ -81,6 +81,8 @@ pub enum SeckillError {
     Lock(#[from] hmdp_lock::Error),
     #[error("order id: {0}")]
     Id(#[from] hmdp_id::Error),
+    /// Redis lost the voucher again after every warm-up within the retry budget: transient,
+    /// answered 503 (try again), never an order decided.
     #[error("the voucher could not be loaded into Redis")]
     NotLoaded,
     #[error(transparent)]
@@ -221,6 +223,10 @@ pub struct Seckill {
     shards_checked: Arc<tokio::sync::OnceCell<()>>,
 }
 
+/// How long a grab keeps warming a voucher that Redis keeps losing before it gives up (with a
+/// retryable 503). Three attempts are always made; a fixed count alone gave up too early on a
+/// machine so busy that the key was lost again between each warm-up and the next try.
+const WARM_RETRY_BUDGET: Duration = Duration::from_secs(2);
 /// How long an unknown voucher id is remembered as unknown.
 const MISSING_TTL: Duration = Duration::from_secs(60);
 /// How long the owner and voucher of an accepted (or failed) order are kept for the status
@@ -320,7 +326,8 @@ impl Seckill {
         let shard = Keys::seckill_shard(voucher.get(), self.settings.shards);
         let order_id = self.ids.next_id().await?;
         let mut redis = self.redis.clone();
-        for _ in 0..3 {
+        let started = Instant::now();
+        for attempt in 1.. {
             let code: i64 = scripts::GRAB
                 .key(self.keys.seckill_voucher(shard, voucher.get()))
                 .key(self.keys.seckill_buyers(shard, voucher.get()))
@@ -348,6 +355,7 @@ impl Seckill {
                 3 => return Ok(Err(Refusal::NotStarted)),
                 4 => return Ok(Err(Refusal::Ended)),
                 -2 => return Ok(Err(Refusal::UnknownVoucher)),
+                _ if attempt >= 3 && started.elapsed() >= WARM_RETRY_BUDGET => break,
                 _ => self.warm(voucher).await?,
             }
         }
