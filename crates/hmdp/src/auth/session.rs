@@ -10,7 +10,9 @@
 //! again. The price, bounded by N: a logout through *another* instance, a session deleted in
 //! Redis by hand, or one that expired there, is still accepted here for up to N ms; and the
 //! TTL slides at most once per N ms per instance (irrelevant next to a 30-minute TTL). A logout
-//! through this instance drops the cached copy at once. Only live sessions are cached: an
+//! through this instance drops the cached copy at once (only a request of that session already
+//! reading Redis at that moment can put it back, for at most N ms). Only live sessions are
+//! cached: an
 //! unknown token always goes to Redis, so a session created on another instance works at once.
 
 use std::time::Duration;
