@@ -23,8 +23,8 @@ use sqlx::{Connection, Executor};
 use crate::{
     helpers::{Backend, TestApp, redis_url, spawn_app_with},
     seckill::{
-        assert_same_orders, code_of, create_sale, db_count, db_order_ids, drain, grab_raw,
-        login_many, order_id_of, redis_stock, wait_for_orders, worker_for,
+        assert_same_orders, code_of, create_sale, db_buyers, db_count, db_order_ids, db_stock,
+        drain, grab_raw, login_many, order_id_of, redis_stock, wait_for_orders, worker_for,
     },
 };
 
@@ -181,12 +181,7 @@ async fn a_lock_wait_timeout_is_waited_out_not_dead_lettered() {
     );
     let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
     assert_same_orders(&stored, &won);
-    let stock = db_count(
-        &app,
-        "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
-        voucher,
-    )
-    .await;
+    let stock = db_stock(&app, voucher).await;
     assert_eq!(stock, 2);
 }
 
@@ -719,12 +714,7 @@ async fn a_worker_killed_between_commit_and_ack_writes_nothing_twice() {
     );
     let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
     assert_same_orders(&stored, &ids);
-    let stock = db_count(
-        &app,
-        "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
-        voucher,
-    )
-    .await;
+    let stock = db_stock(&app, voucher).await;
     assert_eq!(stock, 10, "stock taken once per order");
     let pending: Vec<String> = redis::AsyncCommands::keys(
         &mut app.redis().await,
@@ -805,19 +795,9 @@ async fn warm_ups_under_a_crowd_with_the_worker_running_never_oversell() {
     wait_for_orders(&app, voucher, 100).await;
     let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
     assert_same_orders(&stored, &won);
-    let users = db_count(
-        &app,
-        "SELECT COUNT(DISTINCT user_id) FROM tb_voucher_order WHERE voucher_id = ?",
-        voucher,
-    )
-    .await;
+    let users = db_buyers(&app, voucher).await;
     assert_eq!(users, 100);
-    let stock = db_count(
-        &app,
-        "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
-        voucher,
-    )
-    .await;
+    let stock = db_stock(&app, voucher).await;
     assert_eq!(stock, 0);
 }
 

@@ -78,6 +78,26 @@ pub(crate) fn code_of(body: &str) -> String {
         .to_owned()
 }
 
+/// `tb_seckill_voucher.stock` of `voucher`.
+pub(crate) async fn db_stock(app: &TestApp, voucher: i64) -> i64 {
+    db_count(
+        app,
+        "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
+        voucher,
+    )
+    .await
+}
+
+/// How many distinct users hold an order of `voucher`.
+pub(crate) async fn db_buyers(app: &TestApp, voucher: i64) -> i64 {
+    db_count(
+        app,
+        "SELECT COUNT(DISTINCT user_id) FROM tb_voucher_order WHERE voucher_id = ?",
+        voucher,
+    )
+    .await
+}
+
 pub(crate) async fn db_count(app: &TestApp, sql: &str, voucher: i64) -> i64 {
     match &app.state.db {
         hmdp::storage::Db::Sqlite(p) => sqlx::query_scalar(sql)
@@ -211,19 +231,9 @@ async fn a_crowd_never_oversells(backend: Backend, mode: SeckillMode) {
     );
 
     wait_for_orders(&app, voucher, 100).await;
-    let users = db_count(
-        &app,
-        "SELECT COUNT(DISTINCT user_id) FROM tb_voucher_order WHERE voucher_id = ?",
-        voucher,
-    )
-    .await;
+    let users = db_buyers(&app, voucher).await;
     assert_eq!(users, 100);
-    let stock = db_count(
-        &app,
-        "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
-        voucher,
-    )
-    .await;
+    let stock = db_stock(&app, voucher).await;
     assert_eq!(stock, 0, "database stock");
     if mode == SeckillMode::Async {
         assert_eq!(redis_stock(&app, voucher).await, Some(0), "Redis stock");
@@ -258,12 +268,7 @@ async fn one_user_gets_one_order(backend: Backend, mode: SeckillMode) {
     }
     assert_eq!(wins, 1);
     wait_for_orders(&app, voucher, 1).await;
-    let stock = db_count(
-        &app,
-        "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
-        voucher,
-    )
-    .await;
+    let stock = db_stock(&app, voucher).await;
     assert_eq!(stock, 9);
 }
 
@@ -505,12 +510,7 @@ async fn a_worker_aborted_mid_batch_loses_and_duplicates_nothing() {
     handle.abort();
     let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
     assert_same_orders(&stored, &won);
-    let stock = db_count(
-        &app,
-        "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
-        voucher,
-    )
-    .await;
+    let stock = db_stock(&app, voucher).await;
     assert_eq!(stock, 0, "stock decremented exactly once per order");
     assert_eq!(
         written_by_first, 0,
@@ -621,15 +621,7 @@ async fn the_database_going_away_while_orders_arrive_loses_nothing() {
     handle.abort();
     let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
     assert_same_orders(&stored, &won);
-    assert_eq!(
-        db_count(
-            &app,
-            "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
-            voucher
-        )
-        .await,
-        0
-    );
+    assert_eq!(db_stock(&app, voucher).await, 0);
     assert_eq!(
         worker
             .stats()
@@ -689,15 +681,7 @@ async fn a_killed_worker_process_loses_and_duplicates_nothing() {
     assert!(second.wait().unwrap().success(), "graceful stop on SIGTERM");
     let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
     assert_same_orders(&stored, &won);
-    assert_eq!(
-        db_count(
-            &app,
-            "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
-            voucher
-        )
-        .await,
-        0
-    );
+    assert_eq!(db_stock(&app, voucher).await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1074,20 +1058,7 @@ async fn the_service_killed_mid_sale_and_restarted_loses_and_duplicates_nothing(
         "every order confirmed to a buyer is written"
     );
     assert_eq!(stored.len(), 200, "the stock, never more");
-    let users = db_count(
-        &app,
-        "SELECT COUNT(DISTINCT user_id) FROM tb_voucher_order WHERE voucher_id = ?",
-        voucher,
-    )
-    .await;
+    let users = db_buyers(&app, voucher).await;
     assert_eq!(users, 200, "one order per buyer");
-    assert_eq!(
-        db_count(
-            &app,
-            "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
-            voucher
-        )
-        .await,
-        0
-    );
+    assert_eq!(db_stock(&app, voucher).await, 0);
 }
