@@ -285,17 +285,8 @@ impl Catalogue {
         }
         // A read of this id before the insert may have left a null marker (Bloom filter off,
         // or a false positive) or an L1 copy of one: drop it, after the filter knows the id.
-        let cache = self.cache.clone();
-        retry_in_background("delete the new shop's cache entry", move || {
-            let cache = cache.clone();
-            async move {
-                cache
-                    .invalidate(&Keys::cache_shop(id))
-                    .await
-                    .map_err(CatalogueError::from)
-            }
-        })
-        .await;
+        self.drop_cached_shop(id, "delete the new shop's cache entry")
+            .await;
         let (redis, key, pos) = (
             self.redis.clone(),
             self.keys.shop_geo(input.type_id),
@@ -309,15 +300,11 @@ impl Catalogue {
         Ok(id)
     }
 
-    /// Updates a shop: database first, then the cache entry is deleted (never the other way
-    /// round: a read between the two would put the old row back for a whole TTL).
-    pub async fn update_shop(&self, id: ShopId, input: &ShopInput) -> Result<bool, CatalogueError> {
-        let before = catalogue::shop(&self.db, id).await?;
-        if !catalogue::update_shop(&self.db, id, input).await? {
-            return Ok(false);
-        }
+    /// Deletes the shop's cache entry everywhere (Redis and every instance's L1), retrying in
+    /// the background while Redis is away; `what` names the attempt in the logs.
+    async fn drop_cached_shop(&self, id: ShopId, what: &'static str) {
         let cache = self.cache.clone();
-        retry_in_background("delete the updated shop from the cache", move || {
+        retry_in_background(what, move || {
             let cache = cache.clone();
             async move {
                 cache
@@ -327,6 +314,17 @@ impl Catalogue {
             }
         })
         .await;
+    }
+
+    /// Updates a shop: database first, then the cache entry is deleted (never the other way
+    /// round: a read between the two would put the old row back for a whole TTL).
+    pub async fn update_shop(&self, id: ShopId, input: &ShopInput) -> Result<bool, CatalogueError> {
+        let before = catalogue::shop(&self.db, id).await?;
+        if !catalogue::update_shop(&self.db, id, input).await? {
+            return Ok(false);
+        }
+        self.drop_cached_shop(id, "delete the updated shop from the cache")
+            .await;
         if let Some(old) = before
             && (old.type_id != input.type_id || old.x != input.x || old.y != input.y)
         {
