@@ -24,7 +24,8 @@ use crate::{
     helpers::{Backend, TestApp, redis_url, spawn_app_with},
     seckill::{
         assert_same_orders, code_of, create_sale, db_buyers, db_count, db_order_ids, db_stock,
-        drain, grab_raw, login_many, order_id_of, redis_stock, wait_for_orders, worker_for,
+        drain, grab_raw, login_many, lose_voucher, order_id_of, redis_stock, wait_for_orders,
+        worker_for,
     },
 };
 
@@ -386,16 +387,7 @@ async fn a_dead_lettered_order_shows_failed_and_keeps_its_stock_through_a_warm_u
 
     // The order stream is trimmed, then Redis loses the voucher.
     trim_all(&app).await;
-    let mut redis = app.redis().await;
-    let _: () = redis::AsyncCommands::del(
-        &mut redis,
-        &[
-            format!("{}seckill:{{s0}}:voucher:{voucher}", app.prefix),
-            format!("{}seckill:{{s0}}:buyers:{voucher}", app.prefix),
-        ],
-    )
-    .await
-    .unwrap();
+    lose_voucher(&app, voucher).await;
     // The warm-up remembers the dead-lettered order: its buyer cannot buy again and its stock
     // is not handed out again (5 − one written − one dead).
     assert_eq!(
@@ -801,6 +793,12 @@ async fn warm_ups_under_a_crowd_with_the_worker_running_never_oversell() {
     assert_eq!(stock, 0);
 }
 
+/// The status and JSON body of a GET.
+async fn get_json(client: &reqwest::Client, url: &str) -> (u16, serde_json::Value) {
+    let r = client.get(url).send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
 /// Polls a standalone worker's `/metrics` until `line` appears in it.
 async fn scrape_until(client: &reqwest::Client, url: &str, line: &str) -> String {
     let started = Instant::now();
@@ -860,25 +858,13 @@ async fn a_standalone_worker_serves_its_metrics_and_health() {
     .await;
     // Nothing of the service's API is on this port.
     assert!(!body.contains("hmdp_http_requests_total"), "{body}");
-    let r = app
-        .client
-        .get(format!("{base}/api/shop/1"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
-    let envelope: serde_json::Value = r.json().await.unwrap();
+    let (status, envelope) = get_json(&app.client, &format!("{base}/api/shop/1")).await;
+    assert_eq!(status, 404);
     assert_eq!(envelope["success"], false);
     assert_eq!(envelope["code"], "not_found");
 
-    let health = app
-        .client
-        .get(format!("{base}/health"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(health.status(), 200);
-    let health: serde_json::Value = health.json().await.unwrap();
+    let (status, health) = get_json(&app.client, &format!("{base}/health")).await;
+    assert_eq!(status, 200);
     assert_eq!(health["data"]["database"], "ok");
     assert_eq!(health["data"]["redis"], "ok");
 

@@ -151,6 +151,19 @@ pub(crate) async fn wait_for_orders(app: &TestApp, voucher: i64, n: i64) {
     }
 }
 
+/// Redis loses the voucher's hash and buyer set (the order stream survives).
+pub(crate) async fn lose_voucher(app: &TestApp, voucher: i64) {
+    let _: () = redis::AsyncCommands::del(
+        &mut app.redis().await,
+        &[
+            format!("{}seckill:{{s0}}:voucher:{voucher}", app.prefix),
+            format!("{}seckill:{{s0}}:buyers:{voucher}", app.prefix),
+        ],
+    )
+    .await
+    .unwrap();
+}
+
 pub(crate) async fn redis_stock(app: &TestApp, voucher: i64) -> Option<i64> {
     // Through the service's own connection: some tests run it on a private Redis.
     redis::AsyncCommands::hget(
@@ -306,16 +319,8 @@ async fn lost_voucher_keys_are_rebuilt_from_the_database_without_overselling() {
         won.push(order_id_of(&grab_raw(&app, voucher, t).await.1).expect("accepted"));
     }
     // Redis loses the voucher's keys (the stream survives).
+    lose_voucher(&app, voucher).await;
     let mut redis = app.redis().await;
-    let _: () = redis::AsyncCommands::del(
-        &mut redis,
-        &[
-            format!("{}seckill:{{s0}}:voucher:{voucher}", app.prefix),
-            format!("{}seckill:{{s0}}:buyers:{voucher}", app.prefix),
-        ],
-    )
-    .await
-    .unwrap();
     // The first 30 buyers are still refused, and only 20 more are accepted.
     for t in &tokens[..30] {
         assert_eq!(
