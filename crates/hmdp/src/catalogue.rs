@@ -103,12 +103,6 @@ fn bloom_options(shops: usize) -> BloomOptions {
     BloomOptions::new((shops as u64).saturating_mul(2).max(100_000), 0.001)
 }
 
-/// `cache:shop-geo:{typeId}` *without* the prefix: how many shops were loaded into the type's
-/// GEO index just now, or the null marker for a type without shops.
-fn geo_loaded_key(type_id: i64) -> String {
-    format!("cache:shop-geo:{type_id}")
-}
-
 /// Shops and shop types, cached.
 #[derive(Clone)]
 pub struct Catalogue {
@@ -418,7 +412,7 @@ impl Catalogue {
         let loaded: Option<usize> = self
             .cache
             .get_or_load(
-                &geo_loaded_key(type_id),
+                &Keys::cache_shop_geo_loaded(type_id),
                 &self.geo_opts,
                 move || async move {
                     let shops = catalogue::shop_positions(&db, Some(type_id)).await?;

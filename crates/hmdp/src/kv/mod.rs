@@ -166,6 +166,12 @@ impl Keys {
         format!("{}shop:geo:{type_id}", self.prefix)
     }
 
+    /// `cache:shop-geo:{typeId}` *without* the prefix: how many shops were loaded into the
+    /// type's GEO index just now, or the null marker for a type without shops.
+    pub fn cache_shop_geo_loaded(type_id: i64) -> String {
+        format!("cache:shop-geo:{type_id}")
+    }
+
     /// `bloom:shop`: the Bloom filter of shop ids.
     pub fn shop_bloom(&self) -> String {
         format!("{}bloom:shop", self.prefix)
@@ -198,9 +204,32 @@ impl Keys {
         format!("{}seckill:{{s{shard}}}:orders:dead", self.prefix)
     }
 
+    /// `seckill:{s<k>}:orders:failing`: first failure time and count of the shard's entries
+    /// that failed to be written; a slot mate of its stream.
+    pub fn seckill_failing(&self, shard: u32) -> String {
+        format!("{}seckill:{{s{shard}}}:orders:failing", self.prefix)
+    }
+
     /// `seckill:pending:<orderId>`: owner and voucher of an accepted order until it is written.
     pub fn seckill_pending(&self, order_id: i64) -> String {
         format!("{}seckill:pending:{order_id}", self.prefix)
+    }
+
+    /// `seckill:shards`: the shard count recorded by the first instance (no hash tag: it is
+    /// read on its own).
+    pub fn seckill_shards(&self) -> String {
+        format!("{}seckill:shards", self.prefix)
+    }
+
+    /// The lock name (*without* the prefix: the lock client adds it and `lock:`) under which
+    /// one caller loads a flash-sale voucher into Redis.
+    pub fn seckill_warm_lock(voucher_id: i64) -> String {
+        format!("seckill:warm:{voucher_id}")
+    }
+
+    /// The lock name (*without* the prefix) of a user's sync-mode order attempt.
+    pub fn order_lock(user_id: i64) -> String {
+        format!("order:{user_id}")
     }
 
     /// The pub/sub channel on which instances tell each other to drop L1 entries.
@@ -298,6 +327,7 @@ mod tests {
             assert_eq!(key_slot(&keys.seckill_voucher(shard, voucher)), slot);
             assert_eq!(key_slot(&keys.seckill_buyers(shard, voucher)), slot);
             assert_eq!(key_slot(&keys.seckill_dead_letters(shard)), slot);
+            assert_eq!(key_slot(&keys.seckill_failing(shard)), slot);
         }
         assert_ne!(
             key_slot(&keys.seckill_stream(0)),
@@ -316,5 +346,8 @@ mod tests {
             keys.login_token("0123456789abcdef0123456789abcdef"),
             "login:token:0123456789abcdef0123456789abcdef"
         );
+        let keys = Keys::new("p:");
+        assert_eq!(keys.seckill_failing(3), "p:seckill:{s3}:orders:failing");
+        assert_eq!(keys.seckill_shards(), "p:seckill:shards");
     }
 }
