@@ -1,5 +1,5 @@
-//! Typed database ids ([`UserId`], [`ShopId`], [`VoucherId`]): positive `i64`s that cannot
-//! be mixed up.
+//! Typed database ids ([`UserId`], [`ShopId`], [`VoucherId`], [`OrderId`]): positive `i64`s
+//! that cannot be mixed up.
 //!
 //! A path or JSON id that is zero, negative or not a number is refused at the edge as
 //! `invalid_request` instead of becoming a query for a row that cannot exist. Each type is a
@@ -73,6 +73,10 @@ id_type!(
     /// A `tb_voucher.id`.
     VoucherId
 );
+id_type!(
+    /// A `tb_voucher_order.id`: a flash-sale order, accepted or written.
+    OrderId
+);
 
 #[cfg(test)]
 mod tests {
@@ -83,7 +87,11 @@ mod tests {
         assert_eq!("42".parse::<UserId>().unwrap().get(), 42);
         for bad in ["0", "-1", "", "1.5", "abc", "99999999999999999999"] {
             assert!(bad.parse::<UserId>().is_err(), "{bad:?}");
+            assert!(bad.parse::<OrderId>().is_err(), "{bad:?}");
         }
+        // Order ids are large (timestamp bits on top).
+        let big = "662608699520450561".parse::<OrderId>().unwrap();
+        assert_eq!(big.get(), 662_608_699_520_450_561);
     }
 
     #[test]
