@@ -12,6 +12,8 @@
 //!   the managed `redis-server` of the embedded defaults.
 //! - [`auth`]: login codes, sessions, SMS sending.
 //! - [`catalogue`]: shops and shop types behind the cache, Bloom filter and GEO index.
+//! - [`order_stream`]: the contract between the flash sale and the worker: entry fields, the
+//!   consumer group, pending records, the shard-count guard, stream gauges.
 //! - [`seckill`]: the flash sale: one Lua script decides, a stream carries the order.
 //! - [`worker`]: the consumer group that writes accepted orders into the database.
 //! - [`http`]: axum routers by resource, the envelope, errors and extractors.
@@ -24,6 +26,7 @@ pub mod config;
 pub mod domain;
 pub mod http;
 pub mod kv;
+pub mod order_stream;
 pub mod seckill;
 pub mod startup;
 pub mod storage;

@@ -24,7 +24,10 @@ use axum::{
 };
 
 use super::AppState;
-use crate::kv::{Keys, RedisConn};
+use crate::{
+    kv::{Keys, RedisConn},
+    order_stream,
+};
 
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS: [f64; 12] = [
@@ -361,28 +364,17 @@ pub(crate) fn worker_section(out: &mut String, w: &crate::worker::WorkerStats) {
 
 /// The order streams' length, pending and lag gauges, read from Redis at scrape time.
 pub(crate) async fn stream_section(out: &mut String, redis: &RedisConn, keys: &Keys, shards: u32) {
-    let mut redis = redis.clone();
     let mut lines = (String::new(), String::new(), String::new());
     for shard in 0..shards {
-        let stream = keys.seckill_stream(shard);
-        let len: redis::RedisResult<i64> = redis::cmd("XLEN")
-            .arg(&stream)
-            .query_async(&mut redis)
-            .await;
-        let groups: redis::RedisResult<redis::streams::StreamInfoGroupsReply> = redis::cmd("XINFO")
-            .arg("GROUPS")
-            .arg(&stream)
-            .query_async(&mut redis)
-            .await;
-        if let Ok(len) = len {
-            let _ = writeln!(
-                lines.0,
-                "hmdp_order_stream_length{{shard=\"{shard}\"}} {len}"
-            );
-        }
-        if let Ok(g) = groups
-            && let Some(g) = g.groups.iter().find(|g| g.name == crate::worker::GROUP)
-        {
+        let Ok(g) = order_stream::read_gauges(redis, &keys.seckill_stream(shard)).await else {
+            continue;
+        };
+        let _ = writeln!(
+            lines.0,
+            "hmdp_order_stream_length{{shard=\"{shard}\"}} {}",
+            g.length
+        );
+        if let Some(g) = g.group {
             let _ = writeln!(
                 lines.1,
                 "hmdp_order_stream_pending{{shard=\"{shard}\"}} {}",

@@ -13,7 +13,7 @@ use super::{
     ok,
 };
 use crate::{
-    domain::VoucherId,
+    domain::{OrderId, VoucherId},
     seckill::{OrderStatus, Refusal},
     storage::orders::{self, VoucherOrder},
 };
@@ -68,12 +68,14 @@ struct StatusView {
 async fn order_status(
     State(state): State<AppState>,
     CurrentUser(session): CurrentUser,
-    AppPath(id): AppPath<i64>,
+    AppPath(order_id): AppPath<OrderId>,
 ) -> ApiResult<StatusView> {
-    if id <= 0 {
-        return Err(ApiError::invalid("id must be a positive integer"));
-    }
-    match state.seckill.order_status(session.user.id, id).await? {
+    let id = order_id.get();
+    match state
+        .seckill
+        .order_status(session.user.id, order_id)
+        .await?
+    {
         OrderStatus::Pending { voucher_id } => ok(StatusView {
             id,
             id_str: id.to_string(),

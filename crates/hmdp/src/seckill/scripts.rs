@@ -8,19 +8,22 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+use crate::order_stream;
+
 /// Decides one order.
 ///
 /// KEYS: voucher hash, buyer set, order stream.
 /// ARGV: voucher id, user id, order id.
-/// Returns 0 accepted (stock taken, buyer recorded, order appended to the stream), 1 sold out,
-/// 2 already bought, 3 not started, 4 ended, -1 not loaded, -2 no such voucher.
+/// Returns 0 accepted (stock taken, buyer recorded, order appended to the stream with the
+/// [`order_stream`] fields), 1 sold out, 2 already bought, 3 not started, 4 ended, -1 not
+/// loaded, -2 no such voucher.
 ///
 /// "Not loaded" (the caller warms the voucher and retries) also covers a hash missing any of
 /// `stock`, `begin`, `end` (no `tonumber(nil)`), and a buyer set that vanished while the hash
 /// stayed (`sold > 0`, set gone: evicted or deleted) — without the guard a buyer whose record
 /// was lost could buy a second time.
 pub static GRAB: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
         r"
 local v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'missing', 'sold')
 if not (v[1] and v[2] and v[3]) then
@@ -37,10 +40,13 @@ if v[5] and tonumber(v[5]) > 0 and redis.call('EXISTS', KEYS[2]) == 0 then retur
 redis.call('HINCRBY', KEYS[1], 'stock', -1)
 redis.call('HINCRBY', KEYS[1], 'sold', 1)
 redis.call('SADD', KEYS[2], ARGV[2])
-redis.call('XADD', KEYS[3], '*', 'id', ARGV[3], 'userId', ARGV[2], 'voucherId', ARGV[1])
+redis.call('XADD', KEYS[3], '*', '{order}', ARGV[3], '{user}', ARGV[2], '{voucher}', ARGV[1])
 return 0
 ",
-    )
+        order = order_stream::FIELD_ORDER_ID,
+        user = order_stream::FIELD_USER_ID,
+        voucher = order_stream::FIELD_VOUCHER_ID,
+    ))
 });
 
 /// Loads a voucher's sale fields unless it is already (completely) loaded; a `missing` marker
@@ -97,18 +103,6 @@ if redis.call('HEXISTS', KEYS[1], 'stock') == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'missing', '1')
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1
-",
-    )
-});
-
-/// Records the shard count the first time and answers the recorded one.
-///
-/// KEYS: the shard-count key. ARGV: this instance's shard count. Returns the recorded count.
-pub static RECORD_SHARDS: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-redis.call('SET', KEYS[1], ARGV[1], 'NX')
-return tonumber(redis.call('GET', KEYS[1]))
 ",
     )
 });

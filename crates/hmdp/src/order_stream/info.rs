@@ -1,0 +1,132 @@
+//! What Redis says about an order stream: `XLEN` and the order group's line of
+//! `XINFO GROUPS`, read into redis-rs's typed reply. The dashboard, the metrics and the
+//! worker's trim all read it here.
+
+use redis::streams::StreamInfoGroupsReply;
+
+use super::GROUP;
+use crate::kv::RedisConn;
+
+/// The order group on one stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupInfo {
+    /// Entries delivered to a consumer and not yet acknowledged.
+    pub pending: u64,
+    /// Entries not yet delivered to any consumer; `None` where Redis cannot tell (before 7.0,
+    /// or after some deletions).
+    pub lag: Option<u64>,
+    /// The last entry delivered to a consumer (`0-0`: none yet).
+    pub last_delivered_id: String,
+}
+
+/// The order group on `stream`, or `None` when it has not been created. Fails when the stream
+/// does not exist (`XINFO` answers "no such key").
+pub async fn group_info(redis: &RedisConn, stream: &str) -> redis::RedisResult<Option<GroupInfo>> {
+    let reply: StreamInfoGroupsReply = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg(stream)
+        .query_async(&mut redis.clone())
+        .await?;
+    Ok(reply
+        .groups
+        .into_iter()
+        .find(|g| g.name == GROUP)
+        .map(|g| GroupInfo {
+            pending: g.pending as u64,
+            lag: g.lag.map(|l| l as u64),
+            last_delivered_id: g.last_delivered_id,
+        }))
+}
+
+/// One stream's gauges, read when asked (dashboard, `/metrics`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamGauges {
+    /// Entries in the stream (written ones are trimmed away over time).
+    pub length: u64,
+    /// The order group's counters; `None` when there is no group (yet) or `XINFO` failed.
+    pub group: Option<GroupInfo>,
+}
+
+/// Reads the gauges of `stream`; fails only when `XLEN` does.
+pub async fn read_gauges(redis: &RedisConn, stream: &str) -> redis::RedisResult<StreamGauges> {
+    let length: u64 = redis::cmd("XLEN")
+        .arg(stream)
+        .query_async(&mut redis.clone())
+        .await?;
+    let group = group_info(redis, stream).await.ok().flatten();
+    Ok(StreamGauges { length, group })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::managed::ManagedRedis;
+
+    #[tokio::test]
+    async fn the_reader_sees_length_pending_and_lag_on_a_real_redis() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = ManagedRedis::start(dir.path()).await.unwrap();
+        let redis = RedisConn::connect(server.url()).await.unwrap();
+        let mut c = redis.clone();
+
+        // No stream: XLEN says 0, XINFO fails, the gauges have no group.
+        assert!(group_info(&redis, "s").await.is_err());
+        let g = read_gauges(&redis, "s").await.unwrap();
+        assert_eq!((g.length, g.group), (0, None));
+
+        // A stream without our group.
+        let _: () = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg("s")
+            .arg("other")
+            .arg("0")
+            .arg("MKSTREAM")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(group_info(&redis, "s").await.unwrap(), None);
+
+        // Ours, three entries, one delivered.
+        let _: () = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg("s")
+            .arg(GROUP)
+            .arg("0")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        for i in 1..=3 {
+            let _: String = redis::cmd("XADD")
+                .arg("s")
+                .arg(format!("{i}-0"))
+                .arg("k")
+                .arg("v")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+        }
+        let _: redis::Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(GROUP)
+            .arg("c1")
+            .arg("COUNT")
+            .arg(1)
+            .arg("STREAMS")
+            .arg("s")
+            .arg(">")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let g = read_gauges(&redis, "s").await.unwrap();
+        assert_eq!(g.length, 3);
+        assert_eq!(
+            g.group,
+            Some(GroupInfo {
+                pending: 1,
+                lag: Some(2),
+                last_delivered_id: "1-0".into(),
+            })
+        );
+        server.stop().await;
+    }
+}

@@ -1,0 +1,244 @@
+//! The order stream: the one contract between the flash sale, which appends accepted orders
+//! ([`crate::seckill`]), and the worker, which writes them into the database
+//! ([`crate::worker`]). Neither knows the other; both know this module: the entry fields, the
+//! consumer group, the pending records of the status query, the shard-count guard and what
+//! `XINFO` says about a stream.
+
+mod info;
+mod shards;
+
+use std::time::Duration;
+
+use redis::streams::{StreamId, StreamRangeReply};
+
+pub use info::{GroupInfo, StreamGauges, group_info, read_gauges};
+pub use shards::{ShardCountMismatch, check_shard_count};
+
+use crate::{
+    kv::{Keys, RedisConn},
+    storage::orders::NewOrder,
+};
+
+/// The consumer group of the order streams.
+pub const GROUP: &str = "hmdp-orders";
+
+/// Entry field: the order id.
+pub const FIELD_ORDER_ID: &str = "id";
+/// Entry field: the buyer's user id.
+pub const FIELD_USER_ID: &str = "userId";
+/// Entry field: the voucher id.
+pub const FIELD_VOUCHER_ID: &str = "voucherId";
+/// Dead-letter field added to the copied entry: the id of the entry in the order stream.
+pub const FIELD_ORIGIN: &str = "origin";
+/// Dead-letter field added to the copied entry: why the worker gave up on it.
+pub const FIELD_REASON: &str = "reason";
+
+/// The order an entry carries, if its three fields are there and positive. Entries of a
+/// deleted (trimmed) message come back without fields.
+pub fn parse(e: &StreamId) -> Option<NewOrder> {
+    let id = e.get::<i64>(FIELD_ORDER_ID)?;
+    let user_id = e.get::<i64>(FIELD_USER_ID)?;
+    let voucher_id = e.get::<i64>(FIELD_VOUCHER_ID)?;
+    (id > 0 && user_id > 0 && voucher_id > 0).then_some(NewOrder {
+        id,
+        user_id,
+        voucher_id,
+    })
+}
+
+/// The orders of one voucher in a stream (the shard's order stream, written or not, or its
+/// dead letters), read page by page.
+pub async fn orders_of_voucher(
+    redis: &RedisConn,
+    stream: &str,
+    voucher: i64,
+) -> redis::RedisResult<Vec<NewOrder>> {
+    const PAGE: usize = 1000;
+    let mut redis = redis.clone();
+    let mut out = Vec::new();
+    let mut start = "-".to_owned();
+    loop {
+        let reply: StreamRangeReply = redis::cmd("XRANGE")
+            .arg(stream)
+            .arg(&start)
+            .arg("+")
+            .arg("COUNT")
+            .arg(PAGE)
+            .query_async(&mut redis)
+            .await?;
+        out.extend(
+            reply
+                .ids
+                .iter()
+                .filter_map(parse)
+                .filter(|o| o.voucher_id == voucher),
+        );
+        match reply.ids.last() {
+            Some(last) if reply.ids.len() == PAGE => start = format!("({}", last.id),
+            _ => break,
+        }
+    }
+    Ok(out)
+}
+
+/// How long the owner and voucher of an accepted (or failed) order are kept for the status
+/// query.
+pub const PENDING_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// What `seckill:pending:{orderId}` holds until the order is written: `user:voucher`, or
+/// `user:voucher:failed` once the worker moved the order to the dead letters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingRecord {
+    pub user_id: i64,
+    pub voucher_id: i64,
+    /// The worker gave up on the order (it waits in the dead letters).
+    pub failed: bool,
+}
+
+impl PendingRecord {
+    /// Reads a record as [`PendingRecord`]'s `Display` writes it.
+    pub fn parse(s: &str) -> Option<Self> {
+        let mut parts = s.split(':');
+        let user_id = parts.next()?.parse().ok()?;
+        let voucher_id = parts.next()?.parse().ok()?;
+        let failed = match parts.next() {
+            None => false,
+            Some("failed") => true,
+            Some(_) => return None,
+        };
+        parts.next().is_none().then_some(Self {
+            user_id,
+            voucher_id,
+            failed,
+        })
+    }
+}
+
+impl std::fmt::Display for PendingRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.user_id, self.voucher_id)?;
+        if self.failed {
+            f.write_str(":failed")?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes the pending record of an order (kept for [`PENDING_TTL`]).
+pub async fn write_pending(
+    redis: &RedisConn,
+    keys: &Keys,
+    order_id: i64,
+    record: PendingRecord,
+) -> redis::RedisResult<()> {
+    redis::cmd("SET")
+        .arg(keys.seckill_pending(order_id))
+        .arg(record.to_string())
+        .arg("PX")
+        .arg(PENDING_TTL.as_millis() as u64)
+        .query_async(&mut redis.clone())
+        .await
+}
+
+/// The pending record of an order; `None` when there is none, or not one of ours.
+pub async fn read_pending(
+    redis: &RedisConn,
+    keys: &Keys,
+    order_id: i64,
+) -> redis::RedisResult<Option<PendingRecord>> {
+    let raw: Option<String> = redis::cmd("GET")
+        .arg(keys.seckill_pending(order_id))
+        .query_async(&mut redis.clone())
+        .await?;
+    Ok(raw.as_deref().and_then(PendingRecord::parse))
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Value;
+
+    use super::*;
+
+    fn entry(fields: &[(&str, &str)]) -> StreamId {
+        StreamId {
+            id: "1-0".into(),
+            map: fields
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), Value::BulkString(v.as_bytes().to_vec())))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn entries_parse_into_orders() {
+        let e = entry(&[
+            (FIELD_ORDER_ID, "42"),
+            (FIELD_USER_ID, "7"),
+            (FIELD_VOUCHER_ID, "9"),
+        ]);
+        assert_eq!(
+            parse(&e),
+            Some(NewOrder {
+                id: 42,
+                user_id: 7,
+                voucher_id: 9
+            })
+        );
+        // A trimmed message comes back without fields; a bad or missing field is no order.
+        assert_eq!(parse(&entry(&[])), None);
+        assert_eq!(
+            parse(&entry(&[(FIELD_ORDER_ID, "42"), (FIELD_USER_ID, "7")])),
+            None
+        );
+        assert_eq!(
+            parse(&entry(&[
+                (FIELD_ORDER_ID, "42"),
+                (FIELD_USER_ID, "x"),
+                (FIELD_VOUCHER_ID, "9")
+            ])),
+            None
+        );
+        assert_eq!(
+            parse(&entry(&[
+                (FIELD_ORDER_ID, "0"),
+                (FIELD_USER_ID, "7"),
+                (FIELD_VOUCHER_ID, "9")
+            ])),
+            None
+        );
+    }
+
+    #[test]
+    fn pending_records_round_trip() {
+        for failed in [false, true] {
+            let r = PendingRecord {
+                user_id: 7,
+                voucher_id: 9,
+                failed,
+            };
+            assert_eq!(PendingRecord::parse(&r.to_string()), Some(r));
+        }
+        assert_eq!(
+            PendingRecord {
+                user_id: 7,
+                voucher_id: 9,
+                failed: false
+            }
+            .to_string(),
+            "7:9"
+        );
+        assert_eq!(
+            PendingRecord {
+                user_id: 7,
+                voucher_id: 9,
+                failed: true
+            }
+            .to_string(),
+            "7:9:failed"
+        );
+        for bad in ["7:9:other", "7", "7:9:failed:x", "a:9", ""] {
+            assert_eq!(PendingRecord::parse(bad), None, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Deciding one order: in Redis with the grab script (`async`), or in the database under a
+//! per-user lock (`sync`, the course's path).
+
+use std::time::{Duration, Instant};
+
+use chrono::Local;
+
+use super::{Refusal, Seckill, SeckillError, scripts};
+use crate::{
+    domain::{UserId, VoucherId},
+    kv::Keys,
+    order_stream::{self, PendingRecord},
+    storage::orders::{self, NewOrder, SyncOutcome},
+};
+
+/// How long a grab keeps warming a voucher that Redis keeps losing before it gives up (with a
+/// retryable 503). Three attempts are always made; a fixed count alone gave up too early on a
+/// machine so busy that the key was lost again between each warm-up and the next try.
+const WARM_RETRY_BUDGET: Duration = Duration::from_secs(2);
+
+impl Seckill {
+    pub(super) async fn grab_async(
+        &self,
+        user: UserId,
+        voucher: VoucherId,
+    ) -> Result<Result<i64, Refusal>, SeckillError> {
+        self.check_shards().await?;
+        let shard = self.shard(voucher);
+        let order_id = self.ids.next_id().await?;
+        let mut redis = self.redis.clone();
+        let started = Instant::now();
+        for attempt in 1.. {
+            let code: i64 = scripts::GRAB
+                .key(self.keys.seckill_voucher(shard, voucher.get()))
+                .key(self.keys.seckill_buyers(shard, voucher.get()))
+                .key(self.keys.seckill_stream(shard))
+                .arg(voucher.get())
+                .arg(user.get())
+                .arg(order_id)
+                .invoke_async(&mut redis)
+                .await?;
+            match code {
+                0 => {
+                    // Best effort: only the status query reads it, and the worker's write
+                    // makes it unnecessary.
+                    let record = PendingRecord {
+                        user_id: user.get(),
+                        voucher_id: voucher.get(),
+                        failed: false,
+                    };
+                    let _ = order_stream::write_pending(&self.redis, &self.keys, order_id, record)
+                        .await;
+                    return Ok(Ok(order_id));
+                }
+                1 => return Ok(Err(Refusal::SoldOut)),
+                2 => return Ok(Err(Refusal::Duplicate)),
+                3 => return Ok(Err(Refusal::NotStarted)),
+                4 => return Ok(Err(Refusal::Ended)),
+                -2 => return Ok(Err(Refusal::UnknownVoucher)),
+                _ if attempt >= 3 && started.elapsed() >= WARM_RETRY_BUDGET => break,
+                _ => self.warm(voucher).await?,
+            }
+        }
+        Err(SeckillError::NotLoaded)
+    }
+
+    pub(super) async fn grab_sync(
+        &self,
+        user: UserId,
+        voucher: VoucherId,
+    ) -> Result<Result<i64, Refusal>, SeckillError> {
+        let Some(v) = orders::seckill_voucher(&self.db, voucher).await? else {
+            return Ok(Err(Refusal::UnknownVoucher));
+        };
+        let now = Local::now().naive_local();
+        if now < v.begin_time {
+            return Ok(Err(Refusal::NotStarted));
+        }
+        if now > v.end_time {
+            return Ok(Err(Refusal::Ended));
+        }
+        if v.stock < 1 {
+            return Ok(Err(Refusal::SoldOut));
+        }
+        // One attempt per user at a time, as the original's Redisson tryLock(): a concurrent
+        // second request of the same user is a duplicate by definition.
+        let lock = self.locks.lock(&Keys::order_lock(user.get()))?;
+        let Some(guard) = lock
+            .try_lock(Duration::ZERO, Some(Duration::from_secs(10)))
+            .await?
+        else {
+            return Ok(Err(Refusal::Duplicate));
+        };
+        let order_id = self.ids.next_id().await;
+        let outcome = match order_id {
+            Ok(id) => orders::create_order_sync(
+                &self.db,
+                NewOrder {
+                    id,
+                    user_id: user.get(),
+                    voucher_id: voucher.get(),
+                },
+            )
+            .await
+            .map(|o| (id, o))
+            .map_err(SeckillError::from),
+            Err(e) => Err(e.into()),
+        };
+        let _ = guard.unlock().await;
+        Ok(match outcome? {
+            (id, SyncOutcome::Created) => Ok(id),
+            (_, SyncOutcome::SoldOut) => Err(Refusal::SoldOut),
+            (_, SyncOutcome::Duplicate) => Err(Refusal::Duplicate),
+        })
+    }
+}

@@ -1,0 +1,218 @@
+//! Loading a voucher into Redis from the database, without handing out stock twice: the
+//! order streams are read first, then one database snapshot of the voucher and its orders
+//! (README, "The flash sale, and what survives what").
+
+use std::{collections::HashSet, sync::atomic::Ordering, time::Duration};
+
+use chrono::NaiveDateTime;
+
+use super::{Seckill, SeckillError, local_millis, scripts};
+use crate::{
+    config::SeckillMode,
+    domain::VoucherId,
+    kv::Keys,
+    order_stream,
+    storage::orders::{self, NewOrder, SaleSnapshot},
+};
+
+/// How long an unknown voucher id is remembered as unknown.
+const MISSING_TTL: Duration = Duration::from_secs(60);
+
+/// What a warm-up loads: the stock left once every accepted order is counted, and the buyers.
+#[derive(Debug, PartialEq, Eq)]
+struct Load {
+    stock: i64,
+    buyers: Vec<i64>,
+    /// Accepted orders not in the database (queued, or given up on), one per buyer.
+    unwritten: i64,
+}
+
+/// Counts the orders of the streams that the snapshot does not hold: each new buyer takes
+/// one from stock (a second order of a buyer can never be written: the unique key refuses it).
+fn plan(snapshot: &SaleSnapshot, queued: &[NewOrder], dead: &[NewOrder]) -> Load {
+    let persisted: HashSet<i64> = snapshot.orders.iter().map(|(id, _)| *id).collect();
+    let mut buyers: HashSet<i64> = snapshot.orders.iter().map(|(_, u)| *u).collect();
+    let mut unwritten = 0i64;
+    for o in queued.iter().chain(dead) {
+        if !persisted.contains(&o.id) && buyers.insert(o.user_id) {
+            unwritten += 1;
+        }
+    }
+    let mut buyers: Vec<i64> = buyers.into_iter().collect();
+    buyers.sort_unstable();
+    Load {
+        stock: snapshot.voucher.stock - unwritten,
+        buyers,
+        unwritten,
+    }
+}
+
+impl Seckill {
+    /// Loads a voucher into Redis from the database, or repairs an unusable one. Safe to call
+    /// concurrently: a lock makes one caller do the work, and the final write happens only if
+    /// the voucher is still missing.
+    pub async fn warm(&self, voucher: VoucherId) -> Result<(), SeckillError> {
+        let lock = self.locks.lock(&Keys::seckill_warm_lock(voucher.get()))?;
+        let Some(guard) = lock
+            .try_lock(Duration::from_secs(5), Some(Duration::from_secs(15)))
+            .await?
+        else {
+            // Someone else has been warming it for a while; the caller retries the grab.
+            tracing::warn!(
+                voucher = voucher.get(),
+                "flash-sale warm-up lock busy; not loading"
+            );
+            return Ok(());
+        };
+        let result = self.warm_locked(voucher).await;
+        // Whatever happened: a failed load must not keep others waiting for the lease.
+        let _ = guard.unlock().await;
+        result
+    }
+
+    async fn warm_locked(&self, voucher: VoucherId) -> Result<(), SeckillError> {
+        let shard = self.shard(voucher);
+        let state: i64 = scripts::CHECK_LOADED
+            .key(self.keys.seckill_voucher(shard, voucher.get()))
+            .key(self.keys.seckill_buyers(shard, voucher.get()))
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        if state == -1 {
+            tracing::warn!(
+                voucher = voucher.get(),
+                "flash-sale voucher incomplete in Redis (a field or its buyer set lost); reloading it"
+            );
+        }
+        if state != 1 {
+            self.stats.warm_ups.fetch_add(1, Ordering::Relaxed);
+            self.load_from_database(voucher, shard).await?;
+        }
+        Ok(())
+    }
+
+    async fn load_from_database(&self, voucher: VoucherId, shard: u32) -> Result<(), SeckillError> {
+        let mut redis = self.redis.clone();
+        let hash = self.keys.seckill_voucher(shard, voucher.get());
+        // 1. The streams first, 2. then the database snapshot (one transaction).
+        let queued = order_stream::orders_of_voucher(
+            &self.redis,
+            &self.keys.seckill_stream(shard),
+            voucher.get(),
+        )
+        .await?;
+        let dead = order_stream::orders_of_voucher(
+            &self.redis,
+            &self.keys.seckill_dead_letters(shard),
+            voucher.get(),
+        )
+        .await?;
+        let Some(snapshot) = orders::sale_snapshot(&self.db, voucher).await? else {
+            let _: i64 = scripts::MARK_MISSING
+                .key(&hash)
+                .arg(MISSING_TTL.as_millis() as u64)
+                .invoke_async(&mut redis)
+                .await?;
+            return Ok(());
+        };
+        let load = plan(&snapshot, &queued, &dead);
+        let buyers_key = self.keys.seckill_buyers(shard, voucher.get());
+        for chunk in load.buyers.chunks(1000) {
+            let _: i64 = redis::cmd("SADD")
+                .arg(&buyers_key)
+                .arg(chunk)
+                .query_async(&mut redis)
+                .await?;
+        }
+        // The hash last, and only if nobody loaded it meanwhile.
+        let loaded: i64 = scripts::LOAD
+            .key(&hash)
+            .arg(load.stock.max(0))
+            .arg(local_millis(snapshot.voucher.begin_time))
+            .arg(local_millis(snapshot.voucher.end_time))
+            .arg(load.buyers.len())
+            .invoke_async(&mut redis)
+            .await?;
+        tracing::info!(
+            voucher = voucher.get(),
+            stock = load.stock,
+            buyers = load.buyers.len(),
+            queued_unwritten = load.unwritten,
+            dead_letters = dead.len(),
+            loaded = loaded == 1,
+            "flash-sale voucher loaded into Redis from the database"
+        );
+        Ok(())
+    }
+
+    /// Loads a freshly created voucher into Redis (a failure is logged: the first request
+    /// loads it instead).
+    pub async fn load_new_voucher(
+        &self,
+        voucher: VoucherId,
+        stock: i64,
+        begin: NaiveDateTime,
+        end: NaiveDateTime,
+    ) {
+        if self.settings.mode == SeckillMode::Sync {
+            return;
+        }
+        let result: redis::RedisResult<i64> = scripts::LOAD
+            .key(
+                self.keys
+                    .seckill_voucher(self.shard(voucher), voucher.get()),
+            )
+            .arg(stock)
+            .arg(local_millis(begin))
+            .arg(local_millis(end))
+            .arg(0)
+            .invoke_async(&mut self.redis.clone())
+            .await;
+        if let Err(e) = result {
+            tracing::warn!(voucher = voucher.get(), error = %e, "could not load the new voucher into Redis; it loads on first use");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::orders::SeckillVoucher;
+
+    fn order(id: i64, user_id: i64) -> NewOrder {
+        NewOrder {
+            id,
+            user_id,
+            voucher_id: 1,
+        }
+    }
+
+    #[test]
+    fn orders_outside_the_snapshot_take_stock_once_per_buyer() {
+        let snapshot = SaleSnapshot {
+            voucher: SeckillVoucher {
+                voucher_id: 1,
+                stock: 10,
+                begin_time: NaiveDateTime::default(),
+                end_time: NaiveDateTime::default(),
+            },
+            // Orders 1 and 2 are written.
+            orders: vec![(1, 100), (2, 200)],
+        };
+        let queued = [
+            order(1, 100), // written, not yet trimmed: counted by the snapshot
+            order(3, 300), // unwritten: takes one
+            order(4, 300), // a second order of buyer 300 can never be written
+            order(5, 200), // a buyer who already has a written order: nothing more
+        ];
+        let dead = [order(6, 600)]; // given up on: its stock stays taken
+        assert_eq!(
+            plan(&snapshot, &queued, &dead),
+            Load {
+                stock: 8,
+                buyers: vec![100, 200, 300, 600],
+                unwritten: 2,
+            }
+        );
+        assert_eq!(plan(&snapshot, &[], &[]).stock, 10);
+    }
+}

@@ -1,0 +1,228 @@
+//! The loop of one shard: own pending entries first, then new ones, taking over idle entries
+//! now and then; while the database is away it retries what it holds; between steps it trims
+//! the stream and removes idle consumers.
+
+use std::time::{Duration, Instant};
+
+use redis::streams::StreamId;
+use tokio::sync::watch;
+
+use super::{OrderWorker, Step, WorkerError};
+use crate::kv::RedisConn;
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+const TRIM_EVERY: Duration = Duration::from_secs(1);
+/// How long a read waits for new entries.
+const BLOCK: Duration = Duration::from_millis(1000);
+
+impl OrderWorker {
+    /// Runs the loop of one shard until `stop` turns true.
+    pub async fn run_shard(&self, shard: u32, stop: watch::Receiver<bool>) {
+        if let Some(mut l) = ShardLoop::start(self, shard, stop).await {
+            l.run().await;
+        }
+    }
+}
+
+/// Something done now and then.
+struct Every {
+    period: Duration,
+    last: Instant,
+}
+
+impl Every {
+    fn new(period: Duration) -> Self {
+        Self {
+            period,
+            last: Instant::now(),
+        }
+    }
+
+    fn is_due(&self) -> bool {
+        self.last.elapsed() >= self.period
+    }
+
+    fn restart(&mut self) {
+        self.last = Instant::now();
+    }
+}
+
+/// One shard's loop and what it carries from one step to the next.
+struct ShardLoop<'w> {
+    worker: &'w OrderWorker,
+    shard: u32,
+    stop: watch::Receiver<bool>,
+    /// Blocking reads get their own connection: on a multiplexed one they would hold up
+    /// every other command behind them.
+    reader: RedisConn,
+    /// Where the re-read of this consumer's own pending entries continues; `None` once done.
+    /// They are read once, page by page (a failing entry is not re-read at once: it comes
+    /// back through `XAUTOCLAIM` after the claim interval).
+    own_pending: Option<String>,
+    /// Entries held through a database outage, to be retried as they are.
+    stalled: Vec<StreamId>,
+    backoff: Duration,
+    group_ready: bool,
+    /// A claim pass is going on: it continues to the end of the pending list.
+    claiming: bool,
+    claim: Every,
+    trim: Every,
+    cleanup: Every,
+}
+
+impl<'w> ShardLoop<'w> {
+    /// Connects the reader, retrying until Redis answers; `None` if asked to stop first.
+    async fn start(
+        worker: &'w OrderWorker,
+        shard: u32,
+        mut stop: watch::Receiver<bool>,
+    ) -> Option<Self> {
+        let reader = loop {
+            match RedisConn::connect(&worker.redis_url).await {
+                Ok(c) => break c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "order worker cannot reach Redis; retrying");
+                    if sleep_or_stop(&mut stop, Duration::from_secs(1)).await {
+                        return None;
+                    }
+                }
+            }
+        };
+        let claim_every = (worker.settings.claim_idle / 2).max(Duration::from_millis(200));
+        let cleanup_every =
+            (worker.consumer_expiry / 4).clamp(Duration::from_secs(1), Duration::from_secs(600));
+        Some(Self {
+            worker,
+            shard,
+            stop,
+            reader,
+            own_pending: Some("0".into()),
+            stalled: Vec::new(),
+            backoff: FIRST_BACKOFF,
+            group_ready: false,
+            claiming: false,
+            claim: Every::new(claim_every),
+            trim: Every::new(TRIM_EVERY),
+            cleanup: Every::new(cleanup_every),
+        })
+    }
+
+    async fn run(&mut self) {
+        while !*self.stop.borrow() {
+            if !self.group_ready {
+                match self.worker.ensure_group(self.shard).await {
+                    Ok(()) => self.group_ready = true,
+                    Err(e) => {
+                        tracing::warn!(error = %e, shard = self.shard, "cannot create the order consumer group; retrying");
+                        if self.back_off().await {
+                            return;
+                        }
+                        continue;
+                    }
+                }
+            }
+            let result = self.step().await;
+            if self.after(result).await {
+                return;
+            }
+            self.housekeeping().await;
+        }
+    }
+
+    /// One step: held entries first, then own pending ones, then a claim pass when due,
+    /// else new entries.
+    async fn step(&mut self) -> Result<Step, WorkerError> {
+        let (w, shard) = (self.worker, self.shard);
+        if !self.stalled.is_empty() {
+            w.retry(shard, std::mem::take(&mut self.stalled)).await
+        } else if let Some(after) = self.own_pending.clone() {
+            let entries = w.read(shard, &mut self.reader, &after, None).await?;
+            if entries.is_empty() {
+                self.own_pending = None;
+                return Ok(Step::Idle);
+            }
+            self.own_pending = entries.last().map(|e| e.id.clone());
+            w.write(shard, entries).await
+        } else if self.claiming || self.claim.is_due() {
+            self.claim.restart();
+            let r = w.step_claim(shard).await;
+            // A dead consumer's backlog is taken over batch after batch, and a pass over the
+            // pending list goes on to its end, not one batch per claim interval.
+            self.claiming = matches!(r, Ok(Step::Wrote(_))) || w.claim_cursor(shard) != "0-0";
+            r
+        } else {
+            w.step_new(shard, &mut self.reader, BLOCK).await
+        }
+    }
+
+    /// Takes in a step's result: holds the entries of a database outage, backs off after a
+    /// failure. True if asked to stop meanwhile.
+    async fn after(&mut self, result: Result<Step, WorkerError>) -> bool {
+        let shard = self.shard;
+        match result {
+            Ok(_) => {
+                self.backoff = FIRST_BACKOFF;
+                false
+            }
+            Err(WorkerError::Stalled { entries, source }) => {
+                tracing::warn!(error = %source, shard, orders = entries.len(), retry_in = ?self.backoff, "database unavailable; holding the orders for a retry");
+                self.stalled = entries;
+                self.back_off().await
+            }
+            Err(e) => {
+                if let WorkerError::Redis(re) = &e
+                    && re.code() == Some("NOGROUP")
+                {
+                    self.group_ready = false; // the stream was deleted (e.g. Redis flushed)
+                }
+                tracing::warn!(error = %e, shard, retry_in = ?self.backoff, "order step failed; will retry");
+                // What was delivered to this consumer before the failure is read again.
+                self.own_pending = Some("0".into());
+                self.back_off().await
+            }
+        }
+    }
+
+    async fn housekeeping(&mut self) {
+        let (w, shard) = (self.worker, self.shard);
+        if self.trim.is_due() {
+            self.trim.restart();
+            if let Err(e) = w.trim(shard).await {
+                tracing::debug!(error = %e, shard, "stream trim skipped");
+            }
+        }
+        if self.cleanup.is_due() {
+            self.cleanup.restart();
+            match w.remove_idle_consumers(shard).await {
+                Ok(removed) if !removed.is_empty() => {
+                    tracing::info!(
+                        shard,
+                        ?removed,
+                        "removed idle consumers from the order group"
+                    )
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(error = %e, shard, "consumer clean-up skipped"),
+            }
+        }
+    }
+
+    /// Sleeps for the back-off, then doubles it (up to 5 s); true if asked to stop meanwhile.
+    async fn back_off(&mut self) -> bool {
+        if sleep_or_stop(&mut self.stop, self.backoff).await {
+            return true;
+        }
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        false
+    }
+}
+
+/// Sleeps for `d`; true if asked to stop meanwhile.
+async fn sleep_or_stop(stop: &mut watch::Receiver<bool>, d: Duration) -> bool {
+    let stopped = tokio::select! {
+        _ = tokio::time::sleep(d) => false,
+        _ = stop.wait_for(|s| *s) => true,
+    };
+    stopped || *stop.borrow()
+}
