@@ -653,6 +653,7 @@ fn scalar_text(value: Value) -> Option<String> {
     }
 }
 
+/// A check of a value as written: `message` unless `ok`.
 fn ensure<T>(message: String, ok: impl Fn(&T) -> bool) -> impl Fn(&T) -> Result<(), String> {
     move |v| if ok(v) { Ok(()) } else { Err(message.clone()) }
 }
