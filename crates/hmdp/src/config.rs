@@ -5,19 +5,26 @@
 //! configuration at all (SQLite file under the data directory, Redis on localhost or a managed
 //! child `redis-server`).
 //!
-//! The TOML file uses the same names in lower case without the `HMDP_` prefix
-//! (`HMDP_REDIS_URL` → `redis_url`); unknown keys are rejected so typos do not pass silently.
+//! Each setting is declared once, in a `settings!` block below: variable, field, type, default,
+//! docs and check. Everything else comes from that entry: the TOML key (the variable in lower
+//! case without `HMDP_`: `HMDP_REDIS_URL` → `redis_url`), the layering (figment stacks the file
+//! and the environment), the start-up summary and the README's configuration table. Unknown file
+//! keys are rejected so typos do not pass silently.
 
 use std::{
     collections::HashMap,
-    fmt,
+    fmt::{self, Write as _},
     net::SocketAddr,
     path::{Path, PathBuf},
     str::FromStr,
     time::Duration,
 };
 
-use serde::Deserialize;
+use figment::{
+    Figment,
+    providers::{Format as _, Serialized, Toml},
+    value::{Dict, Value},
+};
 
 /// Errors found while reading the configuration; each names the setting at fault.
 #[derive(Debug, thiserror::Error)]
@@ -28,17 +35,16 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    /// The `--config` file is not valid TOML or has unknown keys.
+    /// The `--config` file is not valid TOML, has unknown keys or a value of the wrong type.
     #[error("invalid config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
-    /// A value (from the file or the environment) does not parse.
+    /// A value does not parse (environment) or fails its check (file or environment).
     #[error("invalid value for {name}: {message}")]
     Invalid { name: &'static str, message: String },
 }
 
 /// When to start a private `redis-server` child instead of using `redis_url`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ManagedRedis {
     /// Only when `HMDP_REDIS_URL` is unset and nothing answers at the default URL.
     Auto,
@@ -53,9 +59,8 @@ pub enum ManagedRedis {
 /// This decides what a Redis crash can lose: an accepted flash-sale order exists only in Redis
 /// until the worker writes it, so with `everysec` up to about one second of accepted orders can
 /// vanish in a crash of Redis (or of the machine); `always` loses none, at the price of one
-/// `fsync` per write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// `fsync` per write. [`AppendFsync::as_str`] is Redis's own name for the value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AppendFsync {
     /// `fsync` after every write: nothing acknowledged is lost; slowest.
     Always,
@@ -65,24 +70,82 @@ pub enum AppendFsync {
     No,
 }
 
-impl AppendFsync {
-    /// The value of Redis's `appendfsync` setting.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AppendFsync::Always => "always",
-            AppendFsync::Everysec => "everysec",
-            AppendFsync::No => "no",
-        }
-    }
-}
-
 /// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
     Text,
     Json,
 }
+
+/// How `GET /shop/{id}` rebuilds a missing or stale entry (`HMDP_SHOP_CACHE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShopCacheStrategy {
+    /// Cache-aside with a rebuild mutex (single-flight + distributed lock). The default.
+    Mutex,
+    /// Logical expiry: never expires in Redis; stale is served while one task rebuilds.
+    Logical,
+    /// Plain cache-aside with null caching, no lock (the course's first version).
+    Aside,
+}
+
+/// How flash-sale orders are decided (`HMDP_SECKILL_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeckillMode {
+    /// One Lua script decides in Redis and queues the order on a stream; a worker writes it.
+    Async,
+    /// The database decides, under a per-user lock (the course's baseline).
+    Sync,
+}
+
+/// How order ids are drawn (`HMDP_ID_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdMode {
+    /// One `INCR` per id, exactly the original `RedisIdWorker`.
+    Compatible,
+    /// Blocks of ids reserved with `INCRBY`; most ids need no round trip.
+    Segment,
+}
+
+/// Gives an enum its configuration names: read case-insensitively, shown in lower case.
+macro_rules! names {
+    ($ty:ty { $($text:literal => $variant:path),* $(,)? }) => {
+        impl $ty {
+            /// The value's name in the configuration.
+            pub fn as_str(self) -> &'static str {
+                match self { $($variant => $text),* }
+            }
+        }
+        impl FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s.to_ascii_lowercase().as_str() {
+                    $($text => Ok($variant),)*
+                    _ => Err(format!("expected one of: {}", [$($text),*].join(", "))),
+                }
+            }
+        }
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+names!(ManagedRedis {
+    "auto" => ManagedRedis::Auto, "always" => ManagedRedis::Always, "never" => ManagedRedis::Never,
+});
+names!(AppendFsync {
+    "always" => AppendFsync::Always, "everysec" => AppendFsync::Everysec, "no" => AppendFsync::No,
+});
+names!(LogFormat { "text" => LogFormat::Text, "json" => LogFormat::Json });
+names!(ShopCacheStrategy {
+    "mutex" => ShopCacheStrategy::Mutex,
+    "logical" => ShopCacheStrategy::Logical,
+    "aside" => ShopCacheStrategy::Aside,
+});
+names!(SeckillMode { "async" => SeckillMode::Async, "sync" => SeckillMode::Sync });
+names!(IdMode { "compatible" => IdMode::Compatible, "segment" => IdMode::Segment });
 
 /// A secret string that never shows up in `Debug`/`Display` output or logs.
 #[derive(Clone, PartialEq, Eq)]
@@ -105,271 +168,229 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// Limits on how often and how many login codes a phone can get and try.
-#[derive(Debug, Clone)]
-pub struct CodePolicy {
-    /// How long a code stays valid (the original: 2 minutes).
-    pub ttl: Duration,
-    /// Minimum time between two codes for one phone.
-    pub min_interval: Duration,
-    /// Codes per phone per day: the window opens with the phone's first code and lasts 24
-    /// hours (a fixed window, not a rolling one).
-    pub daily_limit: u32,
-    /// Wrong tries after which the code is void.
-    pub max_attempts: u32,
-    /// `HMDP_CODE_IP_PER_MIN`: code requests per minute from one client IP, in bursts of up to
-    /// that many; 0 = off. The per-phone limits cannot stop one client asking for codes for
-    /// many different phones (an SMS flood at your expense); this can.
-    pub ip_per_min: u32,
-}
-
-/// How `GET /shop/{id}` rebuilds a missing or stale entry (`HMDP_SHOP_CACHE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ShopCacheStrategy {
-    /// Cache-aside with a rebuild mutex (single-flight + distributed lock). The default.
-    Mutex,
-    /// Logical expiry: never expires in Redis; stale is served while one task rebuilds.
-    Logical,
-    /// Plain cache-aside with null caching, no lock (the course's first version).
-    Aside,
-}
-
-/// How flash-sale orders are decided (`HMDP_SECKILL_MODE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SeckillMode {
-    /// One Lua script decides in Redis and queues the order on a stream; a worker writes it.
-    Async,
-    /// The database decides, under a per-user lock (the course's baseline).
-    Sync,
-}
-
-/// How order ids are drawn (`HMDP_ID_MODE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum IdMode {
-    /// One `INCR` per id, exactly the original `RedisIdWorker`.
-    Compatible,
-    /// Blocks of ids reserved with `INCRBY`; most ids need no round trip.
-    Segment,
-}
-
-/// Flash-sale and order-worker settings.
-#[derive(Debug, Clone)]
-pub struct SeckillSettings {
-    /// `HMDP_SECKILL_MODE`: async | sync.
-    pub mode: SeckillMode,
-    /// `HMDP_SECKILL_SHARDS`: order streams; vouchers are spread over them by id. On a Redis
-    /// Cluster each shard is one hash slot, so more shards spread the load over more nodes.
-    pub shards: u32,
-    /// `HMDP_WORKER`: run the order worker inside `hmdp serve`.
-    pub worker: bool,
-    /// `HMDP_WORKER_BATCH`: orders written per database transaction at most.
-    pub batch: usize,
-    /// `HMDP_WORKER_MAX_DELIVERIES`: an entry that failed this often goes to the dead-letter stream.
-    pub max_deliveries: u64,
-    /// `HMDP_WORKER_CLAIM_IDLE_MS`: entries pending this long with another consumer are taken over.
-    pub claim_idle: Duration,
-    /// `HMDP_WORKER_CONSUMER`: this worker's name in the consumer group. A stable name (one
-    /// per deployment slot, e.g. a StatefulSet pod name) lets a restarted worker finish its own
-    /// pending orders at once; unset, each process gets a fresh name and a dead one's orders
-    /// are taken over after `claim_idle`. Two live workers must never share a name.
-    pub consumer: Option<String>,
-    /// `HMDP_WORKER_LISTEN`: where a standalone `hmdp worker` serves its `/metrics` and
-    /// `/health` (e.g. `127.0.0.1:9464`); unset, it opens no port. `hmdp serve` ignores it (its
-    /// embedded worker's metrics are on the service's own `/metrics`).
-    pub listen: Option<SocketAddr>,
-    /// `HMDP_ID_MODE`: compatible | segment.
-    pub id_mode: IdMode,
-}
-
-/// Cache settings.
-#[derive(Debug, Clone)]
-pub struct CacheSettings {
-    /// `HMDP_SHOP_CACHE`: mutex | logical | aside.
-    pub shop_strategy: ShopCacheStrategy,
-    /// `HMDP_CACHE_TTL_SECS`: lifetime of cached entries (the original's 30 min).
-    pub ttl: Duration,
-    /// `HMDP_CACHE_NULL_TTL_SECS`: how long "no such shop" is remembered (the original's 2 min).
-    pub null_ttl: Duration,
-    /// `HMDP_CACHE_JITTER`: every TTL is spread by ± this ratio (0 to 0.5).
-    pub jitter: f64,
-    /// `HMDP_CACHE_L1_TTL_MS`: lifetime of the in-process L1 copy; 0 turns L1 off.
-    pub l1_ttl: Duration,
-    /// `HMDP_CACHE_L1_CAPACITY`: entries in the L1.
-    pub l1_capacity: u64,
-    /// `HMDP_SHOP_BLOOM`: a Bloom filter of shop ids in front of the shop cache.
-    pub bloom: bool,
-    /// `HMDP_CACHE_FALLBACK_CONCURRENCY`: with Redis down, at most this many database reads at
-    /// once serve cache misses; beyond that, reads answer 503 at once. 0 = always 503.
-    pub fallback_concurrency: usize,
-}
-
-/// The effective configuration of one `hmdp` process.
-///
-/// `Debug` prints [`Config::redacted_summary`], so logging a `Config` never leaks a secret.
-#[derive(Clone)]
-pub struct Config {
-    /// `HMDP_LISTEN`: address to serve on.
-    pub listen: SocketAddr,
-    /// `HMDP_DATABASE_URL`: `sqlite://FILE` or `mysql://…`. Defaults to `sqlite://{data_dir}/hmdp.db`.
-    pub database_url: String,
-    /// `HMDP_DB_MAX_CONNECTIONS`: database pool size.
-    pub db_max_connections: u32,
-    /// `HMDP_REDIS_URL`: one `redis://` URL, or several comma-separated for a Redis Cluster.
-    /// `None` means "the default", which may be replaced by a managed child (see `redis_managed`).
-    pub redis_url: Option<String>,
-    /// `HMDP_REDIS_PREFIX`: prepended to every Redis key.
-    pub redis_prefix: String,
-    /// `HMDP_REDIS_MANAGED`: auto | always | never.
-    pub redis_managed: ManagedRedis,
-    /// `HMDP_REDIS_APPENDFSYNC`: always | everysec | no, for a managed `redis-server` (a Redis
-    /// of your own keeps its own setting).
-    pub redis_appendfsync: AppendFsync,
-    /// `HMDP_ADMIN_TOKEN`: admin credential; generated and stored under `data_dir` when unset.
-    pub admin_token: Option<Secret>,
-    /// `HMDP_STATIC_DIR`: a folder served at `/` (e.g. the original front-end pages).
-    pub static_dir: Option<PathBuf>,
-    /// `HMDP_DATA_DIR`: where the embedded defaults keep their files.
-    pub data_dir: PathBuf,
-    /// `HMDP_SESSION_TTL_SECS`: sliding session lifetime.
-    pub session_ttl: Duration,
-    /// `HMDP_SESSION_CACHE_MS`: how long an instance trusts a session it read from Redis
-    /// without asking again; 0 (the default) asks Redis on every request, as the original.
-    /// See `auth::session` for the trade.
-    pub session_cache: Duration,
-    /// `HMDP_CODE_TTL_SECS`, `HMDP_CODE_MIN_INTERVAL_SECS`, `HMDP_CODE_DAILY_LIMIT`,
-    /// `HMDP_CODE_MAX_ATTEMPTS`, `HMDP_CODE_IP_PER_MIN`.
-    pub code: CodePolicy,
-    /// Cache settings (`HMDP_SHOP_CACHE`, `HMDP_CACHE_*`, `HMDP_SHOP_BLOOM`).
-    pub cache: CacheSettings,
-    /// Flash sale and order worker (`HMDP_SECKILL_*`, `HMDP_WORKER*`, `HMDP_ID_MODE`).
-    pub seckill: SeckillSettings,
-    /// `HMDP_RATE_LIMIT_IP`: requests per second per client IP (bursts of twice that); 0 = off.
-    pub rate_limit_ip: u32,
-    /// `HMDP_RATE_LIMIT_USER`: requests per second per logged-in user; 0 = off.
-    pub rate_limit_user: u32,
-    /// `HMDP_BODY_LIMIT_BYTES`: largest accepted request body.
-    pub body_limit: usize,
-    /// `HMDP_REQUEST_TIMEOUT_MS`: a request taking longer is answered 503.
-    pub request_timeout: Duration,
-    /// `HMDP_IDLE_TIMEOUT_SECS`: how long a connection may take to send a request head, which
-    /// is also how long an idle keep-alive connection stays open.
-    pub idle_timeout: Duration,
-    /// `HMDP_LOG`: a tracing filter such as `info` or `hmdp=debug` (falls back to `RUST_LOG`).
-    pub log_filter: String,
-    /// `HMDP_LOG_FORMAT`: text | json.
-    pub log_format: LogFormat,
-}
-
 /// The default Redis URL, used when `HMDP_REDIS_URL` is unset.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
-impl Default for Config {
-    fn default() -> Self {
-        let data_dir = PathBuf::from("data");
-        Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
-            database_url: default_database_url(&data_dir),
-            db_max_connections: 10,
-            redis_url: None,
-            redis_prefix: String::new(),
-            redis_managed: ManagedRedis::Auto,
-            redis_appendfsync: AppendFsync::Everysec,
-            admin_token: None,
-            static_dir: None,
-            data_dir,
-            session_ttl: Duration::from_secs(30 * 60),
-            session_cache: Duration::ZERO,
-            code: CodePolicy {
-                ttl: Duration::from_secs(120),
-                min_interval: Duration::from_secs(60),
-                daily_limit: 10,
-                max_attempts: 5,
-                ip_per_min: 10,
-            },
-            cache: CacheSettings {
-                shop_strategy: ShopCacheStrategy::Mutex,
-                ttl: Duration::from_secs(30 * 60),
-                null_ttl: Duration::from_secs(120),
-                jitter: 0.1,
-                l1_ttl: Duration::from_millis(1000),
-                l1_capacity: 10_000,
-                bloom: true,
-                fallback_concurrency: 8,
-            },
-            seckill: SeckillSettings {
-                mode: SeckillMode::Async,
-                shards: 1,
-                worker: true,
-                batch: 200,
-                max_deliveries: 5,
-                claim_idle: Duration::from_secs(30),
-                consumer: None,
-                listen: None,
-                id_mode: IdMode::Segment,
-            },
-            rate_limit_ip: 200,
-            rate_limit_user: 20,
-            body_limit: 64 * 1024,
-            request_timeout: Duration::from_secs(10),
-            idle_timeout: crate::http::HEADER_READ_TIMEOUT,
-            log_filter: "info".to_owned(),
-            log_format: LogFormat::Text,
+/// The default `HMDP_DATA_DIR`.
+const DEFAULT_DATA_DIR: &str = "data";
+
+/// Declares a settings struct, each field once: `VARIABLE field: Type [as Unit] = default
+/// [, unset "what unset means"] [, check fn];` under its doc comment, which is also its line in
+/// the README. It derives the struct, its `Default`, reading it from the [`Layers`] and listing
+/// it as [`Row`]s; `groups` are nested settings structs.
+macro_rules! settings {
+    (@unit) => { Plain };
+    (@unit $unit:ident) => { $unit };
+    (@unset) => { String::from("unset") };
+    (@unset $unset:expr) => { String::from($unset) };
+    (@check) => { |_: &_| Ok(()) };
+    (@check $check:expr) => { $check };
+    (
+        $(#[$attr:meta])*
+        pub struct $name:ident {
+            $(
+                $(#[doc = $doc:literal])*
+                $var:ident $field:ident: $ty:ty $(as $unit:ident)? = $default:expr
+                    $(, unset $unset:expr)? $(, check $check:expr)?;
+            )*
         }
+        $(groups { $($(#[doc = $gdoc:literal])* $group:ident: $gty:ty,)* })?
+    ) => {
+        $(#[$attr])*
+        pub struct $name {
+            $(
+                #[doc = concat!("`", stringify!($var), "`:")]
+                $(#[doc = $doc])*
+                pub $field: $ty,
+            )*
+            $($($(#[doc = $gdoc])* pub $group: $gty,)*)?
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self { $($field: $default,)* $($($group: <$gty>::default(),)*)? }
+            }
+        }
+
+        impl $name {
+            /// Overwrites each setting the file or the environment gives.
+            fn apply(&mut self, layers: &Layers) -> Result<(), ConfigError> {
+                $(layers.set::<_, settings!(@unit $($unit)?)>(
+                    &mut self.$field,
+                    stringify!($var),
+                    settings!(@check $($check)?),
+                )?;)*
+                $($(self.$group.apply(layers)?;)*)?
+                Ok(())
+            }
+
+            /// Every setting with its value, in declaration order.
+            fn rows(&self, rows: &mut Vec<Row>) {
+                $(rows.push(Row {
+                    var: stringify!($var),
+                    doc: &[$($doc),*],
+                    unset: settings!(@unset $($unset)?),
+                    value: <$ty as Setting<settings!(@unit $($unit)?)>>::show(&self.$field),
+                });)*
+                $($(self.$group.rows(rows);)*)?
+            }
+        }
+    };
+}
+
+settings! {
+    /// The effective configuration of one `hmdp` process.
+    ///
+    /// `Debug` prints [`Config::redacted_summary`], so logging a `Config` never leaks a secret.
+    #[derive(Clone)]
+    pub struct Config {
+        /// address to serve on (the original's port)
+        HMDP_LISTEN listen: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 8081));
+        /// SQLite file (embedded default) or `mysql://user:pass@host:3306/db` (created if missing)
+        HMDP_DATABASE_URL database_url: String as Url =
+            default_database_url(Path::new(DEFAULT_DATA_DIR));
+        /// database pool size
+        HMDP_DB_MAX_CONNECTIONS db_max_connections: u32 = 10, check at_least(1);
+        /// Redis; several comma-separated `redis://` URLs mean a Redis Cluster
+        HMDP_REDIS_URL redis_url: Option<String> as Url = None,
+            unset format!("`{DEFAULT_REDIS_URL}`");
+        /// prepended to every Redis key (tests, a shared Redis); no `{` `}`
+        HMDP_REDIS_PREFIX redis_prefix: String = String::new(), check no_braces();
+        /// admin credential for `x-admin-token` (at least 16 characters)
+        HMDP_ADMIN_TOKEN admin_token: Option<Secret> = None, unset "generated", check min_len(16);
+        /// a folder served at `/`, e.g. the original front-end's `html/hmdp`
+        HMDP_STATIC_DIR static_dir: Option<PathBuf> = None;
+        /// where the embedded defaults keep files (SQLite, managed Redis, admin token)
+        HMDP_DATA_DIR data_dir: PathBuf = PathBuf::from(DEFAULT_DATA_DIR);
+        /// `auto`: start a child `redis-server` only if `HMDP_REDIS_URL` is unset and nothing
+        /// answers at the default; `always`; `never`
+        HMDP_REDIS_MANAGED redis_managed: ManagedRedis = ManagedRedis::Auto;
+        /// how often the managed `redis-server` flushes its AOF: `always` (every write: a Redis
+        /// crash loses no accepted order), `everysec` (up to ~1 s of accepted orders can be lost),
+        /// `no` (the OS decides); a Redis of your own keeps its own `appendfsync`
+        HMDP_REDIS_APPENDFSYNC redis_appendfsync: AppendFsync = AppendFsync::Everysec;
+        /// sliding session lifetime, refreshed by every request with the token
+        HMDP_SESSION_TTL_SECS session_ttl: Duration as Secs = Duration::from_secs(30 * 60),
+            check at_least(1);
+        /// trust a session read from Redis for this long without asking again (at most 60000).
+        /// Off by default. When set, a logout through another instance, or an expiry, is only
+        /// seen here after up to this long; a logout through this instance takes effect at once.
+        /// Measured: 1.23× grab throughput, the same p99 (BENCHMARKS.md)
+        HMDP_SESSION_CACHE_MS session_cache: Duration as Millis = Duration::ZERO,
+            check at_most(60_000);
+        /// requests per second per client IP, bursts of twice that (`0` = off, e.g. behind a
+        /// proxy or for benchmarks)
+        HMDP_RATE_LIMIT_IP rate_limit_ip: u32 = 200;
+        /// requests per second per logged-in user (`0` = off)
+        HMDP_RATE_LIMIT_USER rate_limit_user: u32 = 20;
+        /// largest accepted request body
+        HMDP_BODY_LIMIT_BYTES body_limit: usize = 64 * 1024;
+        /// a request taking longer is answered 503 `timeout`
+        HMDP_REQUEST_TIMEOUT_MS request_timeout: Duration as Millis = Duration::from_secs(10),
+            check at_least(1);
+        /// how long a client may take to send a request head, and how long an idle keep-alive
+        /// connection stays open (slow or silent clients cannot pin connections)
+        HMDP_IDLE_TIMEOUT_SECS idle_timeout: Duration as Secs = Duration::from_secs(30),
+            check at_least(1);
+        /// log filter (`hmdp=debug,info`; falls back to `RUST_LOG`)
+        HMDP_LOG log_filter: String = "info".to_owned();
+        /// `text` or `json`
+        HMDP_LOG_FORMAT log_format: LogFormat = LogFormat::Text;
+    }
+    groups {
+        /// Login codes (`HMDP_CODE_*`).
+        code: CodePolicy,
+        /// The shop cache (`HMDP_SHOP_CACHE`, `HMDP_CACHE_*`, `HMDP_SHOP_BLOOM`).
+        cache: CacheSettings,
+        /// The flash sale and its order worker (`HMDP_SECKILL_*`, `HMDP_WORKER*`, `HMDP_ID_MODE`).
+        seckill: SeckillSettings,
+    }
+}
+
+settings! {
+    /// Limits on how often and how many login codes a phone can get and try.
+    #[derive(Debug, Clone)]
+    pub struct CodePolicy {
+        /// login code lifetime (the original's 2 minutes)
+        HMDP_CODE_TTL_SECS ttl: Duration as Secs = Duration::from_secs(120), check at_least(1);
+        /// minimum time between two codes for one phone
+        HMDP_CODE_MIN_INTERVAL_SECS min_interval: Duration as Secs = Duration::from_secs(60);
+        /// codes per phone per day (a fixed 24-hour window that opens with the phone's first code)
+        HMDP_CODE_DAILY_LIMIT daily_limit: u32 = 10, check at_least(1);
+        /// login-code requests per minute from one client IP, in bursts of up to that many: one
+        /// client cannot make the service text many different phones (`0` = off, e.g. behind a
+        /// proxy, where every client shares its address, or for benchmarks)
+        HMDP_CODE_IP_PER_MIN ip_per_min: u32 = 10;
+        /// wrong tries after which a code is void
+        HMDP_CODE_MAX_ATTEMPTS max_attempts: u32 = 5, check at_least(1);
+    }
+}
+
+settings! {
+    /// Cache settings.
+    #[derive(Debug, Clone)]
+    pub struct CacheSettings {
+        /// how `GET /shop/{id}` rebuilds: `mutex` (single-flight + distributed lock; the default:
+        /// no warm-up, updates visible at once, unread shops expire), `logical` (logical expiry:
+        /// hot shops never miss, stale for one rebuild, entries never leave Redis), `aside` (plain
+        /// cache-aside); switching needs no flush (see [The shop cache](#the-shop-cache))
+        HMDP_SHOP_CACHE shop_strategy: ShopCacheStrategy = ShopCacheStrategy::Mutex;
+        /// cached entry lifetime (the original's 30 min; the logical lifetime with `logical`)
+        HMDP_CACHE_TTL_SECS ttl: Duration as Secs = Duration::from_secs(30 * 60),
+            check at_least(1);
+        /// how long "no such shop" is remembered (the original's 2 min)
+        HMDP_CACHE_NULL_TTL_SECS null_ttl: Duration as Secs = Duration::from_secs(120),
+            check at_least(1);
+        /// every cache TTL is spread by ± this ratio (avalanche protection)
+        HMDP_CACHE_JITTER jitter: f64 = 0.1, check between(0.0, 0.5);
+        /// in-process L1 lifetime; `0` turns the L1 off
+        HMDP_CACHE_L1_TTL_MS l1_ttl: Duration as Millis = Duration::from_millis(1000);
+        /// L1 entries
+        HMDP_CACHE_L1_CAPACITY l1_capacity: u64 = 10_000;
+        /// Bloom filter of shop ids in front of the shop cache
+        HMDP_SHOP_BLOOM bloom: bool = true;
+        /// with Redis down, at most this many shop loads go to the database at once, concurrent
+        /// reads of one shop sharing one (the rest get a fast 503); `0` = always 503
+        HMDP_CACHE_FALLBACK_CONCURRENCY fallback_concurrency: usize = 8;
+    }
+}
+
+settings! {
+    /// Flash-sale and order-worker settings.
+    #[derive(Debug, Clone)]
+    pub struct SeckillSettings {
+        /// `async`: one Lua script decides in Redis, a worker writes the order; `sync`: the
+        /// database decides under a per-user lock
+        HMDP_SECKILL_MODE mode: SeckillMode = SeckillMode::Async;
+        /// order streams; on a Redis Cluster each shard is one hash slot. Recorded in Redis on
+        /// first use: an instance with another count refuses to take or write orders (see below
+        /// for changing it)
+        HMDP_SECKILL_SHARDS shards: u32 = 1, check between(1, 1024);
+        /// run the order worker inside `hmdp serve` (`hmdp worker` runs it alone)
+        HMDP_WORKER worker: bool = true;
+        /// orders written per database transaction at most
+        HMDP_WORKER_BATCH batch: usize = 200, check between(1, 5000);
+        /// an order that fails this often (for reasons other than the database being away or
+        /// briefly refusing), over at least 60 s, moves to the dead-letter stream
+        HMDP_WORKER_MAX_DELIVERIES max_deliveries: u64 = 5, check at_least(1);
+        /// orders left pending this long by a dead worker are taken over
+        HMDP_WORKER_CLAIM_IDLE_MS claim_idle: Duration as Millis = Duration::from_secs(30);
+        /// the worker's name in the consumer group: a stable name per deployment slot (e.g. a pod
+        /// name) lets a restarted worker finish its own pending orders at once; two live workers
+        /// must never share one
+        HMDP_WORKER_CONSUMER consumer: Option<String> as Trimmed = None,
+            unset "random per process";
+        /// `hmdp worker` only: serve its `/metrics` and `/health` on this address (no port when
+        /// unset)
+        HMDP_WORKER_LISTEN listen: Option<SocketAddr> = None;
+        /// order ids: `compatible` (one `INCR` each, the original) or `segment` (blocks reserved
+        /// with `INCRBY`)
+        HMDP_ID_MODE id_mode: IdMode = IdMode::Segment;
     }
 }
 
 fn default_database_url(data_dir: &Path) -> String {
     format!("sqlite://{}/hmdp.db", data_dir.display())
-}
-
-/// The TOML file's shape: every field optional, unknown keys rejected.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    listen: Option<SocketAddr>,
-    database_url: Option<String>,
-    db_max_connections: Option<u32>,
-    redis_url: Option<String>,
-    redis_prefix: Option<String>,
-    redis_managed: Option<ManagedRedis>,
-    redis_appendfsync: Option<AppendFsync>,
-    admin_token: Option<String>,
-    static_dir: Option<PathBuf>,
-    data_dir: Option<PathBuf>,
-    session_ttl_secs: Option<u64>,
-    session_cache_ms: Option<u64>,
-    code_ttl_secs: Option<u64>,
-    code_min_interval_secs: Option<u64>,
-    code_daily_limit: Option<u32>,
-    code_max_attempts: Option<u32>,
-    code_ip_per_min: Option<u32>,
-    shop_cache: Option<ShopCacheStrategy>,
-    cache_ttl_secs: Option<u64>,
-    cache_null_ttl_secs: Option<u64>,
-    cache_jitter: Option<f64>,
-    cache_l1_ttl_ms: Option<u64>,
-    cache_l1_capacity: Option<u64>,
-    shop_bloom: Option<bool>,
-    cache_fallback_concurrency: Option<usize>,
-    seckill_mode: Option<SeckillMode>,
-    seckill_shards: Option<u32>,
-    worker: Option<bool>,
-    worker_batch: Option<usize>,
-    worker_max_deliveries: Option<u64>,
-    worker_claim_idle_ms: Option<u64>,
-    worker_consumer: Option<String>,
-    worker_listen: Option<SocketAddr>,
-    id_mode: Option<IdMode>,
-    rate_limit_ip: Option<u32>,
-    rate_limit_user: Option<u32>,
-    body_limit_bytes: Option<usize>,
-    request_timeout_ms: Option<u64>,
-    idle_timeout_secs: Option<u64>,
-    log: Option<String>,
-    log_format: Option<LogFormat>,
 }
 
 impl Config {
@@ -384,223 +405,24 @@ impl Config {
         file: Option<&Path>,
         env: &HashMap<String, String>,
     ) -> Result<Self, ConfigError> {
-        let f = match file {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                    path: path.to_owned(),
-                    source,
-                })?;
-                toml::from_str::<FileConfig>(&text).map_err(|e| ConfigError::Parse {
-                    path: path.to_owned(),
-                    message: e.message().to_owned(),
-                })?
-            }
-            None => FileConfig::default(),
-        };
-        let d = Config::default();
-        // Each setting: the environment wins over the file, which wins over the default.
-        let s = Sources { env };
-        let data_dir = s.get("HMDP_DATA_DIR", f.data_dir)?.unwrap_or(d.data_dir);
-        let secs = |name, file: Option<u64>, dflt: Duration| -> Result<Duration, ConfigError> {
-            Ok(s.get(name, file)?.map(Duration::from_secs).unwrap_or(dflt))
-        };
-        let c = Config {
-            listen: s.get("HMDP_LISTEN", f.listen)?.unwrap_or(d.listen),
-            database_url: s
-                .get("HMDP_DATABASE_URL", f.database_url)?
-                .unwrap_or_else(|| default_database_url(&data_dir)),
-            db_max_connections: s
-                .get("HMDP_DB_MAX_CONNECTIONS", f.db_max_connections)?
-                .unwrap_or(d.db_max_connections),
-            redis_url: s.get("HMDP_REDIS_URL", f.redis_url)?,
-            // An explicitly empty prefix is a value, not "unset".
-            redis_prefix: env
-                .get("HMDP_REDIS_PREFIX")
-                .cloned()
-                .or(f.redis_prefix)
-                .unwrap_or_default(),
-            redis_managed: s
-                .get("HMDP_REDIS_MANAGED", f.redis_managed)?
-                .unwrap_or(d.redis_managed),
-            redis_appendfsync: s
-                .get("HMDP_REDIS_APPENDFSYNC", f.redis_appendfsync)?
-                .unwrap_or(d.redis_appendfsync),
-            admin_token: s.get("HMDP_ADMIN_TOKEN", f.admin_token)?.map(Secret::new),
-            static_dir: s.get("HMDP_STATIC_DIR", f.static_dir)?,
-            session_ttl: secs("HMDP_SESSION_TTL_SECS", f.session_ttl_secs, d.session_ttl)?,
-            session_cache: s
-                .get("HMDP_SESSION_CACHE_MS", f.session_cache_ms)?
-                .map(Duration::from_millis)
-                .unwrap_or(d.session_cache),
-            code: CodePolicy {
-                ttl: secs("HMDP_CODE_TTL_SECS", f.code_ttl_secs, d.code.ttl)?,
-                min_interval: secs(
-                    "HMDP_CODE_MIN_INTERVAL_SECS",
-                    f.code_min_interval_secs,
-                    d.code.min_interval,
-                )?,
-                daily_limit: s
-                    .get("HMDP_CODE_DAILY_LIMIT", f.code_daily_limit)?
-                    .unwrap_or(d.code.daily_limit),
-                max_attempts: s
-                    .get("HMDP_CODE_MAX_ATTEMPTS", f.code_max_attempts)?
-                    .unwrap_or(d.code.max_attempts),
-                ip_per_min: s
-                    .get("HMDP_CODE_IP_PER_MIN", f.code_ip_per_min)?
-                    .unwrap_or(d.code.ip_per_min),
-            },
-            cache: CacheSettings {
-                shop_strategy: s
-                    .get("HMDP_SHOP_CACHE", f.shop_cache)?
-                    .unwrap_or(d.cache.shop_strategy),
-                ttl: secs("HMDP_CACHE_TTL_SECS", f.cache_ttl_secs, d.cache.ttl)?,
-                null_ttl: secs(
-                    "HMDP_CACHE_NULL_TTL_SECS",
-                    f.cache_null_ttl_secs,
-                    d.cache.null_ttl,
-                )?,
-                jitter: s
-                    .get("HMDP_CACHE_JITTER", f.cache_jitter)?
-                    .unwrap_or(d.cache.jitter),
-                l1_ttl: s
-                    .get("HMDP_CACHE_L1_TTL_MS", f.cache_l1_ttl_ms)?
-                    .map(Duration::from_millis)
-                    .unwrap_or(d.cache.l1_ttl),
-                l1_capacity: s
-                    .get("HMDP_CACHE_L1_CAPACITY", f.cache_l1_capacity)?
-                    .unwrap_or(d.cache.l1_capacity),
-                bloom: s
-                    .get("HMDP_SHOP_BLOOM", f.shop_bloom)?
-                    .unwrap_or(d.cache.bloom),
-                fallback_concurrency: s
-                    .get(
-                        "HMDP_CACHE_FALLBACK_CONCURRENCY",
-                        f.cache_fallback_concurrency,
-                    )?
-                    .unwrap_or(d.cache.fallback_concurrency),
-            },
-            seckill: SeckillSettings {
-                mode: s
-                    .get("HMDP_SECKILL_MODE", f.seckill_mode)?
-                    .unwrap_or(d.seckill.mode),
-                shards: s
-                    .get("HMDP_SECKILL_SHARDS", f.seckill_shards)?
-                    .unwrap_or(d.seckill.shards),
-                worker: s.get("HMDP_WORKER", f.worker)?.unwrap_or(d.seckill.worker),
-                batch: s
-                    .get("HMDP_WORKER_BATCH", f.worker_batch)?
-                    .unwrap_or(d.seckill.batch),
-                max_deliveries: s
-                    .get("HMDP_WORKER_MAX_DELIVERIES", f.worker_max_deliveries)?
-                    .unwrap_or(d.seckill.max_deliveries),
-                claim_idle: s
-                    .get("HMDP_WORKER_CLAIM_IDLE_MS", f.worker_claim_idle_ms)?
-                    .map(Duration::from_millis)
-                    .unwrap_or(d.seckill.claim_idle),
-                consumer: s
-                    .get("HMDP_WORKER_CONSUMER", f.worker_consumer)?
-                    .map(|c: String| c.trim().to_owned())
-                    .filter(|c| !c.is_empty()),
-                listen: s.get("HMDP_WORKER_LISTEN", f.worker_listen)?,
-                id_mode: s
-                    .get("HMDP_ID_MODE", f.id_mode)?
-                    .unwrap_or(d.seckill.id_mode),
-            },
-            rate_limit_ip: s
-                .get("HMDP_RATE_LIMIT_IP", f.rate_limit_ip)?
-                .unwrap_or(d.rate_limit_ip),
-            rate_limit_user: s
-                .get("HMDP_RATE_LIMIT_USER", f.rate_limit_user)?
-                .unwrap_or(d.rate_limit_user),
-            body_limit: s
-                .get("HMDP_BODY_LIMIT_BYTES", f.body_limit_bytes)?
-                .unwrap_or(d.body_limit),
-            request_timeout: s
-                .get("HMDP_REQUEST_TIMEOUT_MS", f.request_timeout_ms)?
-                .map(Duration::from_millis)
-                .unwrap_or(d.request_timeout),
-            idle_timeout: s
-                .get("HMDP_IDLE_TIMEOUT_SECS", f.idle_timeout_secs)?
-                .map(Duration::from_secs)
-                .unwrap_or(d.idle_timeout),
-            log_filter: s
-                .get("HMDP_LOG", f.log)?
-                .or_else(|| {
-                    env.get("RUST_LOG")
-                        .filter(|v| !v.trim().is_empty())
-                        .cloned()
-                })
-                .unwrap_or(d.log_filter),
-            log_format: s
-                .get("HMDP_LOG_FORMAT", f.log_format)?
-                .unwrap_or(d.log_format),
-            data_dir,
-        };
-        c.check()?;
-        Ok(c)
-    }
-
-    /// Rejects combinations that cannot work, naming the setting.
-    fn check(&self) -> Result<(), ConfigError> {
-        if self.db_max_connections == 0 {
-            return Err(invalid("HMDP_DB_MAX_CONNECTIONS", "must be at least 1"));
+        let mut config = Config::default();
+        // `HMDP_LOG` falls back to `RUST_LOG`: below the file, above the built-in default.
+        if let Some(filter) = env.get("RUST_LOG").filter(|v| !v.trim().is_empty()) {
+            config.log_filter = filter.clone();
         }
-        if self.redis_prefix.contains(['{', '}']) {
-            // Keys derive their Redis Cluster hash tags from their own parts; braces in the prefix
-            // would silently move every key into one slot.
-            return Err(invalid("HMDP_REDIS_PREFIX", "must not contain '{' or '}'"));
-        }
-        if self
-            .admin_token
-            .as_ref()
-            .is_some_and(|t| t.expose().len() < 16)
-        {
-            return Err(invalid(
-                "HMDP_ADMIN_TOKEN",
-                "must be at least 16 characters long",
-            ));
-        }
-        if self.session_ttl.is_zero() {
-            return Err(invalid("HMDP_SESSION_TTL_SECS", "must be at least 1"));
+        let layers = Layers::new(file, env, &config.all_rows())?;
+        config.apply(&layers)?;
+        if !layers.gives("HMDP_DATABASE_URL") {
+            config.database_url = default_database_url(&config.data_dir);
         }
         // A session trusted longer than it lives could outlast its expiry by more than a blink.
-        if self.session_cache > Duration::from_secs(60) || self.session_cache >= self.session_ttl {
-            return Err(invalid(
-                "HMDP_SESSION_CACHE_MS",
-                "must be at most 60000 and shorter than the session TTL",
-            ));
+        if config.session_cache >= config.session_ttl {
+            return Err(ConfigError::Invalid {
+                name: "HMDP_SESSION_CACHE_MS",
+                message: "must be shorter than the session TTL".to_owned(),
+            });
         }
-        if self.code.ttl.is_zero() || self.code.daily_limit == 0 || self.code.max_attempts == 0 {
-            return Err(invalid(
-                "HMDP_CODE_*",
-                "code TTL, daily limit and max attempts must be at least 1",
-            ));
-        }
-        if self.request_timeout.is_zero() {
-            return Err(invalid("HMDP_REQUEST_TIMEOUT_MS", "must be at least 1"));
-        }
-        if self.idle_timeout.is_zero() {
-            return Err(invalid("HMDP_IDLE_TIMEOUT_SECS", "must be at least 1"));
-        }
-        if !(0.0..=0.5).contains(&self.cache.jitter) {
-            return Err(invalid("HMDP_CACHE_JITTER", "must be between 0 and 0.5"));
-        }
-        if self.cache.ttl.is_zero() || self.cache.null_ttl.is_zero() {
-            return Err(invalid(
-                "HMDP_CACHE_TTL_SECS",
-                "cache TTLs must be at least 1 second",
-            ));
-        }
-        if self.seckill.shards == 0 || self.seckill.shards > 1024 {
-            return Err(invalid("HMDP_SECKILL_SHARDS", "must be between 1 and 1024"));
-        }
-        if self.seckill.batch == 0 || self.seckill.batch > 5000 {
-            return Err(invalid("HMDP_WORKER_BATCH", "must be between 1 and 5000"));
-        }
-        if self.seckill.max_deliveries == 0 {
-            return Err(invalid("HMDP_WORKER_MAX_DELIVERIES", "must be at least 1"));
-        }
-        Ok(())
+        Ok(config)
     }
 
     /// The Redis URL in effect (the configured one or the default).
@@ -608,67 +430,44 @@ impl Config {
         self.redis_url.as_deref().unwrap_or(DEFAULT_REDIS_URL)
     }
 
-    /// A one-line summary for the start-up log, with secrets and passwords redacted.
+    /// A one-line summary for the start-up log: `key=value` for every setting, in the file's
+    /// keys and units, with secrets and passwords redacted.
     pub fn redacted_summary(&self) -> String {
-        format!(
-            "listen={} database_url={} redis_url={} redis_prefix={:?} redis_managed={:?} \
-             redis_appendfsync={} admin_token={} static_dir={} data_dir={} session_ttl={}s session_cache={}ms \
-             code_ttl={}s code_min_interval={}s code_daily_limit={} code_max_attempts={} \
-             code_ip_per_min={}/min body_limit={}B \
-             request_timeout={}ms idle_timeout={}s db_max_connections={} shop_cache={:?} cache_ttl={}s \
-             cache_null_ttl={}s cache_jitter={} l1_ttl={}ms bloom={} fallback_concurrency={} \
-             seckill_mode={:?} seckill_shards={} worker={} worker_batch={} worker_consumer={} worker_listen={} id_mode={:?} \
-             rate_limit_ip={}/s rate_limit_user={}/s",
-            self.listen,
-            redact_url(&self.database_url),
-            self.redis_url
-                .as_deref()
-                .map(redact_url)
-                .unwrap_or_else(|| format!("{DEFAULT_REDIS_URL} (default)")),
-            self.redis_prefix,
-            self.redis_managed,
-            self.redis_appendfsync.as_str(),
-            if self.admin_token.is_some() {
-                "set"
-            } else {
-                "generated"
-            },
-            self.static_dir
-                .as_ref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|| "-".into()),
-            self.data_dir.display(),
-            self.session_ttl.as_secs(),
-            self.session_cache.as_millis(),
-            self.code.ttl.as_secs(),
-            self.code.min_interval.as_secs(),
-            self.code.daily_limit,
-            self.code.max_attempts,
-            self.code.ip_per_min,
-            self.body_limit,
-            self.request_timeout.as_millis(),
-            self.idle_timeout.as_secs(),
-            self.db_max_connections,
-            self.cache.shop_strategy,
-            self.cache.ttl.as_secs(),
-            self.cache.null_ttl.as_secs(),
-            self.cache.jitter,
-            self.cache.l1_ttl.as_millis(),
-            self.cache.bloom,
-            self.cache.fallback_concurrency,
-            self.seckill.mode,
-            self.seckill.shards,
-            self.seckill.worker,
-            self.seckill.batch,
-            self.seckill.consumer.as_deref().unwrap_or("(random)"),
-            self.seckill
-                .listen
-                .map(|a| a.to_string())
-                .unwrap_or_else(|| "-".into()),
-            self.seckill.id_mode,
-            self.rate_limit_ip,
-            self.rate_limit_user,
-        )
+        let shown = self.all_rows().into_iter().map(|row| {
+            let key = file_key(row.var);
+            match row.value {
+                Some(v) if v.is_empty() || v.contains(' ') => format!("{key}={v:?}"),
+                Some(v) => format!("{key}={v}"),
+                None => format!("{key}=({})", row.unset.replace('`', "")),
+            }
+        });
+        shown.collect::<Vec<_>>().join(" ")
+    }
+
+    /// The README's configuration table (variable, default, meaning), one row per setting.
+    pub fn markdown_table() -> String {
+        let mut table = String::from("| variable | default | meaning |\n|---|---|---|\n");
+        for row in Config::default().all_rows() {
+            let default = match row.value.as_deref() {
+                Some("") => "empty".to_owned(),
+                Some(v) => format!("`{v}`"),
+                None => row.unset.clone(),
+            };
+            let meaning: Vec<&str> = row.doc.iter().map(|line| line.trim()).collect();
+            let _ = writeln!(
+                table,
+                "| `{}` | {default} | {} |",
+                row.var,
+                meaning.join(" ")
+            );
+        }
+        table
+    }
+
+    fn all_rows(&self) -> Vec<Row> {
+        let mut rows = Vec::new();
+        self.rows(&mut rows);
+        rows
     }
 }
 
@@ -678,66 +477,213 @@ impl fmt::Debug for Config {
     }
 }
 
-/// Reads one setting from the environment, else takes the file's value.
-struct Sources<'a> {
-    env: &'a HashMap<String, String>,
+/// One setting as declared, with a value (`None` when unset).
+struct Row {
+    var: &'static str,
+    doc: &'static [&'static str],
+    /// What an unset value means (Markdown).
+    unset: String,
+    value: Option<String>,
 }
 
-impl Sources<'_> {
-    fn get<T: FromStr>(&self, name: &'static str, file: Option<T>) -> Result<Option<T>, ConfigError>
-    where
-        T::Err: fmt::Display,
-    {
-        match self.env.get(name).filter(|v| !v.trim().is_empty()) {
-            Some(v) => parse_value(name, v).map(Some),
-            None => Ok(file),
-        }
-    }
+/// The TOML key: the variable in lower case without `HMDP_`.
+fn file_key(var: &str) -> String {
+    var.trim_start_matches("HMDP_").to_ascii_lowercase()
 }
 
-macro_rules! from_str_lowercase {
-    ($ty:ty { $($text:literal => $variant:expr),* $(,)? }) => {
-        impl FromStr for $ty {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                match s.to_ascii_lowercase().as_str() {
-                    $($text => Ok($variant),)*
-                    _ => Err(format!("expected one of: {}", [$($text),*].join(", "))),
-                }
+/// How a field's type is written in the file and the environment, and shown; `U` is the unit
+/// (`as Secs`, `as Millis`, ...) when the type alone does not say.
+trait Setting<U = Plain>: Sized {
+    /// What the file or the environment holds, parsed from its text.
+    type Raw: FromStr<Err: fmt::Display>;
+    fn from_raw(raw: Self::Raw) -> Self;
+    /// The value as the file would hold it, secrets hidden; `None` when unset.
+    fn show(&self) -> Option<String>;
+}
+
+/// Units: as written; seconds; milliseconds; a URL whose password is hidden; a trimmed name
+/// where empty means unset.
+enum Plain {}
+enum Secs {}
+enum Millis {}
+enum Url {}
+enum Trimmed {}
+
+/// Implements [`Setting`]: `Unit: Type = Raw, |raw| from raw, |value| shown;`.
+macro_rules! setting {
+    ($($unit:ty: $ty:ty = $raw:ty, |$r:ident| $from:expr, |$v:ident| $show:expr;)*) => {$(
+        impl Setting<$unit> for $ty {
+            type Raw = $raw;
+            fn from_raw($r: $raw) -> Self {
+                $from
+            }
+            fn show(&self) -> Option<String> {
+                let $v = self;
+                $show
             }
         }
+    )*};
+    (as written: $($ty:ty),*) => {
+        setting! { $(Plain: $ty = $ty, |raw| raw, |v| Some(v.to_string());)* }
     };
 }
 
-from_str_lowercase!(ManagedRedis { "auto" => ManagedRedis::Auto, "always" => ManagedRedis::Always, "never" => ManagedRedis::Never });
-from_str_lowercase!(AppendFsync {
-    "always" => AppendFsync::Always,
-    "everysec" => AppendFsync::Everysec,
-    "no" => AppendFsync::No,
-});
-from_str_lowercase!(LogFormat { "text" => LogFormat::Text, "json" => LogFormat::Json });
-from_str_lowercase!(SeckillMode { "async" => SeckillMode::Async, "sync" => SeckillMode::Sync });
-from_str_lowercase!(IdMode { "compatible" => IdMode::Compatible, "segment" => IdMode::Segment });
-from_str_lowercase!(ShopCacheStrategy {
-    "mutex" => ShopCacheStrategy::Mutex,
-    "logical" => ShopCacheStrategy::Logical,
-    "aside" => ShopCacheStrategy::Aside,
-});
+setting!(as written: u32, u64, usize, f64, bool, String, SocketAddr);
+setting!(as written: ManagedRedis, AppendFsync, LogFormat, ShopCacheStrategy, SeckillMode, IdMode);
+setting! {
+    Plain: PathBuf = PathBuf, |raw| raw, |v| Some(v.display().to_string());
+    Plain: Secret = String, |raw| Secret(raw), |_v| Some("***".to_owned());
+    Secs: Duration = u64, |raw| Duration::from_secs(raw), |v| Some(v.as_secs().to_string());
+    Millis: Duration = u64, |raw| Duration::from_millis(raw), |v| Some(v.as_millis().to_string());
+    Url: String = String, |raw| raw, |v| Some(redact_url(v));
+    Trimmed: Option<String> = String, |raw| Some(raw.trim().to_owned()).filter(|n| !n.is_empty()),
+        |v| v.clone();
+}
 
-fn invalid(name: &'static str, message: &str) -> ConfigError {
-    ConfigError::Invalid {
-        name,
-        message: message.to_owned(),
+impl<U, T: Setting<U>> Setting<U> for Option<T> {
+    type Raw = T::Raw;
+    fn from_raw(raw: T::Raw) -> Self {
+        Some(T::from_raw(raw))
+    }
+    fn show(&self) -> Option<String> {
+        self.as_ref().and_then(T::show)
     }
 }
 
-fn parse_value<T: std::str::FromStr>(name: &'static str, v: &str) -> Result<T, ConfigError>
-where
-    T::Err: fmt::Display,
-{
-    v.trim().parse().map_err(|e: T::Err| ConfigError::Invalid {
-        name,
-        message: format!("{v:?}: {e}"),
+/// The file and the environment, stacked by figment (the environment on top).
+struct Layers {
+    figment: Figment,
+    file: Option<PathBuf>,
+    /// The settings the environment gives, by file key.
+    env: HashMap<String, String>,
+}
+
+impl Layers {
+    /// `rows` are the settings with their defaults: only their variables are read from `env`.
+    fn new(
+        file: Option<&Path>,
+        env: &HashMap<String, String>,
+        rows: &[Row],
+    ) -> Result<Self, ConfigError> {
+        let mut figment = Figment::new();
+        if let Some(path) = file {
+            let parse_error = |message| ConfigError::Parse {
+                path: path.to_owned(),
+                message,
+            };
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
+            figment = figment.merge(Toml::string(&text));
+            let given: Dict = figment
+                .extract()
+                .map_err(|e| parse_error(e.kind.to_string()))?;
+            if let Some(key) = given
+                .keys()
+                .find(|k| rows.iter().all(|r| file_key(r.var) != **k))
+            {
+                return Err(parse_error(format!("unknown key `{key}`")));
+            }
+        }
+        let mut from_env = HashMap::new();
+        for row in rows {
+            let Some(value) = env.get(row.var) else {
+                continue;
+            };
+            // Empty means unset, except where empty is the default (`HMDP_REDIS_PREFIX=""`
+            // overrides a prefix from the file).
+            if row.value.as_deref() == Some("") {
+                from_env.insert(file_key(row.var), value.clone());
+            } else if !value.trim().is_empty() {
+                from_env.insert(file_key(row.var), value.trim().to_owned());
+            }
+        }
+        Ok(Self {
+            figment: figment.merge(Serialized::defaults(&from_env)),
+            file: file.map(Path::to_owned),
+            env: from_env,
+        })
+    }
+
+    /// Whether the file or the environment gives this variable.
+    fn gives(&self, var: &str) -> bool {
+        self.figment.contains(&file_key(var))
+    }
+
+    /// Reads `var` into `slot` if the file or the environment gives it, checking the value.
+    fn set<T: Setting<U>, U>(
+        &self,
+        slot: &mut T,
+        var: &'static str,
+        check: impl Fn(&T::Raw) -> Result<(), String>,
+    ) -> Result<(), ConfigError> {
+        let key = file_key(var);
+        let Ok(value) = self.figment.find_value(&key) else {
+            return Ok(());
+        };
+        let parsed = match scalar_text(value) {
+            Some(text) => text.parse().map_err(|e| format!("{text:?}: {e}")),
+            None => Err("expected a number, a string or a boolean".to_owned()),
+        };
+        // Named by the variable if it came from the environment, by the file otherwise.
+        let raw = parsed.map_err(|message| match &self.file {
+            Some(path) if !self.env.contains_key(&key) => ConfigError::Parse {
+                path: path.clone(),
+                message: format!("{key}: {message}"),
+            },
+            _ => ConfigError::Invalid { name: var, message },
+        })?;
+        check(&raw).map_err(|message| ConfigError::Invalid { name: var, message })?;
+        *slot = T::from_raw(raw);
+        Ok(())
+    }
+}
+
+/// A scalar as text: every value is parsed from its text, from the file or the environment.
+fn scalar_text(value: Value) -> Option<String> {
+    match value {
+        Value::String(_, s) => Some(s),
+        Value::Bool(_, b) => Some(b.to_string()),
+        Value::Num(..) => value
+            .to_i128()
+            .map(|n| n.to_string())
+            .or_else(|| value.to_f64().map(|f| f.to_string())),
+        _ => None,
+    }
+}
+
+/// A check of a value as written: `message` unless `ok`.
+fn ensure<T>(message: String, ok: impl Fn(&T) -> bool) -> impl Fn(&T) -> Result<(), String> {
+    move |v| if ok(v) { Ok(()) } else { Err(message.clone()) }
+}
+
+fn at_least<T: PartialOrd + fmt::Display>(min: T) -> impl Fn(&T) -> Result<(), String> {
+    ensure(format!("must be at least {min}"), move |v| *v >= min)
+}
+
+fn at_most<T: PartialOrd + fmt::Display>(max: T) -> impl Fn(&T) -> Result<(), String> {
+    ensure(format!("must be at most {max}"), move |v| *v <= max)
+}
+
+fn between<T: PartialOrd + fmt::Display>(min: T, max: T) -> impl Fn(&T) -> Result<(), String> {
+    ensure(format!("must be between {min} and {max}"), move |v| {
+        min <= *v && *v <= max
+    })
+}
+
+fn min_len(min: usize) -> impl Fn(&String) -> Result<(), String> {
+    ensure(
+        format!("must be at least {min} characters long"),
+        move |v: &String| v.len() >= min,
+    )
+}
+
+/// Keys derive their Redis Cluster hash tags from their own parts; braces in the prefix would
+/// silently move every key into one slot.
+fn no_braces() -> impl Fn(&String) -> Result<(), String> {
+    ensure("must not contain '{' or '}'".into(), |v: &String| {
+        !v.contains(['{', '}'])
     })
 }
 
@@ -793,7 +739,7 @@ mod tests {
         assert_eq!(c.code.ip_per_min, 10);
         let c = Config::from_sources(None, &env(&[("HMDP_CODE_IP_PER_MIN", "0")])).unwrap();
         assert_eq!(c.code.ip_per_min, 0, "0 turns the per-IP code quota off");
-        assert!(c.redacted_summary().contains("code_ip_per_min=0/min"));
+        assert!(c.redacted_summary().contains("code_ip_per_min=0 "));
     }
 
     #[test]
@@ -837,7 +783,10 @@ mod tests {
     fn the_worker_consumer_name_is_optional_and_trimmed() {
         let c = Config::from_sources(None, &env(&[])).unwrap();
         assert_eq!(c.seckill.consumer, None);
-        assert!(c.redacted_summary().contains("worker_consumer=(random)"));
+        assert!(
+            c.redacted_summary()
+                .contains("worker_consumer=(random per process)")
+        );
         let c = Config::from_sources(None, &env(&[("HMDP_WORKER_CONSUMER", " pod-1 ")])).unwrap();
         assert_eq!(c.seckill.consumer.as_deref(), Some("pod-1"));
         let c = Config::from_sources(None, &env(&[("HMDP_WORKER_CONSUMER", "  ")])).unwrap();
@@ -848,7 +797,7 @@ mod tests {
     fn the_worker_listener_is_off_unless_set() {
         let c = Config::from_sources(None, &env(&[])).unwrap();
         assert_eq!(c.seckill.listen, None);
-        assert!(c.redacted_summary().contains("worker_listen=-"));
+        assert!(c.redacted_summary().contains("worker_listen=(unset)"));
         let c =
             Config::from_sources(None, &env(&[("HMDP_WORKER_LISTEN", "127.0.0.1:9464")])).unwrap();
         assert_eq!(c.seckill.listen, Some("127.0.0.1:9464".parse().unwrap()));
@@ -864,7 +813,7 @@ mod tests {
     fn the_session_cache_is_off_by_default_and_bounded() {
         let c = Config::from_sources(None, &env(&[])).unwrap();
         assert_eq!(c.session_cache, Duration::ZERO);
-        assert!(c.redacted_summary().contains("session_cache=0ms"));
+        assert!(c.redacted_summary().contains("session_cache_ms=0 "));
         let c = Config::from_sources(None, &env(&[("HMDP_SESSION_CACHE_MS", "500")])).unwrap();
         assert_eq!(c.session_cache, Duration::from_millis(500));
         for bad in [
@@ -931,5 +880,145 @@ mod tests {
             redact_url("redis://:pw@a:1,redis://:pw@b:2"),
             "redis://:***@a:1,redis://:***@b:2"
         );
+    }
+
+    #[test]
+    fn the_readme_table_is_the_declared_one() {
+        let readme = include_str!("../../../README.md");
+        let start = readme
+            .find("| variable | default | meaning |")
+            .expect("README.md has a configuration table");
+        let end = readme[start..]
+            .find("\n\n")
+            .map_or(readme.len(), |i| start + i + 1);
+        let generated = Config::markdown_table();
+        assert!(
+            readme[start..end] == generated,
+            "README.md's configuration table differs from the settings declared in config.rs; \
+             the declared one is:\n{generated}"
+        );
+    }
+
+    #[test]
+    fn the_summary_shows_every_setting_in_file_keys_and_units() {
+        let c =
+            Config::from_sources(None, &env(&[("HMDP_REDIS_URL", "redis://:pw@r:6379")])).unwrap();
+        let summary = c.redacted_summary();
+        let keys: Vec<&str> = summary
+            .split(' ')
+            .filter_map(|part| part.split_once('=').map(|(k, _)| k))
+            .filter(|k| !k.is_empty() && !k.contains(['(', ')']))
+            .collect();
+        let table = Config::markdown_table();
+        assert_eq!(keys.len(), table.lines().count() - 2, "{summary}");
+        for (key, row) in keys.iter().zip(table.lines().skip(2)) {
+            let var = format!("`HMDP_{}`", key.to_ascii_uppercase());
+            assert!(row.starts_with(&format!("| {var} |")), "{key} vs {row}");
+        }
+        for shown in [
+            "listen=127.0.0.1:8081 ",
+            "redis_url=redis://:***@r:6379 ",
+            "redis_prefix=\"\" ",
+            "admin_token=(generated) ",
+            "session_ttl_secs=1800 ",
+            "cache_l1_ttl_ms=1000 ",
+            "shop_cache=mutex ",
+            "worker_claim_idle_ms=30000 ",
+        ] {
+            assert!(summary.contains(shown), "{shown} in {summary}");
+        }
+    }
+
+    #[test]
+    fn every_setting_reads_back_what_the_summary_shows() {
+        // Each shown value, written to a file under its key, gives the same configuration.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("hmdp.toml");
+        let defaults = Config::from_sources(None, &env(&[])).unwrap();
+        let toml: String = defaults
+            .all_rows()
+            .into_iter()
+            .filter_map(|row| Some(format!("{} = {:?}\n", file_key(row.var), row.value?)))
+            .collect();
+        std::fs::write(&file, toml).unwrap();
+        let read = Config::from_sources(Some(&file), &env(&[])).unwrap();
+        assert_eq!(read.redacted_summary(), defaults.redacted_summary());
+    }
+
+    #[test]
+    fn empty_variables_are_unset_except_an_empty_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("hmdp.toml");
+        std::fs::write(
+            &file,
+            "listen = \"0.0.0.0:9000\"\nredis_prefix = \"file:\"\n",
+        )
+        .unwrap();
+        let c = Config::from_sources(
+            Some(&file),
+            &env(&[("HMDP_LISTEN", " "), ("HMDP_REDIS_PREFIX", "")]),
+        )
+        .unwrap();
+        assert_eq!(c.listen.to_string(), "0.0.0.0:9000");
+        assert_eq!(c.redis_prefix, "");
+    }
+
+    #[test]
+    fn names_are_case_insensitive_and_numbers_may_be_padded() {
+        let c = Config::from_sources(
+            None,
+            &env(&[
+                ("HMDP_SECKILL_MODE", "SYNC"),
+                ("HMDP_ID_MODE", "Compatible"),
+                ("HMDP_SECKILL_SHARDS", " 4 "),
+                ("HMDP_CACHE_JITTER", "0.25"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.seckill.mode, SeckillMode::Sync);
+        assert_eq!(c.seckill.id_mode, IdMode::Compatible);
+        assert_eq!(c.seckill.shards, 4);
+        assert_eq!(c.cache.jitter, 0.25);
+        let err = Config::from_sources(None, &env(&[("HMDP_SECKILL_MODE", "later")])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid value for HMDP_SECKILL_MODE: \"later\": expected one of: async, sync"
+        );
+    }
+
+    #[test]
+    fn the_log_filter_falls_back_to_rust_log_below_the_file() {
+        let c = Config::from_sources(None, &env(&[("RUST_LOG", "debug")])).unwrap();
+        assert_eq!(c.log_filter, "debug");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("hmdp.toml");
+        std::fs::write(&file, "log = \"warn\"\n").unwrap();
+        let c = Config::from_sources(Some(&file), &env(&[("RUST_LOG", "debug")])).unwrap();
+        assert_eq!(c.log_filter, "warn");
+        let c = Config::from_sources(
+            Some(&file),
+            &env(&[("RUST_LOG", "debug"), ("HMDP_LOG", "error")]),
+        )
+        .unwrap();
+        assert_eq!(c.log_filter, "error");
+    }
+
+    #[test]
+    fn file_values_are_checked_and_bad_ones_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("odd.toml");
+        std::fs::write(&file, "seckill_shards = 0\n").unwrap();
+        let err = Config::from_sources(Some(&file), &env(&[])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid value for HMDP_SECKILL_SHARDS: must be between 1 and 1024"
+        );
+        std::fs::write(&file, "session_ttl_secs = \"long\"\n").unwrap();
+        let err = Config::from_sources(Some(&file), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("odd.toml"), "{err}");
+        assert!(err.to_string().contains("session_ttl_secs"), "{err}");
+        let err =
+            Config::from_sources(Some(&dir.path().join("missing.toml")), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("missing.toml"), "{err}");
     }
 }

@@ -41,7 +41,7 @@ pub use error::{ApiError, ApiResult, Envelope, ErrorCode, Reply, ok, ok_empty};
 pub use extract::{Admin, AppJson, AppPath, AppQuery, CurrentUser};
 pub use limits::Limits;
 pub use metrics::HttpMetrics;
-pub use serve::{HEADER_READ_TIMEOUT, serve};
+pub use serve::serve;
 pub use worker::{WorkerEndpoint, worker_app};
 
 use crate::{

@@ -10,9 +10,9 @@
 //! What the loop adds on top of hyper:
 //! - `TCP_NODELAY` on every connection, so a response never waits for Nagle's algorithm;
 //! - the peer address as [`ConnectInfo`], which the per-IP rate limits read;
-//! - a limit on reading a request head (`HMDP_IDLE_TIMEOUT_SECS`, [`HEADER_READ_TIMEOUT`] by
-//!   default), which is also the idle keep-alive timeout: a client that opens connections and
-//!   sends nothing, or a byte at a time (slowloris), cannot pin them forever;
+//! - a limit on reading a request head (`HMDP_IDLE_TIMEOUT_SECS`), which is also the idle
+//!   keep-alive timeout: a client that opens connections and sends nothing, or a byte at a time
+//!   (slowloris), cannot pin them forever;
 //! - accept errors (out of file descriptors, say) logged and retried after a pause instead of
 //!   ending the server;
 //! - graceful shutdown: stop accepting, let in-flight requests finish (idle connections are
@@ -28,10 +28,6 @@ use hyper_util::{
 };
 use tokio::net::TcpListener;
 use tower::ServiceExt as _;
-
-/// The default of how long a client may take to send a request head, and how long an idle
-/// keep-alive connection stays open (`HMDP_IDLE_TIMEOUT_SECS`).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Serves `router` on `listener` until `shutdown` completes, then waits up to `drain` for
 /// in-flight requests to finish. A connection that takes longer than `idle` to send a request
