@@ -19,7 +19,9 @@ macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[derive(utoipa::ToSchema)]
         #[serde(try_from = "i64", into = "i64")]
+        #[schema(minimum = 1)]
         pub struct $name(i64);
 
         impl $name {

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::UserId;
 
 /// What the service knows about a logged-in user: the original's `UserDTO`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UserDto {
     pub id: UserId,

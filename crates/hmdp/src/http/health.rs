@@ -3,22 +3,24 @@
 use std::time::Duration;
 
 use axum::{
-    Json, Router,
+    Json,
     extract::State,
     http::StatusCode,
     response::{IntoResponse, Response},
-    routing::get,
 };
 use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{AppState, Envelope};
 use crate::{kv::RedisConn, storage::Db};
 
-pub fn router() -> Router<AppState> {
-    Router::new().route("/health", get(health))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(health))
 }
 
-#[derive(Debug, Serialize)]
+/// Each part: `ok`, or `down` (then the answer is a 503 with this as its data).
+#[derive(Debug, Serialize, ToSchema)]
 struct Health {
     status: &'static str,
     redis: &'static str,
@@ -27,6 +29,8 @@ struct Health {
 
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Redis and database health.
+#[utoipa::path(get, path = "/health", tag = "ops", responses((status = OK, body = Health)))]
 async fn health(State(state): State<AppState>) -> Response {
     check(&state.redis, &state.db).await
 }

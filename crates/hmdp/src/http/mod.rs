@@ -5,7 +5,12 @@
 //! strip), and wraps it in the cross-cutting layers: request tracing, panic catching, a request
 //! timeout, a body size limit and the session refresh (the original's RefreshTokenInterceptor).
 //! Login-required routes are the ones whose handlers take a [`CurrentUser`].
+//!
+//! Each handler carries its OpenAPI operation (`#[utoipa::path]`) and each resource's router
+//! registers it with `routes!`, so a route is declared once, documented where it is declared;
+//! [`api`] collects them, and [`openapi`] serves the document.
 
+mod docs;
 mod error;
 mod extract;
 mod health;
@@ -36,6 +41,7 @@ use tower_http::{
     trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer},
 };
 use tracing::Level;
+use utoipa_axum::router::OpenApiRouter;
 
 pub use error::{ApiError, ApiResult, Envelope, ErrorCode, Reply, ok, ok_empty};
 pub use extract::{Admin, AppJson, AppPath, AppQuery, CurrentUser};
@@ -99,21 +105,26 @@ pub struct AppStateInner {
     pub config: Arc<Config>,
 }
 
-/// The API routes, without layers or prefix.
-fn api(config: &Config) -> Router<AppState> {
-    Router::new()
+/// The documented API: every route with its OpenAPI operation, without layers or prefix.
+///
+/// [`app`] serves it at `/…` and `/api/…` with `/openapi.json`, `/docs` and `/metrics` beside
+/// it, and nothing else there: a test checks that every route of this router is documented.
+pub fn api(config: &Config) -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .merge(health::router())
         .merge(user::router(config))
         .merge(shop::router())
         .merge(voucher::router())
         .merge(order::router())
-        .merge(openapi::routes())
 }
 
 /// The complete application: the API at `/` and `/api`, the layers, and the static files.
 pub fn app(state: AppState) -> Router {
+    let (api, doc) = api(&state.config).split_for_parts();
     // Built once and mounted twice: both mounts share the route-level quotas' state.
-    let api = api(&state.config).route("/metrics", axum::routing::get(metrics::metrics));
+    let api = api
+        .merge(openapi::routes(doc))
+        .route("/metrics", axum::routing::get(metrics::metrics));
     let mut router = Router::new()
         .merge(ui::routes())
         .merge(api.clone())

@@ -1,11 +1,9 @@
 //! `/voucher-order/*`: grabbing a flash-sale voucher and following the order.
 
-use axum::{
-    Router,
-    extract::State,
-    routing::{get, post},
-};
+use axum::extract::State;
 use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
     ApiError, ApiResult, AppState, ErrorCode,
@@ -18,14 +16,22 @@ use crate::{
     storage::orders::{self, VoucherOrder},
 };
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/voucher-order/seckill/{id}", post(grab))
-        .route("/voucher-order/of/me", get(my_orders))
-        .route("/voucher-order/{id}", get(order_status))
+const TAG: &str = "order";
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(grab))
+        .routes(routes!(my_orders))
+        .routes(routes!(order_status))
 }
 
-/// `POST /voucher-order/seckill/{voucherId}`: the new order's id, or why not.
+/// Grab a flash-sale voucher; data is the order id.
+///
+/// Refusals: `sold_out`, `duplicate_order`, `seckill_not_started`, `seckill_ended`,
+/// `voucher_not_found`.
+#[utoipa::path(post, path = "/voucher-order/seckill/{id}", tag = TAG, security(("session" = [])),
+    params(("id" = inline(VoucherId), Path, description = "the voucher's id")),
+    responses((status = OK, body = i64)))]
 async fn grab(
     State(state): State<AppState>,
     CurrentUser(session): CurrentUser,
@@ -51,20 +57,35 @@ pub fn refusal_error(r: Refusal) -> ApiError {
     }
 }
 
-#[derive(Debug, Serialize)]
+/// Where an order is.
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct StatusView {
     id: i64,
     id_str: String,
     voucher_id: i64,
-    /// `pending` (accepted, not yet in the database), `created`, or `failed` (accepted, but it
-    /// could not be written and waits in the dead letters for an operator).
-    state: &'static str,
+    state: OrderState,
+    /// The order, once it is in the database.
     #[serde(skip_serializing_if = "Option::is_none")]
     order: Option<VoucherOrder>,
 }
 
-/// `GET /voucher-order/{id}`: `pending`, `created` or `failed`, for the order's owner only.
+/// `pending`: accepted, not yet in the database; `created`: in the database; `failed`:
+/// accepted, but it could not be written and waits in the dead letters for an operator.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+enum OrderState {
+    Pending,
+    Created,
+    Failed,
+}
+
+/// Your order: pending or created.
+///
+/// Only the order's owner sees it (`order_not_found` for anyone else).
+#[utoipa::path(get, path = "/voucher-order/{id}", tag = TAG, security(("session" = [])),
+    params(("id" = inline(OrderId), Path, description = "the order's id")),
+    responses((status = OK, body = StatusView)))]
 async fn order_status(
     State(state): State<AppState>,
     CurrentUser(session): CurrentUser,
@@ -80,21 +101,21 @@ async fn order_status(
             id,
             id_str: id.to_string(),
             voucher_id,
-            state: "pending",
+            state: OrderState::Pending,
             order: None,
         }),
         OrderStatus::Failed { voucher_id } => ok(StatusView {
             id,
             id_str: id.to_string(),
             voucher_id,
-            state: "failed",
+            state: OrderState::Failed,
             order: None,
         }),
         OrderStatus::Created(order) => ok(StatusView {
             id,
             id_str: id.to_string(),
             voucher_id: order.voucher_id,
-            state: "created",
+            state: OrderState::Created,
             order: Some(order),
         }),
         OrderStatus::Unknown => Err(ApiError::new(
@@ -104,7 +125,9 @@ async fn order_status(
     }
 }
 
-/// `GET /voucher-order/of/me`: the user's written orders, newest first (at most 100).
+/// Your written orders, newest first (at most 100).
+#[utoipa::path(get, path = "/voucher-order/of/me", tag = TAG, security(("session" = [])),
+    responses((status = OK, body = Vec<VoucherOrder>)))]
 async fn my_orders(
     State(state): State<AppState>,
     CurrentUser(session): CurrentUser,

@@ -1,11 +1,9 @@
 //! `/shop/*` and `/shop-type/list`: cached reads (public), writes with the admin token.
 
-use axum::{
-    Router,
-    extract::State,
-    routing::{get, post},
-};
+use axum::extract::State;
 use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
     ApiError, ApiResult, AppState, ErrorCode,
@@ -17,20 +15,27 @@ use crate::{
     storage::catalogue::{Shop, ShopInput, ShopType},
 };
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/shop/{id}", get(shop_by_id))
-        .route("/shop", post(create_shop).put(update_shop))
-        .route("/shop/of/type", get(shops_of_type))
-        .route("/shop/of/name", get(shops_by_name))
-        .route("/shop-type/list", get(shop_types))
+const TAG: &str = "shop";
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(shop_by_id))
+        .routes(routes!(create_shop, update_shop))
+        .routes(routes!(shops_of_type))
+        .routes(routes!(shops_by_name))
+        .routes(routes!(shop_types))
 }
 
 fn shop_not_found() -> ApiError {
     ApiError::new(ErrorCode::ShopNotFound, "店铺不存在！")
 }
 
-/// `GET /shop/{id}`: through the Bloom filter and the cache.
+/// A shop, cached.
+///
+/// Unknown ids are answered from the Bloom filter or a cached miss (`shop_not_found`).
+#[utoipa::path(get, path = "/shop/{id}", tag = TAG,
+    params(("id" = inline(ShopId), Path, description = "a positive id")),
+    responses((status = OK, body = Shop)))]
 async fn shop_by_id(
     State(state): State<AppState>,
     AppPath(id): AppPath<ShopId>,
@@ -41,6 +46,9 @@ async fn shop_by_id(
     }
 }
 
+/// Create a shop; data is its id.
+#[utoipa::path(post, path = "/shop", tag = TAG, security(("admin" = [])), request_body = ShopInput,
+    responses((status = OK, body = i64)))]
 async fn create_shop(
     State(state): State<AppState>,
     _: Admin,
@@ -50,13 +58,18 @@ async fn create_shop(
     ok(state.catalogue.create_shop(&input).await?.get())
 }
 
-#[derive(Debug, Deserialize)]
+/// A shop's id and its new fields.
+#[derive(Debug, Deserialize, ToSchema)]
 struct ShopUpdate {
+    /// Required (`shop_id_required` without it).
+    #[schema(minimum = 1)]
     id: Option<i64>,
     #[serde(flatten)]
     fields: ShopInput,
 }
 
+/// Update a shop (then its cache entry is deleted).
+#[utoipa::path(put, path = "/shop", tag = TAG, security(("admin" = [])), request_body = ShopUpdate)]
 async fn update_shop(
     State(state): State<AppState>,
     _: Admin,
@@ -149,17 +162,26 @@ fn page(current: Option<i64>) -> Result<i64, ApiError> {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 struct TypeQuery {
+    /// The shop type.
     type_id: i64,
+    /// The page number.
+    #[param(minimum = 1, maximum = 1000, default = 1)]
     current: Option<i64>,
+    /// Longitude (with y).
+    #[param(minimum = -180, maximum = 180)]
     x: Option<f64>,
+    /// Latitude (with x).
+    #[param(minimum = -85.05, maximum = 85.05)]
     y: Option<f64>,
 }
 
-/// `GET /shop/of/type?typeId=&current=&x=&y=`: five per page; with x and y, within 5 km by
-/// distance.
+/// Shops of a type, 5 per page; with x and y: within 5 km, nearest first.
+#[utoipa::path(get, path = "/shop/of/type", tag = TAG, params(TypeQuery),
+    responses((status = OK, body = Vec<Shop>)))]
 async fn shops_of_type(
     State(state): State<AppState>,
     AppQuery(q): AppQuery<TypeQuery>,
@@ -183,13 +205,20 @@ async fn shops_of_type(
         .await?)
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct NameQuery {
+    /// Part of the name.
+    #[param(max_length = 128)]
     name: Option<String>,
+    /// The page number.
+    #[param(minimum = 1, maximum = 1000, default = 1)]
     current: Option<i64>,
 }
 
-/// `GET /shop/of/name?name=&current=`: ten per page.
+/// Shops whose name contains `name`, 10 per page.
+#[utoipa::path(get, path = "/shop/of/name", tag = TAG, params(NameQuery),
+    responses((status = OK, body = Vec<Shop>)))]
 async fn shops_by_name(
     State(state): State<AppState>,
     AppQuery(q): AppQuery<NameQuery>,
@@ -204,7 +233,8 @@ async fn shops_by_name(
     ok(state.catalogue.shops_by_name(&name, current).await?)
 }
 
-/// `GET /shop-type/list`: cached.
+/// Shop types by sort order, cached.
+#[utoipa::path(get, path = "/shop-type/list", tag = TAG, responses((status = OK, body = Vec<ShopType>)))]
 async fn shop_types(State(state): State<AppState>) -> ApiResult<Vec<ShopType>> {
     ok(state.catalogue.shop_types().await?)
 }

@@ -2,11 +2,13 @@
 
 use std::sync::Arc;
 
-use axum::{
-    Router, middleware,
-    routing::{get, post},
-};
+use axum::middleware;
 use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::{
+    router::{OpenApiRouter, UtoipaMethodRouterExt},
+    routes,
+};
 
 use super::{
     ApiError, ApiResult, AppState, ErrorCode,
@@ -21,31 +23,37 @@ use crate::{
     storage::users::{self, UserInfo},
 };
 
-pub fn router(config: &Config) -> Router<AppState> {
-    let mut code = post(send_code);
-    if let Some(quota) = CodeQuota::new(config.code.ip_per_min) {
-        code = code.route_layer(middleware::from_fn_with_state(
-            Arc::new(quota),
-            limits::limit_codes,
-        ));
-    }
-    Router::new()
-        .route("/user/code", code)
-        .route("/user/login", post(login))
-        .route("/user/logout", post(logout))
-        .route("/user/me", get(me))
-        .route("/user/info/{id}", get(info))
-        .route("/user/{id}", get(user_by_id))
+const TAG: &str = "user";
+
+pub fn router(config: &Config) -> OpenApiRouter<AppState> {
+    let quota = CodeQuota::new(config.code.ip_per_min).map(Arc::new);
+    OpenApiRouter::new()
+        .routes(routes!(send_code).map(|code| match quota {
+            Some(quota) => {
+                code.route_layer(middleware::from_fn_with_state(quota, limits::limit_codes))
+            }
+            None => code,
+        }))
+        .routes(routes!(login))
+        .routes(routes!(logout))
+        .routes(routes!(me))
+        .routes(routes!(info))
+        .routes(routes!(user_by_id))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct CodeParams {
+    /// A mainland mobile number.
     phone: String,
 }
 
-/// `POST /user/code?phone=`: sends a login code (by default: writes it to the log). Besides the
-/// per-phone cooldown and daily cap checked here, each client IP has a quota of code requests
-/// (`HMDP_CODE_IP_PER_MIN`, see [`limits::limit_codes`]).
+/// Send a 6-digit login code (logged, as the original does).
+///
+/// Each phone has a cooldown and a daily cap, each client IP a quota of code requests
+/// (`HMDP_CODE_IP_PER_MIN`).
+// The IP quota is the route layer in `router` (`limits::limit_codes`).
+#[utoipa::path(post, path = "/user/code", tag = TAG, params(CodeParams))]
 async fn send_code(
     axum::extract::State(state): axum::extract::State<AppState>,
     AppQuery(params): AppQuery<CodeParams>,
@@ -85,14 +93,19 @@ fn ceil_secs(d: std::time::Duration) -> u64 {
     (d.as_millis().div_ceil(1000) as u64).max(1)
 }
 
-#[derive(Debug, Deserialize)]
+/// A login: the phone and the code sent to it (password login is not offered).
+#[derive(Debug, Deserialize, ToSchema)]
 struct LoginForm {
     phone: String,
     code: Option<String>,
     password: Option<String>,
 }
 
-/// `POST /user/login {phone, code}`: the session token.
+/// Log in with phone and code; data is the session token.
+///
+/// Send the token in the `authorization` header of later requests.
+#[utoipa::path(post, path = "/user/login", tag = TAG, request_body = LoginForm,
+    responses((status = OK, body = String)))]
 async fn login(
     axum::extract::State(state): axum::extract::State<AppState>,
     AppJson(form): AppJson<LoginForm>,
@@ -148,7 +161,8 @@ async fn login(
     ok(token.as_str().to_owned())
 }
 
-/// `POST /user/logout`: ends the current session.
+/// End the session.
+#[utoipa::path(post, path = "/user/logout", tag = TAG, security(("session" = [])))]
 async fn logout(
     axum::extract::State(state): axum::extract::State<AppState>,
     CurrentUser(session): CurrentUser,
@@ -157,12 +171,17 @@ async fn logout(
     ok_empty()
 }
 
-/// `GET /user/me`: the logged-in user.
+/// The logged-in user.
+#[utoipa::path(get, path = "/user/me", tag = TAG, security(("session" = [])),
+    responses((status = OK, body = UserDto)))]
 async fn me(CurrentUser(session): CurrentUser) -> ApiResult<UserDto> {
     ok(session.user)
 }
 
-/// `GET /user/{id}`: a user's public fields, or `{"success":true}` when there is none.
+/// A user's public fields (no data if none).
+#[utoipa::path(get, path = "/user/{id}", tag = TAG, security(("session" = [])),
+    params(("id" = inline(UserId), Path, description = "a positive id")),
+    responses((status = OK, body = UserDto)))]
 async fn user_by_id(
     axum::extract::State(state): axum::extract::State<AppState>,
     _: CurrentUser,
@@ -172,7 +191,10 @@ async fn user_by_id(
     Ok(super::Reply(user.map(|u| u.dto())))
 }
 
-/// `GET /user/info/{id}`: a user's profile, or `{"success":true}` when there is none.
+/// A user's profile (no data if none).
+#[utoipa::path(get, path = "/user/info/{id}", tag = TAG, security(("session" = [])),
+    params(("id" = inline(UserId), Path, description = "a positive id")),
+    responses((status = OK, body = UserInfo)))]
 async fn info(
     axum::extract::State(state): axum::extract::State<AppState>,
     _: CurrentUser,

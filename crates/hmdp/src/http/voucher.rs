@@ -11,11 +11,7 @@
 //! RFC 3339 time with an offset (`2026-11-23T10:00:00+08:00` or `…Z`), which is converted to
 //! the server's local time before it is stored.
 
-use axum::{
-    Router,
-    extract::State,
-    routing::{get, post},
-};
+use axum::extract::State;
 
 use super::{
     ApiError, ApiResult, AppState,
@@ -24,6 +20,8 @@ use super::{
 };
 use chrono::{DateTime, Local, NaiveDateTime};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::{
     domain::{ShopId, VoucherId},
@@ -35,14 +33,19 @@ use crate::{
     },
 };
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/voucher", post(create_voucher))
-        .route("/voucher/seckill", post(create_seckill_voucher))
-        .route("/voucher/seckill/{id}/stats", get(sale_stats))
-        .route("/voucher/list/{shop_id}", get(vouchers_of_shop))
+const TAG: &str = "voucher";
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_voucher))
+        .routes(routes!(create_seckill_voucher))
+        .routes(routes!(sale_stats))
+        .routes(routes!(vouchers_of_shop))
 }
 
+/// Create a plain voucher; data is its id.
+#[utoipa::path(post, path = "/voucher", tag = TAG, security(("admin" = [])),
+    request_body = VoucherInput, responses((status = OK, body = i64)))]
 async fn create_voucher(
     State(state): State<AppState>,
     _: Admin,
@@ -70,19 +73,27 @@ async fn create_voucher(
 }
 
 /// A voucher as listed: the original's fields, and for a flash sale its window as instants.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct VoucherView {
     #[serde(flatten)]
     voucher: Voucher,
-    /// `beginTime` (server-local) as milliseconds since the epoch.
+    /// `beginTime` (server-local) as milliseconds since the epoch (UTC): the instant, whatever
+    /// the zones.
     #[serde(skip_serializing_if = "Option::is_none")]
     begin_millis: Option<i64>,
-    /// `endTime` (server-local) as milliseconds since the epoch.
+    /// `endTime` (server-local) as milliseconds since the epoch (UTC).
     #[serde(skip_serializing_if = "Option::is_none")]
     end_millis: Option<i64>,
 }
 
+/// A shop's vouchers on sale.
+///
+/// Flash-sale ones with their stock and window: `beginTime`/`endTime` server-local,
+/// `beginMillis`/`endMillis` as instants.
+#[utoipa::path(get, path = "/voucher/list/{shop_id}", tag = TAG,
+    params(("shop_id" = inline(ShopId), Path, description = "a positive id")),
+    responses((status = OK, body = Vec<VoucherView>)))]
 async fn vouchers_of_shop(
     State(state): State<AppState>,
     AppPath(shop): AppPath<ShopId>,
@@ -113,19 +124,31 @@ fn check_texts(title: &str, sub_title: Option<&str>, rules: Option<&str>) -> Res
 }
 
 /// The original's seckill `Voucher` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct SeckillVoucherInput {
+    #[schema(minimum = 1)]
     shop_id: i64,
+    #[schema(min_length = 1, max_length = 255)]
     title: String,
+    #[schema(max_length = 255)]
     sub_title: Option<String>,
+    #[schema(max_length = 1024)]
     rules: Option<String>,
+    #[schema(minimum = 0)]
     pay_value: i64,
+    #[schema(minimum = 0)]
     actual_value: i64,
+    #[schema(minimum = 1, maximum = 10_000_000)]
     stock: i64,
+    /// Server-local `yyyy-MM-ddTHH:mm:ss` (as the original), or RFC 3339 with an offset or `Z`
+    /// (converted to server-local time).
     #[serde(deserialize_with = "sale_time")]
+    #[schema(value_type = String, example = "2026-11-21T10:00:00+08:00")]
     begin_time: NaiveDateTime,
+    /// As `beginTime`.
     #[serde(deserialize_with = "sale_time")]
+    #[schema(value_type = String, example = "2026-11-21T12:00:00+08:00")]
     end_time: NaiveDateTime,
 }
 
@@ -151,9 +174,13 @@ fn parse_sale_time(s: &str) -> Option<NaiveDateTime> {
     })
 }
 
-/// `POST /voucher/seckill`: saves the voucher and its sale in one transaction and loads the
-/// stock and the sale window into Redis. Times are the server's local time, as the original,
-/// or carry their own offset (see [`sale_time`]).
+/// Create a flash-sale voucher and load it into Redis; data is its id.
+///
+/// Times are server-local, as the original's, or carry their own offset.
+// The voucher and its sale are saved in one transaction, then the stock and the window are
+// loaded into Redis (see `sale_time` for the time formats).
+#[utoipa::path(post, path = "/voucher/seckill", tag = TAG, security(("admin" = [])),
+    request_body = SeckillVoucherInput, responses((status = OK, body = i64)))]
 async fn create_seckill_voucher(
     State(state): State<AppState>,
     _: Admin,
@@ -209,21 +236,28 @@ async fn create_seckill_voucher(
     ok(id.get())
 }
 
-/// [`SaleStats`] with the sale window as instants and the server's zone.
-#[derive(Debug, Serialize)]
+/// A sale's live state, with its window as instants and the server's zone.
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct SaleStatsView {
     #[serde(flatten)]
     stats: SaleStats,
+    /// `beginTime` as milliseconds since the epoch (UTC).
     begin_millis: i64,
+    /// `endTime` as milliseconds since the epoch (UTC).
     end_millis: i64,
     /// The server's offset from UTC right now, in minutes (east positive), so a page can say
     /// which zone `beginTime`/`endTime` are in.
     server_utc_offset_minutes: i32,
 }
 
-/// `GET /voucher/seckill/{id}/stats`: the live state of a sale (stock in Redis and in the
-/// database, accepted vs written orders, the order stream's backlog), for the dashboard.
+/// A sale's live state.
+///
+/// Stock in Redis and in the database, accepted vs written orders, the order stream's
+/// backlog: what the dashboard shows.
+#[utoipa::path(get, path = "/voucher/seckill/{id}/stats", tag = TAG,
+    params(("id" = inline(VoucherId), Path, description = "a positive id")),
+    responses((status = OK, body = SaleStatsView)))]
 async fn sale_stats(
     State(state): State<AppState>,
     AppPath(id): AppPath<VoucherId>,

@@ -20,7 +20,7 @@ pub struct SeckillStats {
 }
 
 /// A live view of one sale, for the dashboard.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SaleStats {
     pub voucher_id: i64,
@@ -39,8 +39,10 @@ pub struct SaleStats {
     /// Entries not yet delivered to any worker (Redis 7's consumer-group lag).
     pub lag: Option<i64>,
     #[serde(with = "crate::storage::datetime_format")]
+    #[schema(value_type = crate::storage::datetime_format::Schema)]
     pub begin_time: NaiveDateTime,
     #[serde(with = "crate::storage::datetime_format")]
+    #[schema(value_type = crate::storage::datetime_format::Schema)]
     pub end_time: NaiveDateTime,
     /// The server's clock in milliseconds, so a page can count down without trusting its own.
     pub now_millis: i64,

@@ -9,7 +9,7 @@ use super::{Db, Result, datetime_format, impl_from_row, last_id};
 use crate::domain::{ShopId, VoucherId};
 
 /// A shop type, as the original serialises it (no time stamps).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ShopType {
     pub id: i64,
     pub name: Option<String>,
@@ -27,7 +27,7 @@ impl_from_row!(ShopType, |row| {
 });
 
 /// A shop, field for field the original's `Shop` JSON.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Shop {
     pub id: i64,
@@ -51,12 +51,14 @@ pub struct Shop {
         skip_serializing_if = "Option::is_none",
         default
     )]
+    #[schema(value_type = Option<datetime_format::Schema>)]
     pub create_time: Option<NaiveDateTime>,
     #[serde(
         with = "datetime_format::option",
         skip_serializing_if = "Option::is_none",
         default
     )]
+    #[schema(value_type = Option<datetime_format::Schema>)]
     pub update_time: Option<NaiveDateTime>,
     /// Metres from the caller's position, set only by the nearby search.
     #[serde(skip_serializing_if = "Option::is_none", skip_deserializing, default)]
@@ -85,30 +87,42 @@ impl_from_row!(Shop, |row| {
 });
 
 /// The fields of a shop that a client may set.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ShopInput {
+    #[schema(min_length = 1, max_length = 128)]
     pub name: String,
+    #[schema(minimum = 1)]
     pub type_id: i64,
     #[serde(default)]
+    #[schema(max_length = 1024)]
     pub images: String,
+    #[schema(max_length = 128)]
     pub area: Option<String>,
     #[serde(default)]
+    #[schema(max_length = 255)]
     pub address: String,
+    #[schema(minimum = 0, maximum = 180)]
     pub x: f64,
+    #[schema(minimum = 0, maximum = 85.05)]
     pub y: f64,
+    #[schema(minimum = 0)]
     pub avg_price: Option<i64>,
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 4294967295.0)]
     pub sold: i64,
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 4294967295.0)]
     pub comments: i64,
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 4294967295.0)]
     pub score: i64,
+    #[schema(max_length = 32)]
     pub open_hours: Option<String>,
 }
 
 /// A voucher of a shop joined with its flash-sale fields (the original's `queryVoucherOfShop`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Voucher {
     pub id: i64,
@@ -120,7 +134,9 @@ pub struct Voucher {
     pub rules: Option<String>,
     pub pay_value: i64,
     pub actual_value: i64,
+    /// 0 plain, 1 flash sale.
     #[serde(rename = "type")]
+    #[schema(minimum = 0, maximum = 1)]
     pub kind: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stock: Option<i64>,
@@ -128,11 +144,13 @@ pub struct Voucher {
         with = "datetime_format::option",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<datetime_format::Schema>)]
     pub begin_time: Option<NaiveDateTime>,
     #[serde(
         with = "datetime_format::option",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<datetime_format::Schema>)]
     pub end_time: Option<NaiveDateTime>,
 }
 
@@ -334,14 +352,20 @@ pub async fn vouchers_of_shop(db: &Db, shop: ShopId) -> Result<Vec<Voucher>> {
 }
 
 /// A plain (non flash-sale) voucher to create.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VoucherInput {
+    #[schema(minimum = 1)]
     pub shop_id: i64,
+    #[schema(min_length = 1, max_length = 255)]
     pub title: String,
+    #[schema(max_length = 255)]
     pub sub_title: Option<String>,
+    #[schema(max_length = 1024)]
     pub rules: Option<String>,
+    #[schema(minimum = 0)]
     pub pay_value: i64,
+    #[schema(minimum = 0)]
     pub actual_value: i64,
 }
 

@@ -285,6 +285,11 @@ pub mod datetime_format {
 
     pub const FORMAT: &str = "%Y-%m-%dT%H:%M:%S";
 
+    /// Server-local `yyyy-MM-ddTHH:mm:ss` (the original's format, no zone).
+    #[derive(utoipa::ToSchema)]
+    #[schema(as = LocalDateTime, example = "2026-11-21T10:00:00")]
+    pub struct Schema(pub String);
+
     pub fn serialize<S: Serializer>(v: &NaiveDateTime, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(&v.format(FORMAT))
     }

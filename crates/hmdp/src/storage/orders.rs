@@ -347,7 +347,7 @@ pub async fn create_order_sync(db: &Db, order: NewOrder) -> Result<SyncOutcome> 
 }
 
 /// An order as its owner sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VoucherOrder {
     pub id: i64,
@@ -362,6 +362,7 @@ pub struct VoucherOrder {
         with = "datetime_format::option",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<datetime_format::Schema>)]
     pub create_time: Option<NaiveDateTime>,
 }
 

@@ -40,7 +40,7 @@ impl_from_row!(UserRow, |row| {
 });
 
 /// The original's `UserInfo`, without the time stamps (the original nulls them out).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UserInfo {
     pub user_id: UserId,
@@ -56,6 +56,7 @@ pub struct UserInfo {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gender: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = Date)]
     pub birthday: Option<NaiveDate>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub credits: Option<i64>,
