@@ -16,6 +16,7 @@
 //!   consumer group, pending records, the shard-count guard, stream gauges.
 //! - [`seckill`]: the flash sale: one Lua script decides, a stream carries the order.
 //! - [`worker`]: the consumer group that writes accepted orders into the database.
+//! - [`metrics`]: the Prometheus registry each module registers its metrics into.
 //! - [`http`]: axum routers by resource, the envelope, errors and extractors.
 //! - [`startup`]: wiring it all together; [`cli`]: the `hmdp` command.
 
@@ -26,6 +27,7 @@ pub mod config;
 pub mod domain;
 pub mod http;
 pub mod kv;
+pub mod metrics;
 pub mod order_stream;
 pub mod seckill;
 pub mod startup;

@@ -27,6 +27,8 @@ use crate::{
         Keys, RedisConn,
         managed::{ManagedRedis, answers_ping},
     },
+    metrics::{CacheCollector, LockCollector, Registry},
+    order_stream::StreamMetrics,
     seckill::Seckill,
     storage::{self, Db},
     worker::OrderWorker,
@@ -145,11 +147,24 @@ impl Application {
                 config.seckill.consumer.clone(),
             )
         });
+        let http_metrics = Arc::new(crate::http::HttpMetrics::default());
+        let stream_metrics = StreamMetrics::default();
+        let mut registry = Registry::default();
+        http_metrics.register(&mut registry);
+        seckill.stats().register(&mut registry);
+        registry.register_collector(Box::new(CacheCollector(catalogue.cache().clone())));
+        registry.register_collector(Box::new(LockCollector(locks.clone())));
+        if let Some(w) = &worker {
+            w.stats().register(&mut registry);
+        }
+        stream_metrics.register(&mut registry);
         let state = AppState::new(AppStateInner {
             catalogue,
             seckill,
             worker: worker.as_ref().map(|w| w.stats().clone()),
-            http_metrics: Arc::default(),
+            http_metrics,
+            metrics: Arc::new(registry),
+            stream_metrics,
             limits: Arc::new(crate::http::Limits::new(
                 config.rate_limit_ip,
                 config.rate_limit_user,
@@ -292,12 +307,17 @@ pub async fn run_worker_with(
     let endpoint = match listener {
         Some(listener) => {
             let addr = listener.local_addr()?;
+            let stream_metrics = StreamMetrics::default();
+            let mut metrics = Registry::default();
+            worker.stats().register(&mut metrics);
+            stream_metrics.register(&mut metrics);
             let app = http::worker_app(http::WorkerEndpoint {
                 db: db.clone(),
                 redis,
                 keys,
                 shards: config.seckill.shards,
-                stats: worker.stats().clone(),
+                metrics,
+                stream_metrics,
             });
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let idle = config.idle_timeout;

@@ -108,12 +108,15 @@ async fn raw_pending_del(cli: &Cli, args: &SeckillArgs) -> anyhow::Result<(f64, 
 /// the share spent inside database transactions (the rest is stream reads, acks, trims and
 /// waiting for the scheduler).
 fn worker_note(w: &WorkerStats, drain_secs: f64) -> String {
-    use std::sync::atomic::Ordering::SeqCst;
-    let (batches, persisted, db_secs) = (
-        w.batches.load(SeqCst),
-        w.persisted.load(SeqCst),
-        w.write_seconds.snapshot().sum,
-    );
+    // The histogram's sum is only exposed through the exposition, as a scraper reads it.
+    let mut registry = hmdp::metrics::Registry::default();
+    w.register(&mut registry);
+    let db_secs = hmdp::metrics::encode(&registry)
+        .lines()
+        .find_map(|l| l.strip_prefix("hmdp_worker_write_seconds_sum "))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(f64::NAN);
+    let (batches, persisted) = (w.batches.get(), w.persisted.get());
     format!(
         "worker: {batches} batches, {:.0} orders/batch, {:.3}s inside database transactions of {:.3}s drain ({:.0} %)",
         persisted as f64 / batches.max(1) as f64,
@@ -326,7 +329,7 @@ async fn run_mode(
     let persisted = |stats: Arc<WorkerStats>| {
         move || {
             let stats = stats.clone();
-            async move { stats.persisted.load(std::sync::atomic::Ordering::SeqCst) }
+            async move { stats.persisted.get() }
         }
     };
     let live_watch = match (&t.server, args.drain, mode) {

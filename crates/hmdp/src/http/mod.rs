@@ -97,8 +97,12 @@ pub struct AppStateInner {
     pub seckill: crate::seckill::Seckill,
     /// Per-IP and per-user request rate limits.
     pub limits: Arc<limits::Limits>,
-    /// Request counters and latency histograms for `/metrics`.
+    /// Request counters and latency histograms, recorded by every request.
     pub http_metrics: Arc<metrics::HttpMetrics>,
+    /// Everything `/metrics` shows (built by [`crate::startup`]).
+    pub metrics: Arc<crate::metrics::Registry>,
+    /// The order stream gauges (registered in `metrics`), read from Redis at each scrape.
+    pub stream_metrics: crate::order_stream::StreamMetrics,
     /// The embedded order worker's counters, when it runs in this process.
     pub worker: Option<Arc<crate::worker::WorkerStats>>,
     pub admin_token: Arc<Secret>,

@@ -10,23 +10,17 @@
 
 use std::sync::Arc;
 
-use axum::{
-    Router,
-    extract::State,
-    http::header,
-    response::{IntoResponse, Response},
-    routing::get,
-};
+use axum::{Router, extract::State, response::Response, routing::get};
 
 use super::{health, metrics};
 use crate::{
     kv::{Keys, RedisConn},
+    metrics::Registry,
+    order_stream::StreamMetrics,
     storage::Db,
-    worker::WorkerStats,
 };
 
 /// What the standalone worker's listener reads.
-#[derive(Clone)]
 pub struct WorkerEndpoint {
     /// Pinged by `/health`.
     pub db: Db,
@@ -36,8 +30,10 @@ pub struct WorkerEndpoint {
     pub keys: Keys,
     /// How many order streams there are (`HMDP_SECKILL_SHARDS`).
     pub shards: u32,
-    /// The running worker's counters ([`crate::worker::OrderWorker::stats`]).
-    pub stats: Arc<WorkerStats>,
+    /// The worker's metrics ([`crate::worker::WorkerStats::register`]) and `stream_metrics`.
+    pub metrics: Registry,
+    /// The order stream gauges, registered in `metrics`, read at each scrape.
+    pub stream_metrics: StreamMetrics,
 }
 
 /// `/metrics` and `/health` for a standalone worker (served by [`super::serve`]).
@@ -50,10 +46,10 @@ pub fn worker_app(endpoint: WorkerEndpoint) -> Router {
 }
 
 async fn worker_metrics(State(ep): State<Arc<WorkerEndpoint>>) -> Response {
-    let mut out = String::with_capacity(4 * 1024);
-    metrics::worker_section(&mut out, &ep.stats);
-    metrics::stream_section(&mut out, &ep.redis, &ep.keys, ep.shards).await;
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+    ep.stream_metrics
+        .refresh(&ep.redis, &ep.keys, ep.shards)
+        .await;
+    metrics::exposition(&ep.metrics)
 }
 
 async fn worker_health(State(ep): State<Arc<WorkerEndpoint>>) -> Response {

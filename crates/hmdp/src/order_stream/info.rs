@@ -5,7 +5,10 @@
 use redis::streams::StreamInfoGroupsReply;
 
 use super::GROUP;
-use crate::kv::RedisConn;
+use crate::{
+    kv::{Keys, RedisConn},
+    metrics::{Family, Gauge, Registry},
+};
 
 /// The order group on one stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +58,58 @@ pub async fn read_gauges(redis: &RedisConn, stream: &str) -> redis::RedisResult<
         .await?;
     let group = group_info(redis, stream).await.ok().flatten();
     Ok(StreamGauges { length, group })
+}
+
+/// The order streams' gauges on `/metrics` (`hmdp_order_stream_{length,pending,lag}{shard}`),
+/// read from Redis at scrape time by [`StreamMetrics::refresh`].
+#[derive(Debug, Clone, Default)]
+pub struct StreamMetrics {
+    length: ShardGauges,
+    pending: ShardGauges,
+    lag: ShardGauges,
+}
+
+type ShardGauges = Family<[(&'static str, String); 1], Gauge>;
+
+impl StreamMetrics {
+    /// Adds the gauges to `registry`; they show what the last [`refresh`](Self::refresh) read.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "hmdp_order_stream_length",
+            "Entries in each order stream",
+            self.length.clone(),
+        );
+        registry.register(
+            "hmdp_order_stream_pending",
+            "Entries delivered to a worker, not yet written",
+            self.pending.clone(),
+        );
+        registry.register(
+            "hmdp_order_stream_lag",
+            "Entries not yet delivered to any worker",
+            self.lag.clone(),
+        );
+    }
+
+    /// Reads every shard's gauges; a shard whose stream cannot be read shows none.
+    pub async fn refresh(&self, redis: &RedisConn, keys: &Keys, shards: u32) {
+        self.length.clear();
+        self.pending.clear();
+        self.lag.clear();
+        for shard in 0..shards {
+            let Ok(g) = read_gauges(redis, &keys.seckill_stream(shard)).await else {
+                continue;
+            };
+            let label = [("shard", shard.to_string())];
+            self.length.get_or_create(&label).set(g.length as i64);
+            if let Some(group) = g.group {
+                self.pending.get_or_create(&label).set(group.pending as i64);
+                if let Some(lag) = group.lag {
+                    self.lag.get_or_create(&label).set(lag as i64);
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use redis::streams::{StreamId, StreamRangeReply};
 
-pub use info::{GroupInfo, StreamGauges, group_info, read_gauges};
+pub use info::{GroupInfo, StreamGauges, StreamMetrics, group_info, read_gauges};
 pub use shards::{ShardCountMismatch, check_shard_count};
 
 use crate::{

@@ -11,7 +11,7 @@ mod stats;
 mod status;
 mod warm;
 
-use std::sync::{Arc, atomic::Ordering};
+use std::sync::Arc;
 
 use chrono::{Local, NaiveDateTime, TimeZone};
 use hmdp_id::IdGenerator;
@@ -133,7 +133,7 @@ impl Seckill {
             Err(Refusal::Ended) => &self.stats.ended,
             Err(Refusal::UnknownVoucher) => &self.stats.unknown,
         };
-        counter.fetch_add(1, Ordering::Relaxed);
+        counter.inc();
         Ok(outcome)
     }
 

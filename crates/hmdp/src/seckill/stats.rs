@@ -1,22 +1,61 @@
 //! This instance's counters, and the live view of one sale for the dashboard.
 
-use std::sync::atomic::AtomicU64;
-
 use chrono::{Local, NaiveDateTime};
 
 use super::{Seckill, SeckillError};
-use crate::{config::SeckillMode, domain::VoucherId, order_stream, storage::orders};
+use crate::{
+    config::SeckillMode,
+    domain::VoucherId,
+    metrics::{Counter, Family, Registry},
+    order_stream,
+    storage::orders,
+};
 
-/// Counters of this instance, for the dashboard and metrics.
-#[derive(Debug, Default)]
+/// Flash-sale requests decided by this instance, by outcome, and warm-ups (`hmdp_seckill_*`).
+#[derive(Debug)]
 pub struct SeckillStats {
-    pub accepted: AtomicU64,
-    pub sold_out: AtomicU64,
-    pub duplicate: AtomicU64,
-    pub not_started: AtomicU64,
-    pub ended: AtomicU64,
-    pub unknown: AtomicU64,
-    pub warm_ups: AtomicU64,
+    outcomes: Family<[(&'static str, &'static str); 1], Counter>,
+    pub accepted: Counter,
+    pub sold_out: Counter,
+    pub duplicate: Counter,
+    pub not_started: Counter,
+    pub ended: Counter,
+    pub unknown: Counter,
+    pub warm_ups: Counter,
+}
+
+impl Default for SeckillStats {
+    fn default() -> Self {
+        let outcomes = Family::<[(&'static str, &'static str); 1], Counter>::default();
+        // One handle per outcome, made once: counting a grab is one atomic add, no lookup.
+        let outcome = |code| outcomes.get_or_create(&[("outcome", code)]).clone();
+        Self {
+            accepted: outcome("accepted"),
+            sold_out: outcome("sold_out"),
+            duplicate: outcome("duplicate_order"),
+            not_started: outcome("seckill_not_started"),
+            ended: outcome("seckill_ended"),
+            unknown: outcome("voucher_not_found"),
+            warm_ups: Counter::default(),
+            outcomes,
+        }
+    }
+}
+
+impl SeckillStats {
+    /// Adds the flash-sale metrics to `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "hmdp_seckill_outcomes",
+            "Flash-sale requests decided by this instance, by outcome code",
+            self.outcomes.clone(),
+        );
+        registry.register(
+            "hmdp_seckill_warm_ups",
+            "Vouchers loaded into Redis from the database",
+            self.warm_ups.clone(),
+        );
+    }
 }
 
 /// A live view of one sale, for the dashboard.

@@ -2,7 +2,7 @@
 //! order streams are read first, then one database snapshot of the voucher and its orders
 //! (README, "The flash sale, and what survives what").
 
-use std::{collections::HashSet, sync::atomic::Ordering, time::Duration};
+use std::{collections::HashSet, time::Duration};
 
 use chrono::NaiveDateTime;
 
@@ -84,7 +84,7 @@ impl Seckill {
             );
         }
         if state != 1 {
-            self.stats.warm_ups.fetch_add(1, Ordering::Relaxed);
+            self.stats.warm_ups.inc();
             self.load_from_database(voucher, shard).await?;
         }
         Ok(())

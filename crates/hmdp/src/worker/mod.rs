@@ -22,9 +22,7 @@ use redis::streams::StreamId;
 use tokio::sync::watch;
 
 pub use crate::order_stream::GROUP;
-pub use stats::{
-    BATCH_SIZE_BUCKETS, Histogram, HistogramSnapshot, WRITE_SECONDS_BUCKETS, WorkerStats,
-};
+pub use stats::{BATCH_SIZE_BUCKETS, WRITE_SECONDS_BUCKETS, WorkerStats};
 
 use crate::{
     config::SeckillSettings,

@@ -1,7 +1,7 @@
 //! Taking entries from the consumer group: this consumer's own pending ones, new ones,
 //! idle ones of any consumer (`XAUTOCLAIM`), and the ones held through an outage (`XCLAIM`).
 
-use std::{sync::atomic::Ordering, time::Duration};
+use std::time::Duration;
 
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
 
@@ -79,9 +79,7 @@ impl OrderWorker {
             tracing::error!(shard, ids = ?reply.deleted_ids, "pending order entries were deleted from the stream; those orders are lost");
         }
         if !reply.claimed.is_empty() {
-            self.stats
-                .claimed
-                .fetch_add(reply.claimed.len() as u64, Ordering::Relaxed);
+            self.stats.claimed.inc_by(reply.claimed.len() as u64);
             tracing::info!(
                 shard,
                 entries = reply.claimed.len(),

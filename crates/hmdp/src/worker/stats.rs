@@ -1,6 +1,9 @@
-//! The worker's counters and histograms, read by `/metrics` (`http::metrics`).
+//! The worker's counters and histograms (`hmdp_worker_*`), registered into the process's
+//! metrics registry by whoever runs the worker (`hmdp serve`, or `hmdp worker`'s listener).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use prometheus_client::metrics::{counter::Counter, histogram::Histogram};
+
+use crate::metrics::{Registry, histogram};
 
 /// Upper bounds of the batch-size histogram's buckets (orders).
 pub const BATCH_SIZE_BUCKETS: &[f64] = &[
@@ -11,117 +14,99 @@ pub const WRITE_SECONDS_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-/// A histogram with fixed buckets, recorded with atomics (no lock, no allocation).
-#[derive(Debug)]
-pub struct Histogram {
-    bounds: &'static [f64],
-    /// One counter per bound, plus one for larger values (not cumulative).
-    buckets: Box<[AtomicU64]>,
-    /// The sum of observed values, as `f64` bits.
-    sum: AtomicU64,
-}
-
-/// A copy of a [`Histogram`] at one moment, Prometheus-shaped.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HistogramSnapshot {
-    /// `(upper bound, observations ≤ bound)`, cumulative, ascending; `+Inf` is `count`.
-    pub buckets: Vec<(f64, u64)>,
-    /// Observations.
-    pub count: u64,
-    /// Sum of the observed values.
-    pub sum: f64,
-}
-
-impl Histogram {
-    /// A histogram with the given ascending upper bounds.
-    pub fn new(bounds: &'static [f64]) -> Self {
-        debug_assert!(bounds.windows(2).all(|w| w[0] < w[1]));
-        Self {
-            bounds,
-            buckets: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            sum: AtomicU64::new(0f64.to_bits()),
-        }
-    }
-
-    /// Records one value.
-    pub fn observe(&self, v: f64) {
-        let i = self.bounds.partition_point(|b| *b < v);
-        self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        let _ = self
-            .sum
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
-                Some((f64::from_bits(bits) + v).to_bits())
-            });
-    }
-
-    /// The current counts.
-    pub fn snapshot(&self) -> HistogramSnapshot {
-        let mut total = 0;
-        let mut buckets = Vec::with_capacity(self.bounds.len());
-        for (b, c) in self.bounds.iter().zip(self.buckets.iter()) {
-            total += c.load(Ordering::Relaxed);
-            buckets.push((*b, total));
-        }
-        total += self.buckets[self.bounds.len()].load(Ordering::Relaxed);
-        HistogramSnapshot {
-            buckets,
-            count: total,
-            sum: f64::from_bits(self.sum.load(Ordering::Relaxed)),
-        }
-    }
-}
-
-impl HistogramSnapshot {
-    /// Appends the histogram in the Prometheus text format (`name_bucket{le=…}`, `name_sum`,
-    /// `name_count`).
-    pub fn render_prometheus(&self, out: &mut String, name: &str, help: &str) {
-        use std::fmt::Write as _;
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        for (le, n) in &self.buckets {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {n}");
-        }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum {}", self.sum);
-        let _ = writeln!(out, "{name}_count {}", self.count);
-    }
-}
-
-/// Counters of this worker process.
+/// Counters of this worker process. Cheap to update (atomics); read them with `.get()`.
 #[derive(Debug)]
 pub struct WorkerStats {
     /// Orders inserted into the database.
-    pub persisted: AtomicU64,
+    pub persisted: Counter,
     /// Entries acknowledged that were already in the database (redeliveries).
-    pub already_written: AtomicU64,
+    pub already_written: Counter,
     /// Batches committed.
-    pub batches: AtomicU64,
+    pub batches: Counter,
     /// Orders per committed batch.
     pub batch_size: Histogram,
     /// Database time of committed batches, in seconds.
     pub write_seconds: Histogram,
     /// Entries moved to a dead-letter stream (conflicts included).
-    pub dead_lettered: AtomicU64,
+    pub dead_lettered: Counter,
     /// Orders that collided with another order in the database (dead-lettered).
-    pub conflicts: AtomicU64,
+    pub conflicts: Counter,
     /// Entries taken over with `XAUTOCLAIM` (from dead consumers, or this one's failed ones).
-    pub claimed: AtomicU64,
+    pub claimed: Counter,
     /// Failed batch writes because the database was away or briefly refusing.
-    pub db_outages: AtomicU64,
+    pub db_outages: Counter,
 }
 
 impl Default for WorkerStats {
     fn default() -> Self {
         Self {
-            persisted: AtomicU64::new(0),
-            already_written: AtomicU64::new(0),
-            batches: AtomicU64::new(0),
-            batch_size: Histogram::new(BATCH_SIZE_BUCKETS),
-            write_seconds: Histogram::new(WRITE_SECONDS_BUCKETS),
-            dead_lettered: AtomicU64::new(0),
-            conflicts: AtomicU64::new(0),
-            claimed: AtomicU64::new(0),
-            db_outages: AtomicU64::new(0),
+            persisted: Counter::default(),
+            already_written: Counter::default(),
+            batches: Counter::default(),
+            batch_size: histogram(BATCH_SIZE_BUCKETS),
+            write_seconds: histogram(WRITE_SECONDS_BUCKETS),
+            dead_lettered: Counter::default(),
+            conflicts: Counter::default(),
+            claimed: Counter::default(),
+            db_outages: Counter::default(),
         }
+    }
+}
+
+impl WorkerStats {
+    /// Adds the worker's metrics to `registry` (they share the counters with `self`).
+    pub fn register(&self, registry: &mut Registry) {
+        let counters = [
+            (
+                "hmdp_worker_orders_written",
+                "Orders inserted by this process's worker",
+                &self.persisted,
+            ),
+            (
+                "hmdp_worker_redeliveries",
+                "Entries acknowledged that were already written",
+                &self.already_written,
+            ),
+            (
+                "hmdp_worker_batches",
+                "Committed order batches",
+                &self.batches,
+            ),
+            (
+                "hmdp_worker_dead_letters",
+                "Orders moved to a dead-letter stream",
+                &self.dead_lettered,
+            ),
+            (
+                "hmdp_worker_claimed",
+                "Entries taken over from other consumers",
+                &self.claimed,
+            ),
+            (
+                "hmdp_worker_conflicts",
+                "Accepted orders that collided with another order in the database \
+                 (dead-lettered)",
+                &self.conflicts,
+            ),
+            (
+                "hmdp_worker_db_outages",
+                "Batch writes that failed because the database was away",
+                &self.db_outages,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            registry.register(name, help, counter.clone());
+        }
+        registry.register(
+            "hmdp_worker_write_seconds",
+            "Database time of committed order batches",
+            self.write_seconds.clone(),
+        );
+        registry.register(
+            "hmdp_worker_batch_size",
+            "Orders per committed batch",
+            self.batch_size.clone(),
+        );
     }
 }
 
@@ -130,21 +115,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn histograms_count_into_cumulative_buckets() {
-        static BOUNDS: &[f64] = &[1.0, 10.0, 100.0];
-        let h = Histogram::new(BOUNDS);
-        for v in [0.5, 1.0, 3.0, 10.0, 50.0, 1000.0] {
-            h.observe(v);
+    fn the_registered_metrics_keep_their_names_and_count_into_cumulative_buckets() {
+        let stats = WorkerStats::default();
+        let mut registry = Registry::default();
+        stats.register(&mut registry);
+        stats.persisted.inc_by(3);
+        for v in [0.5, 1.0, 3.0, 10.0, 50.0, 6000.0] {
+            stats.batch_size.observe(v);
         }
-        let s = h.snapshot();
-        assert_eq!(s.buckets, vec![(1.0, 2), (10.0, 4), (100.0, 5)]);
-        assert_eq!(s.count, 6);
-        assert!((s.sum - 1064.5).abs() < 1e-9);
-        let mut out = String::new();
-        s.render_prometheus(&mut out, "x_seconds", "Some help.");
-        assert!(out.contains("# TYPE x_seconds histogram\n"), "{out}");
-        assert!(out.contains("x_seconds_bucket{le=\"10\"} 4\n"), "{out}");
-        assert!(out.contains("x_seconds_bucket{le=\"+Inf\"} 6\n"), "{out}");
-        assert!(out.contains("x_seconds_count 6\n"), "{out}");
+        let out = crate::metrics::encode(&registry);
+        for line in [
+            "hmdp_worker_orders_written_total 3",
+            "hmdp_worker_dead_letters_total 0",
+            "# TYPE hmdp_worker_batch_size histogram",
+            "hmdp_worker_batch_size_bucket{le=\"1.0\"} 2",
+            "hmdp_worker_batch_size_bucket{le=\"10.0\"} 4",
+            "hmdp_worker_batch_size_bucket{le=\"+Inf\"} 6",
+            "hmdp_worker_batch_size_count 6",
+        ] {
+            assert!(
+                out.lines().any(|l| l == line),
+                "missing {line:?} in:\n{out}"
+            );
+        }
     }
 }

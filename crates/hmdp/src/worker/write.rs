@@ -1,10 +1,7 @@
 //! Writing entries: one transaction per batch, then the acknowledgement; an entry that cannot
 //! be written is retried later or, once it has failed long enough, dead-lettered.
 
-use std::{
-    sync::atomic::Ordering,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use redis::streams::StreamId;
 
@@ -44,13 +41,13 @@ impl OrderWorker {
                 self.stats
                     .write_seconds
                     .observe(started.elapsed().as_secs_f64());
-                self.stats.batches.fetch_add(1, Ordering::Relaxed);
+                self.stats.batches.inc();
                 self.stats.batch_size.observe(orders.len() as f64);
                 self.settle(shard, &good, outcome).await?;
                 Ok(Step::Wrote(handled))
             }
             Err(BatchError::Storage(e)) if e.is_unavailable() => {
-                self.stats.db_outages.fetch_add(1, Ordering::Relaxed);
+                self.stats.db_outages.inc();
                 Err(WorkerError::Stalled {
                     entries: good.into_iter().map(|(e, _)| e).collect(),
                     source: e,
@@ -65,7 +62,7 @@ impl OrderWorker {
                             self.settle(shard, &[(entry, order)], outcome).await?;
                         }
                         Err(BatchError::Storage(e)) if e.is_unavailable() => {
-                            self.stats.db_outages.fetch_add(1, Ordering::Relaxed);
+                            self.stats.db_outages.inc();
                             let mut entries = vec![entry];
                             entries.extend(rest.map(|(e, _)| e));
                             return Err(WorkerError::Stalled { entries, source: e });
@@ -85,17 +82,13 @@ impl OrderWorker {
         batch: &[(StreamId, NewOrder)],
         outcome: BatchOutcome,
     ) -> Result<(), WorkerError> {
-        self.stats
-            .persisted
-            .fetch_add(outcome.inserted, Ordering::Relaxed);
-        self.stats
-            .already_written
-            .fetch_add(outcome.already_written, Ordering::Relaxed);
+        self.stats.persisted.inc_by(outcome.inserted);
+        self.stats.already_written.inc_by(outcome.already_written);
         let mut acked: Vec<&(StreamId, NewOrder)> = Vec::with_capacity(batch.len());
         for item in batch {
             match outcome.conflicts.iter().find(|(o, _)| *o == item.1) {
                 Some((order, conflict)) => {
-                    self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+                    self.stats.conflicts.inc();
                     tracing::error!(
                         order = order.id,
                         user = order.user_id,
@@ -214,7 +207,7 @@ impl OrderWorker {
             .arg(&entry.id)
             .ignore();
         let _: () = pipe.query_async(&mut self.redis.clone()).await?;
-        self.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+        self.stats.dead_lettered.inc();
         tracing::error!(entry = %entry.id, shard, reason, "order moved to the dead-letter stream");
         Ok(())
     }

@@ -35,7 +35,8 @@ async fn metrics_count_requests_by_route_and_sales_by_outcome() {
         resp.headers()["content-type"]
             .to_str()
             .unwrap()
-            .starts_with("text/plain")
+            .starts_with("application/openmetrics-text"),
+        "OpenMetrics text, which Prometheus asks for"
     );
     let text = resp.text().await.unwrap();
     let has = |line: &str| {
@@ -49,9 +50,13 @@ async fn metrics_count_requests_by_route_and_sales_by_outcome() {
         r#"hmdp_http_requests_total{method="POST",route="/voucher-order/seckill/{id}",status="200"} 2"#,
     );
     has(r#"hmdp_seckill_outcomes_total{outcome="accepted"} 1"#);
+    has("# TYPE hmdp_http_requests counter");
+    has("# HELP hmdp_lock_lost Locks lost while held (lease ran out or a renewal failed).");
+    has(r#"hmdp_lock_wait_seconds_bucket{le="+Inf"} 0"#);
+    assert_eq!(text.lines().last(), Some("# EOF"), "{text}");
     has(r#"hmdp_seckill_outcomes_total{outcome="duplicate_order"} 1"#);
     has(r#"hmdp_cache_reads_total{result="filtered"} 1"#);
-    assert!(text.contains(r#"hmdp_http_request_duration_seconds_bucket{method="GET",route="/shop/{id}",le="+Inf"} 4"#), "{text}");
+    assert!(text.contains(r#"hmdp_http_request_duration_seconds_bucket{le="+Inf",method="GET",route="/shop/{id}"} 4"#), "{text}");
     assert!(
         text.contains(r#"hmdp_order_stream_length{shard="0"}"#),
         "{text}"

@@ -167,7 +167,7 @@ async fn a_lock_wait_timeout_is_waited_out_not_dead_lettered() {
     );
     let stats = worker.stats().clone();
     wait_until("the worker never met the lock", || {
-        stats.db_outages.load(SeqCst) >= 2
+        stats.db_outages.get() >= 2
     })
     .await;
     assert!(db_order_ids(&app, voucher).await.is_empty());
@@ -176,7 +176,7 @@ async fn a_lock_wait_timeout_is_waited_out_not_dead_lettered() {
     wait_for_orders(&app, voucher, 3).await;
     handle.abort();
     assert_eq!(
-        stats.dead_lettered.load(SeqCst),
+        stats.dead_lettered.get(),
         0,
         "a lock wait is not a poison order"
     );
@@ -236,11 +236,11 @@ async fn retries_through_an_outage_do_not_count_against_an_order() {
         worker.step_pending(0, &mut reader).await.unwrap(),
         Step::Wrote(3)
     );
-    assert_eq!(worker.stats().dead_lettered.load(SeqCst), 0);
-    assert!(worker.stats().db_outages.load(SeqCst) >= 3);
+    assert_eq!(worker.stats().dead_lettered.get(), 0);
+    assert!(worker.stats().db_outages.get() >= 3);
     // The second real failure is the last one allowed.
     worker.step_pending(0, &mut reader).await.unwrap();
-    assert_eq!(worker.stats().dead_lettered.load(SeqCst), 3);
+    assert_eq!(worker.stats().dead_lettered.get(), 3);
     assert_eq!(xlen(&app, "seckill:{s0}:orders:dead").await, 3);
 }
 
@@ -271,14 +271,14 @@ async fn a_burst_of_failures_does_not_exhaust_an_orders_budget() {
         );
     }
     assert_eq!(
-        worker.stats().dead_lettered.load(SeqCst),
+        worker.stats().dead_lettered.get(),
         0,
         "seven failures within milliseconds are a burst, not a verdict"
     );
     assert_eq!(state_of(&app, ids[0], &tokens[0]).await, "pending");
     tokio::time::sleep(Duration::from_millis(1600)).await;
     worker.step_pending(0, &mut reader).await.unwrap();
-    assert_eq!(worker.stats().dead_lettered.load(SeqCst), 3);
+    assert_eq!(worker.stats().dead_lettered.get(), 3);
     assert_eq!(
         worker.step_pending(0, &mut reader).await.unwrap(),
         Step::Idle
@@ -379,9 +379,9 @@ async fn a_dead_lettered_order_shows_failed_and_keeps_its_stock_through_a_warm_u
     .await;
     let worker = worker_for(&app, "w");
     drain(&worker).await;
-    assert_eq!(worker.stats().conflicts.load(SeqCst), 1);
-    assert_eq!(worker.stats().dead_lettered.load(SeqCst), 1);
-    assert_eq!(worker.stats().already_written.load(SeqCst), 0);
+    assert_eq!(worker.stats().conflicts.get(), 1);
+    assert_eq!(worker.stats().dead_lettered.get(), 1);
+    assert_eq!(worker.stats().already_written.get(), 0);
     assert_eq!(state_of(&app, ids[0], &tokens[0]).await, "failed");
     assert_eq!(state_of(&app, ids[1], &tokens[1]).await, "created");
 
@@ -422,12 +422,12 @@ async fn a_lost_buyer_set_is_rebuilt_before_anyone_buys_twice() {
             "duplicate_order"
         );
     }
-    assert_eq!(app.state.seckill.stats().warm_ups.load(SeqCst), 1);
+    assert_eq!(app.state.seckill.stats().warm_ups.get(), 1);
     assert_eq!(redis_stock(&app, voucher).await, Some(3));
     assert!(order_id_of(&grab_raw(&app, voucher, &tokens[2]).await.1).is_some());
     drain(&worker).await;
     assert_eq!(db_order_ids(&app, voucher).await.len(), 3);
-    assert_eq!(worker.stats().conflicts.load(SeqCst), 0);
+    assert_eq!(worker.stats().conflicts.get(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -468,10 +468,10 @@ async fn a_second_order_of_a_buyer_is_dead_lettered_as_a_conflict_not_acked_as_w
     .unwrap();
     drain(&worker).await;
     let stats = worker.stats();
-    assert_eq!(stats.conflicts.load(SeqCst), 1);
-    assert_eq!(stats.dead_lettered.load(SeqCst), 1);
+    assert_eq!(stats.conflicts.get(), 1);
+    assert_eq!(stats.dead_lettered.get(), 1);
     assert_eq!(
-        stats.already_written.load(SeqCst),
+        stats.already_written.get(),
         0,
         "not mistaken for a redelivery"
     );
@@ -506,7 +506,7 @@ async fn a_voucher_hash_missing_a_field_is_reloaded_not_a_crash() {
         assert_eq!(status, 200, "without {field}: {body}");
         won.insert(order_id_of(&body).unwrap_or_else(|| panic!("without {field}: {body}")));
     }
-    assert_eq!(app.state.seckill.stats().warm_ups.load(SeqCst), 3);
+    assert_eq!(app.state.seckill.stats().warm_ups.get(), 3);
     assert_eq!(redis_stock(&app, voucher).await, Some(7));
     drain(&worker_for(&app, "w")).await;
     let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
@@ -696,10 +696,10 @@ async fn a_worker_killed_between_commit_and_ack_writes_nothing_twice() {
         Step::Wrote(10)
     );
     let stats = worker.stats();
-    assert_eq!(stats.persisted.load(SeqCst), 0);
-    assert_eq!(stats.already_written.load(SeqCst), 10);
-    assert_eq!(stats.conflicts.load(SeqCst), 0);
-    assert_eq!(stats.dead_lettered.load(SeqCst), 0);
+    assert_eq!(stats.persisted.get(), 0);
+    assert_eq!(stats.already_written.get(), 10);
+    assert_eq!(stats.conflicts.get(), 0);
+    assert_eq!(stats.dead_lettered.get(), 0);
     assert_eq!(
         worker.step_pending(0, &mut reader).await.unwrap(),
         Step::Idle
@@ -777,7 +777,7 @@ async fn warm_ups_under_a_crowd_with_the_worker_running_never_oversell() {
     }
     done.store(true, SeqCst);
     vandal.await.unwrap();
-    assert!(app.state.seckill.stats().warm_ups.load(SeqCst) >= 2);
+    assert!(app.state.seckill.stats().warm_ups.get() >= 2);
     assert_eq!(won.len(), 100, "exactly the stock was sold");
     assert_eq!(
         winners.iter().collect::<HashSet<_>>().len(),

@@ -335,14 +335,7 @@ async fn lost_voucher_keys_are_rebuilt_from_the_database_without_overselling() {
     }
     assert_eq!(won.len(), 50, "stock 50, never more");
     assert_eq!(redis_stock(&app, voucher).await, Some(0));
-    assert_eq!(
-        app.state
-            .seckill
-            .stats()
-            .warm_ups
-            .load(std::sync::atomic::Ordering::SeqCst),
-        1
-    );
+    assert_eq!(app.state.seckill.stats().warm_ups.get(), 1);
 
     // Now Redis loses everything of the sale after the orders were written.
     let worker = worker_for(&app, "w-1");
@@ -500,10 +493,7 @@ async fn a_worker_aborted_mid_batch_loses_and_duplicates_nothing() {
     }
     task.abort();
     let _ = task.await;
-    let written_by_first = first
-        .stats()
-        .persisted
-        .load(std::sync::atomic::Ordering::SeqCst);
+    let written_by_first = first.stats().persisted.get();
     // …and another worker (another consumer) takes over what it left pending.
     let second = worker_for(&app, "heir");
     let handle = tokio::spawn(
@@ -540,13 +530,7 @@ async fn a_malformed_stream_entry_goes_to_the_dead_letters() {
         .unwrap();
     let worker = worker_for(&app, "w");
     drain(&worker).await;
-    assert_eq!(
-        worker
-            .stats()
-            .dead_lettered
-            .load(std::sync::atomic::Ordering::SeqCst),
-        1
-    );
+    assert_eq!(worker.stats().dead_lettered.get(), 1);
     let dead: i64 = redis::AsyncCommands::xlen(
         &mut app.redis().await,
         format!("{}seckill:{{s0}}:orders:dead", app.prefix),
@@ -612,14 +596,7 @@ async fn the_database_going_away_while_orders_arrive_loses_nothing() {
         0,
         "nothing can be written yet"
     );
-    assert!(
-        worker
-            .stats()
-            .db_outages
-            .load(std::sync::atomic::Ordering::SeqCst)
-            > 0,
-        "the worker noticed"
-    );
+    assert!(worker.stats().db_outages.get() > 0, "the worker noticed");
 
     proxy.come_back();
     wait_for_orders(&app, voucher, 200).await;
@@ -628,10 +605,7 @@ async fn the_database_going_away_while_orders_arrive_loses_nothing() {
     assert_same_orders(&stored, &won);
     assert_eq!(db_stock(&app, voucher).await, 0);
     assert_eq!(
-        worker
-            .stats()
-            .dead_lettered
-            .load(std::sync::atomic::Ordering::SeqCst),
+        worker.stats().dead_lettered.get(),
         0,
         "an outage is not a poison message"
     );
@@ -725,21 +699,11 @@ async fn two_workers_share_the_stream_and_trimming_keeps_unwritten_orders() {
         .await
         .unwrap();
     // Two workers drain the rest side by side (without taking over the hung consumer's share).
-    let before_a = a
-        .stats()
-        .persisted
-        .load(std::sync::atomic::Ordering::SeqCst);
+    let before_a = a.stats().persisted.get();
     tokio::join!(drain(&a), drain(&b));
     assert_eq!(db_order_ids(&app, voucher).await.len(), 330);
-    let by_a = a
-        .stats()
-        .persisted
-        .load(std::sync::atomic::Ordering::SeqCst)
-        - before_a;
-    let by_b = b
-        .stats()
-        .persisted
-        .load(std::sync::atomic::Ordering::SeqCst);
+    let by_a = a.stats().persisted.get() - before_a;
+    let by_b = b.stats().persisted.get();
     assert_eq!(by_a + by_b, 225, "each order written by exactly one worker");
     assert!(by_b > 0, "the second worker got a share");
 
@@ -833,13 +797,7 @@ async fn orders_the_database_keeps_refusing_go_to_the_dead_letters_after_n_deliv
             "the refused orders never left the pending list"
         );
     }
-    assert_eq!(
-        worker
-            .stats()
-            .dead_lettered
-            .load(std::sync::atomic::Ordering::SeqCst),
-        3
-    );
+    assert_eq!(worker.stats().dead_lettered.get(), 3);
     assert!(rounds >= 2, "retried before giving up ({rounds} rounds)");
     assert!(db_order_ids(&app, voucher).await.is_empty());
     let dead: i64 = redis::AsyncCommands::xlen(
