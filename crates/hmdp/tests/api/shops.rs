@@ -13,8 +13,8 @@ use serde_json::json;
 use crate::{
     both_backends,
     helpers::{
-        ADMIN_TOKEN, Backend, RedisServer, TestApp, free_port, spawn_app, spawn_app_with,
-        spawn_with_config, test_config,
+        ADMIN_TOKEN, Backend, RedisServer, SchemaDump, TestApp, TestDatabase, free_port, spawn_app,
+        spawn_app_with, spawn_with_config, test_config,
     },
 };
 
@@ -529,8 +529,16 @@ async fn shop_lists_page_like_the_original(backend: Backend) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nearby_search_on_the_original_data_matches_the_original() {
-    let db = crate::helpers::TestDatabase::create().await;
-    crate::compat::load_original(&db).await;
+    SchemaDump::check_each(
+        "nearby_search_on_the_original_data",
+        nearby_search_matches_the_original,
+    )
+    .await;
+}
+
+async fn nearby_search_matches_the_original(dump: &SchemaDump) {
+    let db = TestDatabase::create().await;
+    dump.load_into(&db).await;
     let dir = tempfile::tempdir().unwrap();
     let config = test_config(db.url.clone(), dir.path());
     let app = spawn_with_config(config, Backend::MySql, Some(db), dir).await;

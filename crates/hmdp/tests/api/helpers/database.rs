@@ -1,5 +1,7 @@
-//! MariaDB for the tests: a fresh database per test, and a proxy that plays "the database went
-//! away".
+//! MariaDB for the tests: a fresh database per test, a proxy that plays "the database went
+//! away", and the dumps in the original project's schema that compatibility tests load.
+
+use std::path::{Path, PathBuf};
 
 use hmdp_testkit::mysql_server_url;
 use sqlx::{Connection, Executor};
@@ -109,5 +111,79 @@ impl CuttableProxy {
 
     pub fn come_back(&self) {
         self.up.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A dump in the original project's schema, to load into a fresh database.
+pub enum SchemaDump {
+    /// `tests/fixtures/original-schema.sql`: the original's tables with a few invented rows;
+    /// always there.
+    Fixture,
+    /// The original project's `hmdp.sql` with its data, which is not ours to ship: found only
+    /// outside the repository.
+    Original(PathBuf),
+}
+
+impl SchemaDump {
+    /// The fixture, then the original dump if it can be found: at `HMDP_ORIGINAL_SQL` (which
+    /// then must exist), else at `shared/data/hmdp.sql` beside any ancestor of this crate.
+    pub fn available() -> Vec<SchemaDump> {
+        let original = match std::env::var_os("HMDP_ORIGINAL_SQL").filter(|p| !p.is_empty()) {
+            Some(path) => {
+                let path = PathBuf::from(path);
+                assert!(
+                    path.is_file(),
+                    "HMDP_ORIGINAL_SQL={} is not a file; unset it to test on the repository \
+                     fixture alone",
+                    path.display()
+                );
+                Some(path)
+            }
+            None => Path::new(env!("CARGO_MANIFEST_DIR"))
+                .ancestors()
+                .map(|dir| dir.join("shared/data/hmdp.sql"))
+                .find(|p| p.is_file()),
+        };
+        std::iter::once(SchemaDump::Fixture)
+            .chain(original.map(SchemaDump::Original))
+            .collect()
+    }
+
+    fn path(&self) -> PathBuf {
+        match self {
+            SchemaDump::Fixture => {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/original-schema.sql")
+            }
+            SchemaDump::Original(path) => path.clone(),
+        }
+    }
+
+    /// Loads the dump into `db` as the original project would have, on MySQL 5.6.
+    pub async fn load_into(&self, db: &TestDatabase) {
+        let path = self.path();
+        eprintln!("loading {}", path.display());
+        let sql = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        let mut conn = sqlx::MySqlConnection::connect(&db.url).await.unwrap();
+        // '0000-00-00' defaults, which today's strict modes reject.
+        conn.execute("SET SESSION sql_mode = ''").await.unwrap();
+        sqlx::raw_sql(&sql).execute(&mut conn).await.unwrap();
+        conn.close().await.unwrap();
+    }
+
+    /// Runs `check` on every available dump, then says on stderr which ones `test` ran on.
+    pub async fn check_each(test: &str, check: impl AsyncFn(&SchemaDump)) {
+        let dumps = Self::available();
+        for dump in &dumps {
+            check(dump).await;
+        }
+        let original = dumps
+            .iter()
+            .find_map(|d| match d {
+                SchemaDump::Original(path) => Some(format!("ran on it too ({})", path.display())),
+                SchemaDump::Fixture => None,
+            })
+            .unwrap_or_else(|| "not found (set HMDP_ORIGINAL_SQL)".to_owned());
+        eprintln!("{test}: ran on the repository fixture; original dump: {original}");
     }
 }

@@ -12,7 +12,7 @@ mod seckill;
 pub use app::{
     ADMIN_TOKEN, Backend, Resp, TestApp, spawn_app, spawn_app_with, spawn_with_config, test_config,
 };
-pub use database::{CuttableProxy, TestDatabase};
+pub use database::{CuttableProxy, SchemaDump, TestDatabase};
 pub use hmdp_testkit::{
     RedisCluster, RedisServer, free_port, mysql_server_url, redis_url, remove_keys, unique_prefix,
     wait_until,
