@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::helpers::{
     ADMIN_TOKEN, Backend, TestApp, assert_same_orders, code_of, create_sale, db_buyers,
     db_order_ids, db_stock, drain, grab_raw, login_many, lose_voucher, order_id_of, redis_stock,
-    spawn_app_with, wait_for_orders, worker_for,
+    spawn_app_with, wait_for_orders, wait_until_up, worker_for,
 };
 
 macro_rules! sale_matrix {
@@ -447,19 +447,10 @@ async fn a_killed_worker_process_loses_and_duplicates_nothing() {
     }
     let dir = tempfile::tempdir().unwrap();
     let spawn_worker = || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_hmdp"))
+        app.binary(dir.path())
             .arg("worker")
-            .current_dir(dir.path())
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HMDP_DATABASE_URL", &app.state.config.database_url)
-            .env("HMDP_REDIS_URL", crate::helpers::redis_url())
-            .env("HMDP_REDIS_PREFIX", &app.prefix)
             .env("HMDP_WORKER_BATCH", "5")
             .env("HMDP_WORKER_CLAIM_IDLE_MS", "300")
-            .env("HMDP_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap()
     };
@@ -752,40 +743,14 @@ async fn redis_killed_and_restarted_from_its_aof_mid_sale_loses_and_oversells_no
 
 /// `hmdp serve` as a separate process on the test's database and Redis prefix.
 fn serve_process(app: &TestApp, port: u16, dir: &std::path::Path) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_hmdp"))
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+    app.binary(dir)
         .env("HMDP_LISTEN", format!("127.0.0.1:{port}"))
-        .env("HMDP_DATABASE_URL", &app.state.config.database_url)
-        .env("HMDP_REDIS_URL", crate::helpers::redis_url())
-        .env("HMDP_REDIS_PREFIX", &app.prefix)
         .env("HMDP_ADMIN_TOKEN", ADMIN_TOKEN)
         .env("HMDP_WORKER_CLAIM_IDLE_MS", "500")
         .env("HMDP_RATE_LIMIT_IP", "0")
         .env("HMDP_RATE_LIMIT_USER", "0")
-        .env("HMDP_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap()
-}
-
-async fn wait_up(client: &reqwest::Client, port: u16) {
-    let started = Instant::now();
-    while client
-        .get(format!("http://127.0.0.1:{port}/health"))
-        .send()
-        .await
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the service did not come up"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -796,7 +761,7 @@ async fn the_service_killed_mid_sale_and_restarted_loses_and_duplicates_nothing(
     let dir = tempfile::tempdir().unwrap();
     let port = crate::helpers::free_port();
     let mut service = serve_process(&app, port, dir.path());
-    wait_up(&app.client, port).await;
+    wait_until_up(&app.client, port).await;
 
     // The crowd arrives; the service is killed -9 while answering it.
     let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -835,7 +800,7 @@ async fn the_service_killed_mid_sale_and_restarted_loses_and_duplicates_nothing(
     // Restarted, it writes every order Redis accepted (confirmed or not) exactly once.
     let port = crate::helpers::free_port();
     let mut service = serve_process(&app, port, dir.path());
-    wait_up(&app.client, port).await;
+    wait_until_up(&app.client, port).await;
     let accepted = 200 - redis_stock(&app, voucher).await.unwrap();
     wait_for_orders(&app, voucher, accepted).await;
     // The sale goes on to the end on the restarted service.

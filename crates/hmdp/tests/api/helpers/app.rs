@@ -3,8 +3,10 @@
 
 use std::{
     net::SocketAddr,
+    path::Path,
+    process::{Command, Stdio},
     sync::{Arc, Once},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use hmdp::{
@@ -236,6 +238,24 @@ impl TestApp {
         r.body["data"].as_str().unwrap().to_owned()
     }
 
+    /// The `hmdp` binary as a separate process on this app's database, Redis and key prefix:
+    /// run in `dir` with a clean environment (PATH kept), logging at warn, output discarded.
+    /// The caller adds a subcommand and settings, and spawns it.
+    pub fn binary(&self, dir: &Path) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hmdp"));
+        cmd.current_dir(dir)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HMDP_DATABASE_URL", &self.state.config.database_url)
+            .env("HMDP_REDIS_URL", redis_url())
+            .env("HMDP_REDIS_PREFIX", &self.prefix)
+            .env("HMDP_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        cmd
+    }
+
     /// A direct Redis connection (for checking keys the service wrote).
     pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
         redis::Client::open(redis_url())
@@ -266,5 +286,24 @@ impl Drop for TestApp {
             let _ = tx.send(());
         }
         remove_keys(&redis_url(), &self.prefix);
+    }
+}
+
+/// Waits until a service on `port` (e.g. one started with [`TestApp::binary`]) answers
+/// `/health` with 200.
+pub async fn wait_until_up(client: &reqwest::Client, port: u16) {
+    let started = Instant::now();
+    while client
+        .get(format!("http://127.0.0.1:{port}/health"))
+        .send()
+        .await
+        .map(|r| r.status() != 200)
+        .unwrap_or(true)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the service did not come up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -11,6 +11,7 @@ mod seckill;
 
 pub use app::{
     ADMIN_TOKEN, Backend, Resp, TestApp, spawn_app, spawn_app_with, spawn_with_config, test_config,
+    wait_until_up,
 };
 pub use database::{CuttableProxy, SchemaDump, TestDatabase};
 pub use hmdp_testkit::{
