@@ -1,46 +1,9 @@
 //! Starting the service in-process for a benchmark, on embedded defaults.
 
-use std::{
-    collections::HashMap,
-    net::SocketAddr,
-    sync::{Arc, Mutex},
-};
+use std::{net::SocketAddr, sync::Arc};
 
-use futures_util::future::BoxFuture;
-use hmdp::{
-    Application, Config, Dependencies,
-    auth::{SmsError, SmsSender},
-    config::Secret,
-    http::AppState,
-};
+use hmdp::{Application, Config, Dependencies, auth::CapturingSms, config::Secret, http::AppState};
 use sqlx::{Connection, Executor};
-
-/// Keeps the last code "sent" to each phone, so the bench can log users in through the real
-/// API without an SMS gateway (the service's own tests do the same).
-#[derive(Default)]
-pub struct CapturingSms {
-    sent: Mutex<HashMap<String, String>>,
-}
-
-impl CapturingSms {
-    pub fn code_for(&self, phone: &str) -> Option<String> {
-        self.sent.lock().expect("sms lock").get(phone).cloned()
-    }
-}
-
-impl SmsSender for CapturingSms {
-    fn send_code<'a>(
-        &'a self,
-        phone: &'a str,
-        code: &'a str,
-    ) -> BoxFuture<'a, Result<(), SmsError>> {
-        self.sent
-            .lock()
-            .expect("sms lock")
-            .insert(phone.to_owned(), code.to_owned());
-        Box::pin(async { Ok(()) })
-    }
-}
 
 /// A running in-process server; stopped (its keys deleted, a MariaDB database it created
 /// dropped) on drop.

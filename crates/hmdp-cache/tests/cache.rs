@@ -12,50 +12,13 @@ use std::{
 use hmdp_cache::{
     BloomFilter, BloomOptions, CacheClient, L1Options, Membership, ReadOptions, RedisDown, Strategy,
 };
+use hmdp_testkit::{KeyPrefix, RedisServer, connect, redis_url};
 use redis::aio::ConnectionManager;
 
-fn redis_url() -> String {
-    std::env::var("HMDP_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
-
-/// A unique key prefix whose keys are deleted at the end of the test.
-struct Prefix(String);
-
-impl Prefix {
-    fn new() -> Self {
-        Self(format!("tc:{}:", uuid::Uuid::new_v4().simple()))
-    }
-}
-
-impl Drop for Prefix {
-    fn drop(&mut self) {
-        let prefix = self.0.clone();
-        let _ = std::thread::spawn(move || {
-            let client = redis::Client::open(redis_url()).unwrap();
-            let mut conn = client.get_connection().unwrap();
-            for pattern in [format!("{prefix}*"), format!("{{{prefix}*")] {
-                let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query(&mut conn).unwrap();
-                if !keys.is_empty() {
-                    let _: () = redis::cmd("DEL").arg(keys).query(&mut conn).unwrap();
-                }
-            }
-        })
-        .join();
-    }
-}
-
-async fn conn_to(url: &str) -> ConnectionManager {
-    redis::Client::open(url)
-        .unwrap()
-        .get_connection_manager()
-        .await
-        .unwrap()
-}
-
 /// A client as one service instance would build it: own connection, own lock client.
-async fn client(prefix: &Prefix) -> CacheClient<ConnectionManager> {
+async fn client(prefix: &KeyPrefix) -> CacheClient<ConnectionManager> {
     let url = redis_url();
-    let conn = conn_to(&url).await;
+    let conn = connect(&url).await;
     let locks = hmdp_lock::LockClient::builder(conn.clone())
         .subscriber(redis::Client::open(url).unwrap())
         .key_prefix(prefix.0.clone())
@@ -85,7 +48,7 @@ fn slow_loader(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stampede_on_a_cold_key_loads_once() {
-    let prefix = Prefix::new();
+    let prefix = KeyPrefix::new();
     let cache = client(&prefix).await;
     let calls = Arc::new(AtomicUsize::new(0));
     let opts = ReadOptions::new(Strategy::Mutex, Duration::from_secs(60));
@@ -111,7 +74,7 @@ async fn a_stampede_on_a_cold_key_loads_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_on_one_redis_load_once_per_rebuild() {
-    let prefix = Prefix::new();
+    let prefix = KeyPrefix::new();
     let (a, b) = (client(&prefix).await, client(&prefix).await);
     let calls = Arc::new(AtomicUsize::new(0));
     let opts = ReadOptions::new(Strategy::Mutex, Duration::from_secs(60));
@@ -144,7 +107,7 @@ async fn two_instances_on_one_redis_load_once_per_rebuild() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_missing_ids_loads_each_once_within_the_null_ttl() {
-    let prefix = Prefix::new();
+    let prefix = KeyPrefix::new();
     let cache = client(&prefix).await;
     let calls = Arc::new(AtomicUsize::new(0));
     let opts = ReadOptions::new(Strategy::Mutex, Duration::from_secs(60))
@@ -177,7 +140,7 @@ async fn a_flood_of_missing_ids_loads_each_once_within_the_null_ttl() {
     let loads = calls.load(Ordering::SeqCst);
     assert_eq!(loads, distinct.len(), "one database query per distinct id");
     // The null marker is the original's empty string, with a TTL.
-    let mut conn = conn_to(&redis_url()).await;
+    let mut conn = connect(&redis_url()).await;
     let id = ids[0];
     let key = format!("{}cache:shop:{id}", prefix.0);
     let stored: String = redis::cmd("GET")
@@ -205,8 +168,8 @@ async fn snapshot_of(items: Vec<String>) -> Result<Vec<String>, std::io::Error> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bloom_filter_has_no_false_negatives_and_few_false_positives() {
-    let prefix = Prefix::new();
-    let conn = conn_to(&redis_url()).await;
+    let prefix = KeyPrefix::new();
+    let conn = connect(&redis_url()).await;
     let key = format!("{}bloom:shop", prefix.0);
     let bloom = BloomFilter::open(conn.clone(), &key).await.unwrap();
     assert_eq!(bloom.size(), None, "nothing installed yet");
@@ -250,11 +213,11 @@ async fn the_bloom_filter_has_no_false_negatives_and_few_false_positives() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_sized_differently_agree_on_one_filter() {
-    let prefix = Prefix::new();
+    let prefix = KeyPrefix::new();
     let key = format!("{}bloom:shop", prefix.0);
-    let mut conn = conn_to(&redis_url()).await;
+    let mut conn = connect(&redis_url()).await;
     // Instance A builds a small filter.
-    let a = BloomFilter::open(conn_to(&redis_url()).await, &key)
+    let a = BloomFilter::open(connect(&redis_url()).await, &key)
         .await
         .unwrap();
     assert!(
@@ -267,7 +230,7 @@ async fn instances_sized_differently_agree_on_one_filter() {
     let small = a.size().unwrap();
     let small_bitmap = a.bitmap_key().unwrap();
     // Instance B, which would size it differently, adopts what is installed.
-    let b = BloomFilter::open(conn_to(&redis_url()).await, &key)
+    let b = BloomFilter::open(connect(&redis_url()).await, &key)
         .await
         .unwrap();
     assert_eq!(b.size(), Some(small));
@@ -299,7 +262,7 @@ async fn instances_sized_differently_agree_on_one_filter() {
     }
     assert!(false_positives < 20, "{false_positives} of 2000 at p=0.001");
     // Adds follow the installed filter too, whoever made it.
-    let c = BloomFilter::open(conn_to(&redis_url()).await, &key)
+    let c = BloomFilter::open(connect(&redis_url()).await, &key)
         .await
         .unwrap();
     assert!(
@@ -333,9 +296,9 @@ async fn instances_sized_differently_agree_on_one_filter() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_item_added_during_a_rebuild_is_not_lost() {
-    let prefix = Prefix::new();
+    let prefix = KeyPrefix::new();
     let key = format!("{}bloom:shop", prefix.0);
-    let a = BloomFilter::open(conn_to(&redis_url()).await, &key)
+    let a = BloomFilter::open(connect(&redis_url()).await, &key)
         .await
         .unwrap();
     a.rebuild(BloomOptions::new(100, 0.01), || {
@@ -343,7 +306,7 @@ async fn an_item_added_during_a_rebuild_is_not_lost() {
     })
     .await
     .unwrap();
-    let b = BloomFilter::open(conn_to(&redis_url()).await, &key)
+    let b = BloomFilter::open(connect(&redis_url()).await, &key)
         .await
         .unwrap();
     let snapshots = Arc::new(AtomicUsize::new(0));
@@ -377,9 +340,9 @@ async fn an_item_added_during_a_rebuild_is_not_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_bloom_filter_answers_missing_never_absent() {
-    let prefix = Prefix::new();
+    let prefix = KeyPrefix::new();
     let key = format!("{}bloom:shop", prefix.0);
-    let mut conn = conn_to(&redis_url()).await;
+    let mut conn = connect(&redis_url()).await;
     let bloom = BloomFilter::open(conn.clone(), &key).await.unwrap();
     bloom
         .rebuild(BloomOptions::new(100, 0.01), || {
@@ -424,14 +387,14 @@ async fn a_lost_bloom_filter_answers_missing_never_absent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logical_expiry_serves_stale_at_once_and_rebuilds_exactly_once() {
-    let prefix = Prefix::new();
+    let prefix = KeyPrefix::new();
     let (a, b) = (client(&prefix).await, client(&prefix).await);
     let opts = ReadOptions::new(Strategy::LogicalExpiry, Duration::from_secs(60)).jitter(0.0);
     // Warm up with a value that is already stale.
     a.set_logical("cache:shop:9", &"old".to_owned(), Duration::ZERO, 0.0)
         .await
         .unwrap();
-    let mut conn = conn_to(&redis_url()).await;
+    let mut conn = connect(&redis_url()).await;
     let ttl: i64 = redis::cmd("PTTL")
         .arg(format!("{}cache:shop:9", prefix.0))
         .query_async(&mut conn)
@@ -493,7 +456,7 @@ async fn logical_expiry_serves_stale_at_once_and_rebuilds_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_write_gets_a_jittered_ttl() {
-    let prefix = Prefix::new();
+    let prefix = KeyPrefix::new();
     let cache = client(&prefix).await;
     let opts = ReadOptions::new(Strategy::CacheAside, Duration::from_secs(1000)).jitter(0.1);
     for i in 0..100 {
@@ -504,7 +467,7 @@ async fn every_write_gets_a_jittered_ttl() {
             .await
             .unwrap();
     }
-    let mut conn = conn_to(&redis_url()).await;
+    let mut conn = connect(&redis_url()).await;
     let mut ttls = Vec::new();
     for i in 0..100 {
         let ttl: i64 = redis::cmd("PTTL")
@@ -527,11 +490,11 @@ async fn every_write_gets_a_jittered_ttl() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l1_is_invalidated_on_every_instance() {
-    let prefix = Prefix::new();
+    let prefix = KeyPrefix::new();
     let url = redis_url();
     let channel = format!("{}cache:l1", prefix.0);
     let mk = || async {
-        CacheClient::builder(conn_to(&url).await)
+        CacheClient::builder(connect(&url).await)
             .key_prefix(prefix.0.clone())
             .l1(
                 L1Options::new(1000, Duration::from_secs(60)),
@@ -585,27 +548,7 @@ async fn l1_is_invalidated_on_every_instance() {
 
 /// A client on a private redis-server that is then killed: Redis is down for every read.
 async fn client_with_redis_down(max_concurrent: usize) -> CacheClient<ConnectionManager> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut redis = std::process::Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let url = format!("redis://127.0.0.1:{port}");
-    let started = Instant::now();
+    let mut redis = RedisServer::start().await;
     // Short timeouts and few retries, as a service would configure them: reads notice the
     // outage in well under a second.
     let config = redis::aio::ConnectionManagerConfig::new()
@@ -613,28 +556,18 @@ async fn client_with_redis_down(max_concurrent: usize) -> CacheClient<Connection
         .set_response_timeout(Some(Duration::from_millis(500)))
         .set_number_of_retries(1)
         .set_max_delay(Duration::from_millis(100));
-    let conn = loop {
-        if let Ok(Ok(c)) = tokio::time::timeout(Duration::from_millis(500), async {
-            redis::Client::open(url.as_str())
-                .unwrap()
-                .get_connection_manager_with_config(config.clone())
-                .await
-        })
+    let conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection_manager_with_config(config)
         .await
-        {
-            break c;
-        }
-        assert!(started.elapsed() < Duration::from_secs(10));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        .unwrap();
     let cache = CacheClient::builder(conn)
         .on_redis_down(RedisDown::FallbackToLoader {
             max_concurrent,
             max_wait: Duration::from_millis(20),
         })
         .build();
-    redis.kill().unwrap();
-    redis.wait().unwrap();
+    redis.kill();
     cache
 }
 
@@ -718,9 +651,9 @@ async fn with_redis_down_concurrent_reads_of_one_key_share_one_load() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_entry_written_under_another_strategy_is_a_miss_not_an_error() {
-    let prefix = Prefix::new();
+    let prefix = KeyPrefix::new();
     let cache = client(&prefix).await;
-    let mut conn = conn_to(&redis_url()).await;
+    let mut conn = connect(&redis_url()).await;
     let calls = Arc::new(AtomicUsize::new(0));
     let mutex = ReadOptions::new(Strategy::Mutex, Duration::from_secs(60));
     let logical = ReadOptions::new(Strategy::LogicalExpiry, Duration::from_secs(60));
@@ -795,9 +728,9 @@ async fn an_entry_written_under_another_strategy_is_a_miss_not_an_error() {
 }
 
 /// A client with an L1 whose entries live a minute, so only invalidations refresh it.
-async fn client_with_l1(prefix: &Prefix) -> CacheClient<ConnectionManager> {
+async fn client_with_l1(prefix: &KeyPrefix) -> CacheClient<ConnectionManager> {
     let url = redis_url();
-    let conn = conn_to(&url).await;
+    let conn = connect(&url).await;
     let locks = hmdp_lock::LockClient::builder(conn.clone())
         .subscriber(redis::Client::open(url.clone()).unwrap())
         .key_prefix(prefix.0.clone())
@@ -818,7 +751,7 @@ async fn client_with_l1(prefix: &Prefix) -> CacheClient<ConnectionManager> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_background_rebuild_reaches_the_l1_of_every_instance() {
-    let prefix = Prefix::new();
+    let prefix = KeyPrefix::new();
     let (a, b) = (client_with_l1(&prefix).await, client_with_l1(&prefix).await);
     let opts = ReadOptions::new(Strategy::LogicalExpiry, Duration::from_secs(60)).jitter(0.0);
     let calls = Arc::new(AtomicUsize::new(0));
@@ -869,7 +802,7 @@ async fn a_background_rebuild_reaches_the_l1_of_every_instance() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_reads_during_a_rebuild_spawn_no_tasks() {
-    let prefix = Prefix::new();
+    let prefix = KeyPrefix::new();
     let cache = client(&prefix).await;
     let opts = ReadOptions::new(Strategy::LogicalExpiry, Duration::from_secs(60));
     cache
@@ -904,7 +837,7 @@ async fn stale_reads_during_a_rebuild_spawn_no_tasks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuild_slower_than_the_lock_lease_keeps_its_lock() {
-    let prefix = Prefix::new();
+    let prefix = KeyPrefix::new();
     let (a, b) = (client(&prefix).await, client(&prefix).await);
     // A lease far shorter than the load: a fixed lease would run out mid-rebuild.
     let opts = ReadOptions::new(Strategy::LogicalExpiry, Duration::from_secs(60))
@@ -943,9 +876,9 @@ async fn a_rebuild_slower_than_the_lock_lease_keeps_its_lock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logical_expiry_times_are_jittered() {
-    let prefix = Prefix::new();
+    let prefix = KeyPrefix::new();
     let cache = client(&prefix).await;
-    let mut conn = conn_to(&redis_url()).await;
+    let mut conn = connect(&redis_url()).await;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

@@ -6,8 +6,9 @@ mod support;
 use std::collections::HashSet;
 
 use hmdp_id::{IdGenerator, ManualClock, Mode, SegmentOptions, decode};
+use hmdp_testkit::RedisCluster;
 use redis::cluster::ClusterClient;
-use support::{RedisCluster, assert_distinct};
+use support::assert_distinct;
 
 /// 2025-03-10T12:00:00Z
 const MID_DAY: i64 = 1_741_608_000;

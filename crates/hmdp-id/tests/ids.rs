@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 use hmdp_id::{
     ErrorKind, IdConnection, IdGenerator, MAX_SEQUENCE, ManualClock, Mode, SegmentOptions, decode,
 };
+use hmdp_testkit::{KeyPrefix, RedisServer, connect, redis_url, unique_prefix};
 use support::*;
 
 /// 2024-02-29T12:34:56Z
@@ -78,8 +79,8 @@ async fn three_hundred_tasks<C: IdConnection>(gens: &[IdGenerator<C>]) -> Vec<i6
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn original_test_300_tasks_of_100_ids_in_compatible_mode() {
-    let p = prefix();
-    let _cleanup = Cleanup(p.clone());
+    let p = unique_prefix();
+    let _cleanup = KeyPrefix(p.clone());
     let ids = compatible(conn().await, &p);
     let all = three_hundred_tasks(std::slice::from_ref(&ids)).await;
     assert_eq!(all.len(), 30_000);
@@ -92,8 +93,8 @@ async fn original_test_300_tasks_of_100_ids_in_compatible_mode() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn original_test_300_tasks_of_100_ids_in_segment_mode() {
-    let p = prefix();
-    let _cleanup = Cleanup(p.clone());
+    let p = unique_prefix();
+    let _cleanup = KeyPrefix(p.clone());
     // A small step forces many block changes under contention.
     let ids = segment(conn().await, &p, 100);
     let all = three_hundred_tasks(std::slice::from_ref(&ids)).await;
@@ -104,8 +105,8 @@ async fn original_test_300_tasks_of_100_ids_in_segment_mode() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn original_test_with_both_modes_on_one_key_at_once() {
-    let p = prefix();
-    let _cleanup = Cleanup(p.clone());
+    let p = unique_prefix();
+    let _cleanup = KeyPrefix(p.clone());
     let c = conn().await;
     // Two segment generators (like two processes) and one compatible one.
     let gens = [
@@ -126,8 +127,8 @@ async fn original_test_with_both_modes_on_one_key_at_once() {
 
 #[tokio::test]
 async fn compatible_ids_decode_to_the_time_and_sequence_and_use_the_documented_key() {
-    let p = prefix();
-    let _cleanup = Cleanup(p.clone());
+    let p = unique_prefix();
+    let _cleanup = KeyPrefix(p.clone());
     let mut c = conn().await;
     let clock = ManualClock::from_unix_seconds(LEAP_DAY_NOON);
     let ids = with_clock(c.clone(), &p, Mode::Compatible, &clock);
@@ -150,8 +151,8 @@ async fn compatible_ids_decode_to_the_time_and_sequence_and_use_the_documented_k
 
 #[tokio::test]
 async fn ids_from_the_real_clock_decode_to_now_and_todays_utc_key() {
-    let p = prefix();
-    let _cleanup = Cleanup(p.clone());
+    let p = unique_prefix();
+    let _cleanup = KeyPrefix(p.clone());
     let mut c = conn().await;
     for mode in both_modes(10) {
         let ids = IdGenerator::builder(c.clone(), "order")
@@ -180,8 +181,8 @@ async fn ids_from_the_real_clock_decode_to_now_and_todays_utc_key() {
 #[tokio::test]
 async fn clock_going_back_within_a_day_is_clamped_in_both_modes() {
     for mode in both_modes(4) {
-        let p = prefix();
-        let _cleanup = Cleanup(p.clone());
+        let p = unique_prefix();
+        let _cleanup = KeyPrefix(p.clone());
         let mut c = conn().await;
         let clock = ManualClock::from_unix_seconds(MID_DAY);
         let ids = with_clock(c.clone(), &p, mode, &clock);
@@ -215,8 +216,8 @@ async fn clock_going_back_within_a_day_is_clamped_in_both_modes() {
 #[tokio::test]
 async fn clock_going_back_across_midnight_stays_on_the_new_day_and_its_key() {
     for mode in both_modes(4) {
-        let p = prefix();
-        let _cleanup = Cleanup(p.clone());
+        let p = unique_prefix();
+        let _cleanup = KeyPrefix(p.clone());
         let mut c = conn().await;
         let clock = ManualClock::from_unix_seconds(MIDNIGHT + 2); // 00:00:02
         let ids = with_clock(c.clone(), &p, mode, &clock);
@@ -253,8 +254,8 @@ async fn clock_going_back_across_midnight_stays_on_the_new_day_and_its_key() {
 /// compatible generator takes from day D+1's counter.
 #[tokio::test]
 async fn a_segment_block_is_dropped_at_midnight_so_it_cannot_collide_with_the_new_day() {
-    let p = prefix();
-    let _cleanup = Cleanup(p.clone());
+    let p = unique_prefix();
+    let _cleanup = KeyPrefix(p.clone());
     let mut c = conn().await;
     let clock = ManualClock::from_unix_seconds(MIDNIGHT - 1); // 23:59:59
     let seg = with_clock(
@@ -298,8 +299,8 @@ async fn a_segment_block_is_dropped_at_midnight_so_it_cannot_collide_with_the_ne
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn segment_mode_uses_far_fewer_round_trips_than_ids() {
-    let p = prefix();
-    let _cleanup = Cleanup(p.clone());
+    let p = unique_prefix();
+    let _cleanup = KeyPrefix(p.clone());
     let mut c = conn().await;
     let clock = ManualClock::from_unix_seconds(MID_DAY);
     let ids = with_clock(c.clone(), &p, Mode::Segment(SegmentOptions::new()), &clock);
@@ -322,7 +323,7 @@ async fn segment_mode_uses_far_fewer_round_trips_than_ids() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn command_stats_of_a_private_server_count_one_incrby_per_block() {
     let server = RedisServer::start().await;
-    let mut c = conn_to(&server.url()).await;
+    let mut c = connect(&server.url()).await;
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query_async(&mut c)
@@ -370,8 +371,8 @@ async fn command_stats_of_a_private_server_count_one_incrby_per_block() {
 /// consuming at a steady pace only ever waits for the very first block.
 #[tokio::test]
 async fn prefetching_keeps_callers_from_waiting() {
-    let p = prefix();
-    let _cleanup = Cleanup(p.clone());
+    let p = unique_prefix();
+    let _cleanup = KeyPrefix(p.clone());
     let clock = ManualClock::from_unix_seconds(MID_DAY);
     let opts = SegmentOptions::new().step(50).prefetch_at(0.5);
     let ids = with_clock(conn().await, &p, Mode::Segment(opts), &clock);
@@ -396,8 +397,8 @@ async fn prefetching_keeps_callers_from_waiting() {
 /// sending their own `INCRBY`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_that_run_dry_share_one_fetch() {
-    let p = prefix();
-    let _cleanup = Cleanup(p.clone());
+    let p = unique_prefix();
+    let _cleanup = KeyPrefix(p.clone());
     let mut c = conn().await;
     let clock = ManualClock::from_unix_seconds(MID_DAY);
     // No prefetch: every block change makes callers wait.
@@ -432,8 +433,8 @@ async fn callers_that_run_dry_share_one_fetch() {
 
 #[tokio::test]
 async fn a_sequence_past_32_bits_is_an_error_in_compatible_mode() {
-    let p = prefix();
-    let _cleanup = Cleanup(p.clone());
+    let p = unique_prefix();
+    let _cleanup = KeyPrefix(p.clone());
     let mut c = conn().await;
     let clock = ManualClock::from_unix_seconds(MID_DAY);
     let ids = with_clock(c.clone(), &p, Mode::Compatible, &clock);
@@ -454,8 +455,8 @@ async fn a_sequence_past_32_bits_is_an_error_in_compatible_mode() {
 
 #[tokio::test]
 async fn a_sequence_past_32_bits_is_an_error_in_segment_mode() {
-    let p = prefix();
-    let _cleanup = Cleanup(p.clone());
+    let p = unique_prefix();
+    let _cleanup = KeyPrefix(p.clone());
     let mut c = conn().await;
     let clock = ManualClock::from_unix_seconds(MID_DAY);
     let ids = with_clock(
@@ -539,8 +540,8 @@ async fn builder_rejects_unusable_settings() {
 
 #[tokio::test]
 async fn a_clock_before_2022_is_an_error_until_a_valid_second_was_used() {
-    let p = prefix();
-    let _cleanup = Cleanup(p.clone());
+    let p = unique_prefix();
+    let _cleanup = KeyPrefix(p.clone());
     let clock = ManualClock::from_unix_seconds(1_600_000_000); // 2020
     let ids = with_clock(conn().await, &p, Mode::Compatible, &clock);
     assert!(ids.next_id().await.unwrap_err().is_clock_out_of_range());
@@ -615,8 +616,8 @@ async fn child_process_prints_ids() {
 
 #[tokio::test]
 async fn two_processes_on_one_key_never_duplicate() {
-    let p = prefix();
-    let _cleanup = Cleanup(p.clone());
+    let p = unique_prefix();
+    let _cleanup = KeyPrefix(p.clone());
     let exe = std::env::current_exe().unwrap();
     let start_at = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)

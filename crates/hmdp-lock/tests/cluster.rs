@@ -6,8 +6,8 @@ mod support;
 use std::time::Duration;
 
 use hmdp_lock::{LockClient, LockKind, LockOptions};
+use hmdp_testkit::{RedisCluster, unique_prefix};
 use redis::cluster::ClusterClient;
-use support::{RedisCluster, prefix};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -19,7 +19,7 @@ async fn locks_work_on_redis_cluster() {
         .get_async_connection()
         .await
         .unwrap();
-    let p = prefix();
+    let p = unique_prefix();
     // Subscriber on one node only: PUBLISH is broadcast cluster-wide.
     let locks = LockClient::builder(conn.clone())
         .subscriber(redis::Client::open(urls[0].as_str()).unwrap())

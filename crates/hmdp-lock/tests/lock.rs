@@ -6,14 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hmdp_lock::{LockClient, LockKind, LockOptions, WAIT_BUCKETS};
+use hmdp_testkit::{redis_url, remove_keys, unique_prefix};
 use redis::AsyncCommands;
-use support::{lock_client, lock_client_with, prefix, raw};
+use support::{lock_client, lock_client_with, raw};
 use tokio::time::Instant;
 
 const SHORT: Duration = Duration::from_millis(300);
 
 async fn exclusive_counter(kind: LockKind, lease: Option<Duration>) {
-    let p = prefix();
+    let p = unique_prefix();
     let locks = lock_client(&p).await;
     let counter_key = format!("{p}counter");
     let tasks = 16;
@@ -46,7 +47,7 @@ async fn exclusive_counter(kind: LockKind, lease: Option<Duration>) {
     let mut conn = raw().await;
     let total: i64 = conn.get(&counter_key).await.unwrap();
     assert_eq!(total, tasks * rounds);
-    support::cleanup(&p).await;
+    remove_keys(&redis_url(), &p);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,11 +62,11 @@ async fn mutual_exclusion_simple_lease() {
 
 #[tokio::test]
 async fn works_over_multiplexed_connection() {
-    let client = redis::Client::open(support::redis_url()).unwrap();
+    let client = redis::Client::open(redis_url()).unwrap();
     let conn = client.get_multiplexed_async_connection().await.unwrap();
     let locks = LockClient::builder(conn)
         .subscriber(client)
-        .key_prefix(prefix())
+        .key_prefix(unique_prefix())
         .build()
         .unwrap();
     let lock = locks.lock("mx").unwrap();
@@ -80,7 +81,7 @@ async fn works_over_multiplexed_connection() {
 }
 
 async fn non_owner_cannot_release(kind: LockKind) {
-    let p = prefix();
+    let p = unique_prefix();
     let a = lock_client(&p).await;
     let b = lock_client(&p).await;
     let opts = LockOptions::new().kind(kind);
@@ -143,7 +144,7 @@ async fn non_owner_cannot_unlock_or_extend_simple() {
 
 #[tokio::test]
 async fn expired_lease_frees_the_lock() {
-    let locks = lock_client(&prefix()).await;
+    let locks = lock_client(&unique_prefix()).await;
     let lock = locks.lock("exp").unwrap();
     let g = lock
         .try_lock(Duration::ZERO, Some(Duration::from_millis(200)))
@@ -169,7 +170,7 @@ async fn expired_lease_frees_the_lock() {
 
 #[tokio::test]
 async fn leaked_guard_frees_after_lease() {
-    let locks = lock_client(&prefix()).await;
+    let locks = lock_client(&unique_prefix()).await;
     let lock = locks.lock("leak").unwrap();
     let g = lock
         .try_lock(Duration::ZERO, Some(Duration::from_millis(300)))
@@ -197,7 +198,7 @@ async fn leaked_guard_frees_after_lease() {
 
 #[test]
 fn vanished_process_with_watchdog_frees_after_lease() {
-    let p = prefix();
+    let p = unique_prefix();
     let key;
     {
         // The "process": its own runtime and connections, torn down without
@@ -241,7 +242,7 @@ fn vanished_process_with_watchdog_frees_after_lease() {
 
 #[tokio::test]
 async fn reentrancy_counts_holds() {
-    let p = prefix();
+    let p = unique_prefix();
     let locks = lock_client(&p).await;
     let other = lock_client(&p).await;
     let lock = locks.lock("re").unwrap();
@@ -276,7 +277,7 @@ async fn reentrancy_counts_holds() {
 async fn reentry_and_partial_release_reset_the_lease() {
     // Redisson semantics: re-entry (and a release that leaves holds) runs
     // PEXPIRE with the hold's lease, so the lock lives a full lease again.
-    let locks = lock_client(&prefix()).await;
+    let locks = lock_client(&unique_prefix()).await;
     let lock = locks.lock("release").unwrap();
     let lease = Duration::from_millis(1500);
     let outer = lock
@@ -314,7 +315,7 @@ async fn reentry_and_partial_release_reset_the_lease() {
 
 #[tokio::test]
 async fn simple_lock_is_not_reentrant() {
-    let locks = lock_client(&prefix()).await;
+    let locks = lock_client(&unique_prefix()).await;
     let lock = locks
         .lock_with("s", LockOptions::new().kind(LockKind::Simple))
         .unwrap();
@@ -337,7 +338,7 @@ async fn simple_lock_is_not_reentrant() {
 
 #[tokio::test]
 async fn waiter_wakes_promptly_on_unlock() {
-    let p = prefix();
+    let p = unique_prefix();
     // Fallback polling set to 5 s: a prompt wake-up can only come from pub/sub.
     let holder = lock_client(&p).await;
     let waiter = lock_client_with(&p, |b| b.retry_interval(Duration::from_secs(5))).await;
@@ -373,7 +374,7 @@ async fn waiter_wakes_promptly_on_unlock() {
 
 #[tokio::test]
 async fn waiter_gives_up_when_budget_is_spent() {
-    let p = prefix();
+    let p = unique_prefix();
     let holder = lock_client(&p).await;
     let waiter = lock_client(&p).await;
     let g = holder
@@ -407,7 +408,7 @@ async fn waiter_gives_up_when_budget_is_spent() {
 async fn waiter_retries_when_holder_lease_runs_out() {
     // No unlock message ever comes; the TTL returned by the acquire script
     // tells the waiter when to retry.
-    let p = prefix();
+    let p = unique_prefix();
     let holder = lock_client(&p).await;
     let waiter = lock_client_with(&p, |b| b.retry_interval(Duration::from_secs(5))).await;
     let g = holder
@@ -435,7 +436,7 @@ async fn waiter_retries_when_holder_lease_runs_out() {
 
 #[tokio::test]
 async fn many_waiters_share_one_subscription_and_all_get_through() {
-    let p = prefix();
+    let p = unique_prefix();
     let locks = lock_client(&p).await;
     let mut conn = raw().await;
     let start = Instant::now();
@@ -472,7 +473,7 @@ async fn many_waiters_share_one_subscription_and_all_get_through() {
 
 #[tokio::test]
 async fn watchdog_keeps_lock_past_lease_and_stops_after_unlock() {
-    let p = prefix();
+    let p = unique_prefix();
     let locks = lock_client_with(&p, |b| b.watchdog_timeout(Duration::from_millis(600))).await;
     let other = lock_client(&p).await;
     let lock = locks.lock("wd").unwrap();
@@ -514,7 +515,7 @@ async fn watchdog_keeps_lock_past_lease_and_stops_after_unlock() {
 
 #[tokio::test]
 async fn lost_lock_is_observable() {
-    let p = prefix();
+    let p = unique_prefix();
     let locks = lock_client_with(&p, |b| b.watchdog_timeout(Duration::from_millis(600))).await;
     let lock = locks.lock("lost").unwrap();
     let g = lock.lock().await.unwrap();
@@ -544,7 +545,7 @@ async fn lost_lock_is_observable() {
 
 #[tokio::test]
 async fn extend_moves_the_lease() {
-    let locks = lock_client(&prefix()).await;
+    let locks = lock_client(&unique_prefix()).await;
     let lock = locks.lock("ext").unwrap();
     let g = lock
         .try_lock(Duration::ZERO, Some(Duration::from_millis(200)))
@@ -559,7 +560,7 @@ async fn extend_moves_the_lease() {
 }
 
 async fn fencing_increases(kind: LockKind) {
-    let p = prefix();
+    let p = unique_prefix();
     let a = lock_client(&p).await;
     let b = lock_client(&p).await;
     let opts = LockOptions::new().kind(kind).fencing(true);
@@ -611,7 +612,7 @@ async fn fencing_increases(kind: LockKind) {
         .unwrap();
     assert_eq!(g.fencing_token(), None);
     g.unlock().await.unwrap();
-    support::cleanup(&p).await;
+    remove_keys(&redis_url(), &p);
 }
 
 #[tokio::test]
@@ -626,7 +627,7 @@ async fn fencing_tokens_strictly_increase_simple() {
 
 #[tokio::test]
 async fn drop_releases_in_background() {
-    let p = prefix();
+    let p = unique_prefix();
     let locks = lock_client(&p).await;
     let other = lock_client_with(&p, |b| b.retry_interval(Duration::from_secs(5))).await;
     let lock = locks.lock("drop").unwrap();
@@ -662,7 +663,7 @@ async fn keys_use_prefix_and_hash_tag() {
 
 #[tokio::test]
 async fn force_unlock_wakes_waiters() {
-    let p = prefix();
+    let p = unique_prefix();
     let locks = lock_client(&p).await;
     let lock = locks.lock("force").unwrap();
     let g = lock
@@ -677,9 +678,9 @@ async fn force_unlock_wakes_waiters() {
 
 #[tokio::test]
 async fn without_subscriber_waiters_poll_at_retry_interval() {
-    let p = prefix();
+    let p = unique_prefix();
     let holder = lock_client(&p).await;
-    let (_, conn) = support::conn_for(&support::redis_url()).await;
+    let (_, conn) = support::conn_for(&redis_url()).await;
     let poller = LockClient::builder(conn)
         .key_prefix(&p)
         .retry_interval(Duration::from_millis(400))
@@ -712,7 +713,7 @@ async fn without_subscriber_waiters_poll_at_retry_interval() {
 
 #[tokio::test]
 async fn reenter_after_loss_reports_none() {
-    let locks = lock_client(&prefix()).await;
+    let locks = lock_client(&unique_prefix()).await;
     let lock = locks.lock("relost").unwrap();
     let g = lock
         .try_lock(Duration::ZERO, Some(Duration::from_secs(5)))
@@ -731,7 +732,7 @@ async fn reenter_after_loss_reports_none() {
 
 #[tokio::test]
 async fn stats_count_acquisitions_waits_timeouts_and_losses() {
-    let p = prefix();
+    let p = unique_prefix();
     let holder = lock_client(&p).await;
     let waiter = lock_client(&p).await;
     let counted = waiter.clone(); // clones share the counters

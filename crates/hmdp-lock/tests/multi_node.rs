@@ -6,8 +6,9 @@ mod support;
 use std::time::Duration;
 
 use hmdp_lock::{LockClient, LockKind, LockOptions, MultiLock, RedLock};
+use hmdp_testkit::{RedisServer, unique_prefix};
 use redis::AsyncCommands;
-use support::{RedisServer, conn_for, lock_client, prefix};
+use support::{conn_for, lock_client};
 use tokio::time::Instant;
 
 const LEASE: Duration = Duration::from_secs(5);
@@ -34,7 +35,7 @@ async fn exists(url: &str, key: &str) -> bool {
 
 #[tokio::test]
 async fn multilock_is_all_or_nothing() {
-    let p = prefix();
+    let p = unique_prefix();
     let me = lock_client(&p).await;
     let rival = lock_client(&p).await;
     let names = ["a", "b", "c"];
@@ -99,7 +100,7 @@ async fn multilock_across_independent_nodes() {
         RedisServer::start().await,
         RedisServer::start().await,
     ];
-    let p = prefix();
+    let p = unique_prefix();
     let clients = node_clients(&servers, &p).await;
     let rivals = node_clients(&servers, &p).await;
     let multi = MultiLock::new(clients.iter().map(|c| c.lock("job").unwrap())).unwrap();
@@ -144,7 +145,7 @@ async fn redlock_quorum_survives_one_node_down_not_two() {
         RedisServer::start().await,
         RedisServer::start().await,
     ];
-    let p = prefix();
+    let p = unique_prefix();
     let clients = node_clients(&servers, &p).await;
     let opts = LockOptions::new().kind(LockKind::Simple);
     let redlock = RedLock::new(clients.iter().map(|c| c.lock_with("rl", opts).unwrap()))
@@ -209,7 +210,7 @@ async fn redlock_validity_accounts_for_lease_and_drift() {
         RedisServer::start().await,
         RedisServer::start().await,
     ];
-    let clients = node_clients(&servers, &prefix()).await;
+    let clients = node_clients(&servers, &unique_prefix()).await;
     let redlock = RedLock::new(clients.iter().map(|c| c.lock("v").unwrap())).unwrap();
     let key = clients[0].lock("v").unwrap().key().to_owned();
     // A lease the drift allowance (1% + 2 ms) would eat is rejected outright.
@@ -235,8 +236,8 @@ async fn redlock_validity_accounts_for_lease_and_drift() {
 #[tokio::test]
 async fn subscriber_reconnects_and_wakes_waiters_after_a_restart() {
     let mut server = RedisServer::start().await;
-    let port = server.port;
-    let p = prefix();
+    let port = server.port();
+    let p = unique_prefix();
     let holder = node_clients(std::slice::from_ref(&server), &p)
         .await
         .remove(0);

@@ -8,8 +8,9 @@ mod support;
 use std::time::Duration;
 
 use hmdp_lock::LockClient;
+use hmdp_testkit::{RedisServer, unique_prefix};
 use redis::AsyncCommands;
-use support::{RedisServer, conn_without_response_timeout, prefix};
+use support::conn_without_response_timeout;
 use tokio::time::Instant;
 
 async fn client_on(
@@ -47,7 +48,7 @@ async fn next_renewal(conn: &mut redis::aio::ConnectionManager, key: &str) -> In
 #[tokio::test]
 async fn watchdog_reports_loss_when_the_last_confirmed_lease_runs_out() {
     let server = RedisServer::start().await;
-    let p = prefix();
+    let p = unique_prefix();
     let lease = Duration::from_millis(1200); // renewals every 400 ms
     let locks = client_on(&server, &p, |b| b.watchdog_timeout(lease)).await;
     let lock = locks.lock("wd-hung").unwrap();
@@ -93,7 +94,7 @@ async fn watchdog_reports_loss_when_the_last_confirmed_lease_runs_out() {
 #[tokio::test]
 async fn try_lock_on_a_frozen_redis_returns_within_its_budget() {
     let server = RedisServer::start().await;
-    let p = prefix();
+    let p = unique_prefix();
     let floor = Duration::from_millis(50);
     let locks = client_on(&server, &p, |b| b.min_attempt_timeout(floor)).await;
     let lock = locks.lock("hung").unwrap();
@@ -143,7 +144,7 @@ async fn try_lock_on_a_frozen_redis_returns_within_its_budget() {
 #[tokio::test]
 async fn try_lock_waiting_when_redis_freezes_returns_within_its_budget() {
     let server = RedisServer::start().await;
-    let p = prefix();
+    let p = unique_prefix();
     let holder = client_on(&server, &p, |b| b).await;
     let floor = Duration::from_millis(50);
     let waiter = client_on(&server, &p, |b| {

@@ -15,217 +15,58 @@
 //! zones. Screenshots land in
 //! `$CARGO_TARGET_DIR/ui-screenshots/` (or `target/ui-screenshots/`), also when a step fails.
 
+#[allow(dead_code, unused_imports)]
+#[path = "api/helpers/mod.rs"]
+mod helpers;
+
 use std::{
-    net::{SocketAddr, TcpListener},
     path::PathBuf,
     process::{Child, Command, Stdio},
-    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use chrono::TimeZone;
-use futures_util::future::BoxFuture;
-use hmdp::{
-    Application, Config, Dependencies,
-    auth::{SmsError, SmsSender},
-    config::{ManagedRedis, Secret},
-};
-use redis::AsyncCommands;
+use hmdp::Config;
 use serde_json::{Value, json};
 
-const ADMIN_TOKEN: &str = "browser-test-admin-token-42";
-
-fn redis_url() -> String {
-    std::env::var("HMDP_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
+use helpers::{ADMIN_TOKEN, Backend, TestApp, free_port, spawn_app_with};
 
 // ------------------------------------------------------------------------------ the service
 
-/// Records the codes "sent", standing in for the server log.
-#[derive(Default)]
-struct CapturingSms {
-    sent: Mutex<Vec<(String, String)>>,
+/// The service with the shared harness's settings, but the abuse limits at their defaults
+/// (the harness turns them off for the API tests' bursts), as a user meets them.
+async fn spawn(adjust: impl FnOnce(&mut Config)) -> TestApp {
+    let app = spawn_app_with(Backend::Sqlite, |c| {
+        let defaults = Config::default();
+        c.rate_limit_ip = defaults.rate_limit_ip;
+        c.rate_limit_user = defaults.rate_limit_user;
+        c.code.ip_per_min = defaults.code.ip_per_min;
+        adjust(c);
+    })
+    .await;
+    eprintln!("redis prefix: {}", app.prefix);
+    app
 }
 
-impl CapturingSms {
-    fn last_code_for(&self, phone: &str) -> Option<String> {
-        let sent = self.sent.lock().unwrap();
-        sent.iter()
-            .rev()
-            .find(|(p, _)| p == phone)
-            .map(|(_, c)| c.clone())
-    }
+/// Stops the server and waits for it (its worker too), so that the key clean-up when the app
+/// is dropped runs after the last write. Without this (a panic), clean-up is best effort.
+async fn stop(app: TestApp) {
+    tokio::time::timeout(Duration::from_secs(10), app.stop())
+        .await
+        .expect("the server stops cleanly within 10 s");
 }
 
-impl SmsSender for CapturingSms {
-    fn send_code<'a>(
-        &'a self,
-        phone: &'a str,
-        code: &'a str,
-    ) -> BoxFuture<'a, Result<(), SmsError>> {
-        self.sent
-            .lock()
-            .unwrap()
-            .push((phone.to_owned(), code.to_owned()));
-        Box::pin(async { Ok(()) })
-    }
-}
-
-struct TestApp {
-    addr: SocketAddr,
-    sms: Arc<CapturingSms>,
-    http: reqwest::Client,
-    prefix: String,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
-    _dir: tempfile::TempDir,
-}
-
-impl TestApp {
-    async fn spawn() -> Self {
-        Self::spawn_with(|_| {}).await
-    }
-
-    async fn spawn_with(adjust: impl FnOnce(&mut Config)) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let prefix = format!("t:{}:", uuid::Uuid::new_v4().simple());
-        let mut config = Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            database_url: format!("sqlite://{}/hmdp.db", dir.path().display()),
-            db_max_connections: 5,
-            redis_url: Some(redis_url()),
-            redis_managed: ManagedRedis::Never,
-            redis_prefix: prefix.clone(),
-            admin_token: Some(Secret::new(ADMIN_TOKEN)),
-            data_dir: dir.path().to_owned(),
-            ..Config::default()
-        };
-        adjust(&mut config);
-        let sms = Arc::new(CapturingSms::default());
-        let app = Application::build_with(config, Dependencies { sms: sms.clone() })
-            .await
-            .expect("the app builds (is Redis running? set HMDP_TEST_REDIS_URL)");
-        let addr = app.local_addr();
-        eprintln!("redis prefix: {prefix}");
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(app.run_until(async {
-            let _ = rx.await;
-        }));
-        Self {
-            addr,
-            sms,
-            http: reqwest::Client::builder()
-                .no_proxy()
-                .timeout(Duration::from_secs(20))
-                .build()
-                .unwrap(),
-            prefix,
-            shutdown: Some(tx),
-            server: Some(server),
-            _dir: dir,
-        }
-    }
-
-    /// Stops the server and waits for it (its worker too), so that the key clean-up in
-    /// `Drop` runs after the last write. Without this (a panic), clean-up is best effort.
-    async fn stop(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(server) = self.server.take() {
-            let done = tokio::time::timeout(Duration::from_secs(10), server).await;
-            assert!(
-                matches!(done, Ok(Ok(Ok(())))),
-                "the server stops cleanly: {done:?}"
-            );
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
-    }
-
-    /// Logs a user in over HTTP (for the crowd in the sale); the session token.
-    async fn login(&self, phone: &str) -> String {
-        let r: Value = self
-            .http
-            .post(self.url(&format!("/api/user/code?phone={phone}")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(r["success"], true, "send code: {r}");
-        let code = self.sms.last_code_for(phone).expect("a code was sent");
-        let r: Value = self
-            .http
-            .post(self.url("/api/user/login"))
-            .json(&json!({"phone": phone, "code": code}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(r["success"], true, "login: {r}");
-        r["data"].as_str().unwrap().to_owned()
-    }
-
-    async fn grab(&self, token: &str, voucher: i64) -> Value {
-        self.http
-            .post(self.url(&format!("/api/voucher-order/seckill/{voucher}")))
-            .header("authorization", token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    }
-}
-
-impl Drop for TestApp {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        // Remove this test's Redis keys (slot-mates start with `{prefix`), on a private runtime
-        // because Drop may run inside the test's.
-        let prefix = self.prefix.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let Ok(client) = redis::Client::open(redis_url()) else {
-                    return;
-                };
-                let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
-                    return;
-                };
-                for pattern in [format!("{prefix}*"), format!("{{{prefix}*")] {
-                    let keys: Vec<String> = conn.keys(&pattern).await.unwrap_or_default();
-                    if !keys.is_empty() {
-                        let _: redis::RedisResult<()> = conn.del(keys).await;
-                    }
-                }
-            })
-        })
-        .join();
-    }
+/// A grab over HTTP: the answer's JSON.
+async fn grab(app: &TestApp, token: &str, voucher: i64) -> Value {
+    app.post(
+        &format!("/api/voucher-order/seckill/{voucher}"),
+        Some(token),
+    )
+    .await
+    .body
 }
 
 // ------------------------------------------------------------------------------ the browser
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `$CARGO_TARGET_DIR/ui-screenshots`, else `target/ui-screenshots` of the workspace (a
 /// relative `CARGO_TARGET_DIR` is taken from the workspace root, where CI runs cargo).
@@ -551,7 +392,7 @@ fn browser_zone() -> &'static str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
-    let app = TestApp::spawn().await;
+    let app = spawn(|_| {}).await;
     let tz = browser_zone();
     let b = Browser::launch(tz).await;
     let base = app.url("");
@@ -674,7 +515,7 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
     // The form's default start is "now" on the browser's clock in the browser's zone; the
     // server stored that instant (not a time hours away), and the page says how it stored it.
     let stats: Value = app
-        .http
+        .client
         .get(app.url(&format!("/api/voucher/seckill/{sale}/stats")))
         .send()
         .await
@@ -709,7 +550,7 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
     let points = "return document.querySelector('#line-accepted').getAttribute('points');";
     let before = b.js(points, json!([])).await;
     for (i, t) in tokens.iter().enumerate() {
-        let r = app.grab(t, sale).await;
+        let r = grab(&app, t, sale).await;
         assert_eq!(r["success"], true, "buyer {i}: {r}");
         tokio::time::sleep(Duration::from_millis(350)).await;
         if i == 4 {
@@ -721,7 +562,7 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
         }
     }
     // A repeat buyer is refused and changes nothing.
-    let r = app.grab(&tokens[0], sale).await;
+    let r = grab(&app, &tokens[0], sale).await;
     assert_eq!(r["code"], "duplicate_order", "{r}");
     b.wait_text("#stat-accepted .v", "accepted 8", |t| t == "8")
         .await;
@@ -739,7 +580,7 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
     assert!(peak > 0.0, "the dashboard saw a positive rate");
     // Requests per second come from /metrics when the server exposes it.
     let has_metrics = app
-        .http
+        .client
         .get(app.url("/metrics"))
         .send()
         .await
@@ -767,7 +608,7 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
     let now = chrono::Local::now().naive_local();
     let create = |title: &'static str, begin: chrono::NaiveDateTime, end: chrono::NaiveDateTime| {
         let req = app
-            .http
+            .client
             .post(app.url("/api/voucher/seckill"))
             .header("x-admin-token", ADMIN_TOKEN)
             .json(&json!({
@@ -841,7 +682,7 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
     let errors = b.page_errors().await;
     assert!(errors.is_empty(), "the page reported errors: {errors:?}");
     drop(b);
-    app.stop().await;
+    stop(app).await;
 }
 
 /// The URL layout: our UI at `/app/` always and at `/` only without `HMDP_STATIC_DIR`; it
@@ -855,7 +696,7 @@ async fn the_ui_lives_at_app_and_at_the_root_unless_a_static_dir_owns_it() {
         .unwrap();
     let get = |app: &TestApp, path: &str| no_redirects.get(app.url(path)).send();
 
-    let app = TestApp::spawn().await;
+    let app = spawn(|_| {}).await;
     for path in ["/", "/app/", "/app/index.html"] {
         let r = get(&app, path).await.unwrap();
         assert_eq!(r.status(), 200, "{path}");
@@ -910,13 +751,13 @@ async fn the_ui_lives_at_app_and_at_the_root_unless_a_static_dir_owns_it() {
     assert_eq!(r["code"], "not_found");
     let r = no_redirects.post(app.url("/")).send().await.unwrap();
     assert_eq!(r.status(), 405);
-    app.stop().await;
+    stop(app).await;
 
     // With the operator's pages: they own `/`, our UI stays at `/app/`.
     let site = tempfile::tempdir().unwrap();
     std::fs::write(site.path().join("index.html"), "<h1>original pages</h1>").unwrap();
     let root = site.path().to_owned();
-    let app = TestApp::spawn_with(move |c| c.static_dir = Some(root)).await;
+    let app = spawn(move |c| c.static_dir = Some(root)).await;
     let r = get(&app, "/").await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.text().await.unwrap(), "<h1>original pages</h1>");
@@ -930,5 +771,5 @@ async fn the_ui_lives_at_app_and_at_the_root_unless_a_static_dir_owns_it() {
         .await
         .unwrap();
     assert_eq!(r["code"], "not_found");
-    app.stop().await;
+    stop(app).await;
 }

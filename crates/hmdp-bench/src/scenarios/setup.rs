@@ -10,10 +10,9 @@ use std::{
 
 use chrono::{Duration as ChronoDuration, Local, NaiveDateTime};
 
-use crate::{
-    load::{Conn, Req, call_once},
-    server::CapturingSms,
-};
+use hmdp::auth::CapturingSms;
+
+use crate::load::{Conn, Req, call_once};
 
 /// Where login codes come from.
 #[derive(Clone)]
@@ -31,7 +30,7 @@ impl CodeSource {
     async fn code(&self, phone: &str) -> anyhow::Result<String> {
         match self {
             CodeSource::Sms(sms) => sms
-                .code_for(phone)
+                .last_code_for(phone)
                 .ok_or_else(|| anyhow::anyhow!("no code was sent to {phone}")),
             CodeSource::Redis { conn, prefix } => {
                 let mut conn = conn.clone();

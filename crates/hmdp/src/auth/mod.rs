@@ -14,4 +14,6 @@ mod sms;
 
 pub use codes::{CodeError, CodeIssuer, CodeVerdict};
 pub use session::{SessionStore, SessionUser};
+#[cfg(feature = "test-util")]
+pub use sms::CapturingSms;
 pub use sms::{LogSmsSender, SmsError, SmsSender};

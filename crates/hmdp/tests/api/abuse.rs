@@ -1,11 +1,12 @@
 //! Hostile input: SQL injection attempts in every string parameter, traversal, odd encodings.
 //! Every answer must be a clean envelope, never a 500, and never more data than asked for.
 
+use reqwest::Method;
 use serde_json::json;
 
 use crate::{
     both_backends,
-    helpers::{ADMIN_TOKEN, Backend, spawn_app},
+    helpers::{Backend, spawn_app},
 };
 
 const PAYLOADS: &[&str] = &[
@@ -77,14 +78,7 @@ async fn sql_injection_attempts_are_just_strings(backend: Backend) {
         assert_eq!(r.status, 400, "{p}: {r:?}");
         // Stored as data through the admin API and read back verbatim.
         let shop = json!({"name": p, "typeId": 1, "address": p, "x": 104.0, "y": 30.0, "area": p});
-        let r = app
-            .send(
-                app.client
-                    .post(app.url("/api/shop"))
-                    .header("x-admin-token", ADMIN_TOKEN)
-                    .json(&shop),
-            )
-            .await;
+        let r = app.admin_json(Method::POST, "/api/shop", &shop).await;
         if control {
             assert_eq!((r.status, r.code()), (400, "invalid_request"), "{r:?}");
             continue;

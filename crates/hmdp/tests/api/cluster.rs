@@ -2,113 +2,30 @@
 //! all keep every multi-key operation inside one hash slot.
 
 use std::{
-    process::{Command, Stdio},
     sync::Arc,
     time::{Duration, Instant},
 };
 
-use crate::{
-    failures::RedisProcess,
-    helpers::{Backend, free_port, spawn_app_with},
-    seckill::{create_sale, login_many},
-};
+use crate::helpers::{Backend, RedisCluster, create_sale, login_many, spawn_app_with};
 
-/// Three cluster-enabled redis-servers joined into one cluster (no replicas).
-struct Cluster {
-    _nodes: Vec<RedisProcess>,
-    ports: Vec<u16>,
-    _dir: tempfile::TempDir,
-}
-
-impl Cluster {
-    async fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let mut nodes = Vec::new();
-        let mut ports = Vec::new();
-        for _ in 0..3 {
-            let port = free_port();
-            let conf = format!("nodes-{port}.conf");
-            let d = dir.path().to_string_lossy().into_owned();
-            nodes.push(
-                RedisProcess::start_with(
-                    port,
-                    &[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        &conf,
-                        "--dir",
-                        &d,
-                    ],
-                )
-                .await,
-            );
-            ports.push(port);
-        }
-        let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        let ok = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("redis-cli on PATH")
-            .success();
-        assert!(ok, "redis-cli --cluster create failed");
-        for p in &ports {
-            let client = redis::Client::open(format!("redis://127.0.0.1:{p}")).unwrap();
-            let started = Instant::now();
-            loop {
-                let mut c = client.get_multiplexed_async_connection().await.unwrap();
-                let info: String = redis::cmd("CLUSTER")
-                    .arg("INFO")
-                    .query_async(&mut c)
-                    .await
-                    .unwrap();
-                if info.contains("cluster_state:ok") {
-                    break;
-                }
-                assert!(
-                    started.elapsed() < Duration::from_secs(10),
-                    "cluster not ready"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-        Self {
-            _nodes: nodes,
-            ports,
-            _dir: dir,
-        }
+/// How many keys each node of the cluster holds.
+async fn keys_per_node(cluster: &RedisCluster) -> Vec<i64> {
+    let mut out = Vec::new();
+    for url in cluster.urls() {
+        let mut c = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        out.push(redis::cmd("DBSIZE").query_async(&mut c).await.unwrap());
     }
-
-    fn url(&self) -> String {
-        self.ports
-            .iter()
-            .map(|p| format!("redis://127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    async fn keys_per_node(&self) -> Vec<i64> {
-        let mut out = Vec::new();
-        for p in &self.ports {
-            let mut c = redis::Client::open(format!("redis://127.0.0.1:{p}"))
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap();
-            out.push(redis::cmd("DBSIZE").query_async(&mut c).await.unwrap());
-        }
-        out
-    }
+    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_runs_on_a_redis_cluster() {
-    let cluster = Cluster::start().await;
-    let url = cluster.url();
+    let cluster = RedisCluster::start().await;
+    let url = cluster.urls().join(",");
     let app = Arc::new(
         spawn_app_with(Backend::Sqlite, move |c| {
             c.redis_url = Some(url);
@@ -185,7 +102,7 @@ async fn the_service_runs_on_a_redis_cluster() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let spread = cluster.keys_per_node().await;
+    let spread = keys_per_node(&cluster).await;
     assert!(
         spread.iter().filter(|n| **n > 0).count() >= 2,
         "keys spread over the nodes: {spread:?}"

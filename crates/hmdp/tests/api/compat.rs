@@ -1,47 +1,54 @@
-//! Running on a database created from the original project's `hmdp.sql`.
+//! Running on a database created by the original project: its schema, its rows, no record of
+//! any migration.
+//!
+//! Each check runs on `tests/fixtures/original-schema.sql` (the original's tables with rows of
+//! our own), and in addition on the original `hmdp.sql` when it is at hand (see
+//! [`SchemaDump::available`]); the test prints which ones ran.
 
-use std::path::{Path, PathBuf};
+use sqlx::Connection;
 
-use sqlx::{Connection, Executor};
+use crate::helpers::{Backend, SchemaDump, TestDatabase, spawn_with_config, test_config};
 
-use crate::helpers::{Backend, TestDatabase, spawn_with_config, test_config};
-
-/// The original dump: `HMDP_ORIGINAL_SQL`, or `shared/data/hmdp.sql` beside the checkout (looked
-/// up in every ancestor of the workspace, so a clone anywhere under the directory that holds
-/// `shared/` finds it). Never copied into the repository: it is the original project's data.
-fn original_sql() -> String {
-    let path = std::env::var("HMDP_ORIGINAL_SQL")
-        .map(PathBuf::from)
-        .ok()
-        .or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .ancestors()
-                .map(|dir| dir.join("shared/data/hmdp.sql"))
-                .find(|p| p.is_file())
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "cannot find the original hmdp.sql in shared/data/ beside any parent of {}; \
-                 set HMDP_ORIGINAL_SQL to its path",
-                env!("CARGO_MANIFEST_DIR")
-            )
-        });
-    std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read the original hmdp.sql at {} ({e}); set HMDP_ORIGINAL_SQL",
-            path.display()
-        )
-    })
+/// What a dump holds, for the checks to compare with.
+struct Facts {
+    users: i64,
+    shops: i64,
+    /// A user who logs in with their phone: phone, id and nick name.
+    member: (&'static str, i64, &'static str),
+    /// Another user: id and nick name.
+    other: (i64, &'static str),
+    types: usize,
+    /// Shop types at positions of the list sorted by `sort`, which is not the order of ids.
+    sorted_types: [(usize, &'static str); 3],
+    /// The title of the first voucher on sale at shop 1.
+    first_voucher_of_shop_1: &'static str,
+    /// The table's AUTO_INCREMENT counter, where a new user's id starts.
+    next_user_id: i64,
 }
 
-/// Loads the dump as the original project would have, into a fresh database.
-pub async fn load_original(db: &TestDatabase) {
-    let sql = original_sql();
-    let mut conn = sqlx::MySqlConnection::connect(&db.url).await.unwrap();
-    // The dump is from MySQL 5.6 and declares '0000-00-00' defaults, which strict modes reject.
-    conn.execute("SET SESSION sql_mode = ''").await.unwrap();
-    sqlx::raw_sql(&sql).execute(&mut conn).await.unwrap();
-    conn.close().await.unwrap();
+fn facts(dump: &SchemaDump) -> Facts {
+    match dump {
+        SchemaDump::Fixture => Facts {
+            users: 4,
+            shops: 9,
+            member: ("13511110007", 7, "周末探店人"),
+            other: (2, "青柠汽水"),
+            types: 5,
+            sorted_types: [(0, "火锅"), (1, "咖啡馆"), (3, "宠物店")],
+            first_voucher_of_shop_1: "88元双人锅底券",
+            next_user_id: 120,
+        },
+        SchemaDump::Original(_) => Facts {
+            users: 1005,
+            shops: 14,
+            member: ("13686869696", 1, "小鱼同学"),
+            other: (2, "可可今天不吃肉"),
+            types: 10,
+            sorted_types: [(0, "美食"), (1, "KTV"), (3, "美睫·美甲")],
+            first_voucher_of_shop_1: "50元代金券",
+            next_user_id: 1010,
+        },
+    }
 }
 
 async fn count(db: &TestDatabase, sql: &str) -> i64 {
@@ -51,9 +58,21 @@ async fn count(db: &TestDatabase, sql: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_runs_on_the_original_database() {
+    SchemaDump::check_each(
+        "the_service_runs_on_the_original_database",
+        the_service_runs_on,
+    )
+    .await;
+}
+
+async fn the_service_runs_on(dump: &SchemaDump) {
+    let facts = facts(dump);
     let db = TestDatabase::create().await;
-    load_original(&db).await;
-    assert_eq!(count(&db, "SELECT COUNT(*) FROM tb_user").await, 1005);
+    dump.load_into(&db).await;
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM tb_user").await,
+        facts.users
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let config = test_config(db.url.clone(), dir.path());
@@ -61,30 +80,36 @@ async fn the_service_runs_on_the_original_database() {
     let app = spawn_with_config(config, Backend::MySql, Some(db), dir).await;
 
     // An existing user logs in with their phone and gets their own id back.
-    let token = app.login("13686869696").await;
+    let (phone, id, nick) = facts.member;
+    let token = app.login(phone).await;
     let me = app.get("/api/user/me", Some(&token)).await;
-    assert_eq!(me.body["data"]["id"], 1, "{me:?}");
-    assert_eq!(me.body["data"]["nickName"], "小鱼同学");
-    let other = app.get("/api/user/2", Some(&token)).await;
-    assert_eq!(other.body["data"]["nickName"], "可可今天不吃肉");
+    assert_eq!(me.body["data"]["id"], id, "{me:?}");
+    assert_eq!(me.body["data"]["nickName"], nick);
+    let other = app
+        .get(&format!("/api/user/{}", facts.other.0), Some(&token))
+        .await;
+    assert_eq!(other.body["data"]["nickName"], facts.other.1);
 
     // The original catalogue is served as it is, and was not "seeded" over.
     let types = app.get("/api/shop-type/list", None).await;
     let types = types.body["data"].as_array().unwrap().clone();
-    assert_eq!(types.len(), 10);
-    assert_eq!(types[0]["name"], "美食");
-    assert_eq!(types[1]["name"], "KTV");
-    assert_eq!(types[3]["name"], "美睫·美甲", "sorted by sort: {types:?}");
+    assert_eq!(types.len(), facts.types);
+    for (at, name) in facts.sorted_types {
+        assert_eq!(types[at]["name"], name, "sorted by sort: {types:?}");
+    }
     let shop = app.get("/api/shop/1", None).await;
     assert!(shop.success(), "{shop:?}");
     assert_eq!(shop.body["data"]["typeId"], 1);
     let vouchers = app.get("/api/voucher/list/1", None).await;
-    assert_eq!(vouchers.body["data"][0]["title"], "50元代金券");
+    assert_eq!(
+        vouchers.body["data"][0]["title"],
+        facts.first_voucher_of_shop_1
+    );
 
-    // A new phone still creates a new user after the existing 1005.
+    // A new phone still creates a new user, after the existing ones.
     let t = app.login("13900000001").await;
     let me = app.get("/api/user/me", Some(&t)).await;
-    assert!(me.body["data"]["id"].as_i64().unwrap() >= 1010);
+    assert!(me.body["data"]["id"].as_i64().unwrap() >= facts.next_user_id);
 
     // Migrations run again (a second start) without harm.
     let db2 = hmdp::storage::Db::connect(&url, 2).await.unwrap();
@@ -97,8 +122,13 @@ async fn the_service_runs_on_the_original_database() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrations_adopt_the_original_schema_and_are_idempotent() {
+    SchemaDump::check_each("migrations_adopt_the_original_schema", migrations_adopt).await;
+}
+
+async fn migrations_adopt(dump: &SchemaDump) {
+    let facts = facts(dump);
     let db = TestDatabase::create().await;
-    load_original(&db).await;
+    dump.load_into(&db).await;
     let pool = hmdp::storage::Db::connect(&db.url, 2).await.unwrap();
 
     let first = hmdp::storage::migrate(&pool).await.unwrap();
@@ -108,8 +138,14 @@ async fn migrations_adopt_the_original_schema_and_are_idempotent() {
     assert!(second.applied.is_empty());
 
     // Existing data is untouched and the one-order-per-user key now exists.
-    assert_eq!(count(&db, "SELECT COUNT(*) FROM tb_user").await, 1005);
-    assert_eq!(count(&db, "SELECT COUNT(*) FROM tb_shop").await, 14);
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM tb_user").await,
+        facts.users
+    );
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM tb_shop").await,
+        facts.shops
+    );
     assert_eq!(
         count(
             &db,

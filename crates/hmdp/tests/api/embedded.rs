@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::helpers::{free_port, redis_url};
+use crate::helpers::{free_port, redis_url, remove_keys, unique_prefix};
 
 /// Runs `hmdp` in `dir` with a clean environment plus `extra` variables.
 fn start_hmdp(dir: &Path, port: u16, extra: &[(&str, &str)]) -> Child {
@@ -29,28 +29,6 @@ fn hmdp_command(dir: &Path, port: u16, extra: &[(&str, &str)]) -> Command {
         cmd.env(k, v);
     }
     cmd
-}
-
-/// A Redis key prefix of its own, so a binary pointed at the shared test Redis writes only keys
-/// that [`remove_keys`] can find again.
-fn unique_prefix() -> String {
-    format!("t:{}:", uuid::Uuid::new_v4().simple())
-}
-
-/// Deletes every key under `prefix` from the shared test Redis (slot mates start with `{`).
-async fn remove_keys(prefix: &str) {
-    use redis::AsyncCommands;
-    let mut conn = redis::Client::open(redis_url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    for pattern in [format!("{prefix}*"), format!("{{{prefix}*")] {
-        let keys: Vec<String> = conn.keys(&pattern).await.unwrap();
-        if !keys.is_empty() {
-            let _: () = conn.del(keys).await.unwrap();
-        }
-    }
 }
 
 /// The URL a managed Redis was started at, read from the service log.
@@ -154,7 +132,7 @@ async fn the_binary_with_no_configuration_comes_up_healthy() {
     assert!(status.success(), "graceful exit on SIGTERM, got {status}");
     let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
     assert!(log.contains("SIGTERM received"), "{log}");
-    remove_keys(&prefix).await;
+    remove_keys(&redis_url(), &prefix);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -348,7 +326,7 @@ async fn the_json_log_format_writes_one_json_object_per_line() {
     );
     wait_healthy(port, &mut child, dir.path()).await;
     assert!(terminate(&mut child).success());
-    remove_keys(&prefix).await;
+    remove_keys(&redis_url(), &prefix);
 
     let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
     let events: Vec<serde_json::Value> = log

@@ -1,58 +1,9 @@
 //! Redis going away mid-flight: clear 503s, nothing wrongly reported as "log in again",
 //! recovery when it returns.
 
-use std::{
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
-use crate::helpers::{Backend, free_port, spawn_app_with};
-
-/// A private redis-server on `port`, killed on drop.
-pub struct RedisProcess(pub Child);
-
-impl RedisProcess {
-    pub async fn start(port: u16) -> Self {
-        Self::start_with(port, &[]).await
-    }
-
-    /// A private redis-server with extra arguments (e.g. cluster mode).
-    pub async fn start_with(port: u16, extra: &[&str]) -> Self {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH");
-        let url = format!("redis://127.0.0.1:{port}");
-        let started = Instant::now();
-        while !hmdp::kv::managed::answers_ping(&url, Duration::from_millis(200)).await {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "redis did not start"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Self(child)
-    }
-}
-
-impl Drop for RedisProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use crate::helpers::{Backend, CuttableProxy, RedisServer, create_sale, free_port, spawn_app_with};
 
 /// A generous bound for "fast": far above a loaded CI machine's scheduling noise, far below
 /// the 10 s request timeout that a request hanging on the dead Redis would run into.
@@ -61,14 +12,14 @@ const FAST: Duration = Duration::from_secs(2);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_going_away_answers_503_and_recovers() {
     let port = free_port();
-    let redis = RedisProcess::start(port).await;
+    let redis = RedisServer::start_on(port).await;
     let app = spawn_app_with(Backend::Sqlite, |c| {
         c.redis_url = Some(format!("redis://127.0.0.1:{port}"));
     })
     .await;
     let token = app.login("13812345678").await;
     assert!(app.get("/api/user/me", Some(&token)).await.success());
-    let voucher = crate::seckill::create_sale(&app, 10, -60, 3600).await;
+    let voucher = create_sale(&app, 10, -60, 3600).await;
     let grab = format!("/api/voucher-order/seckill/{voucher}");
 
     drop(redis);
@@ -101,7 +52,7 @@ async fn redis_going_away_answers_503_and_recovers() {
     assert!(app.get("/api/shop/1", None).await.success());
 
     // Redis comes back (empty: it kept nothing): the service recovers on its own.
-    let _redis = RedisProcess::start(port).await;
+    let _redis = RedisServer::start_on(port).await;
     let started = Instant::now();
     loop {
         if app.get("/health", None).await.status == 200 {
@@ -122,19 +73,17 @@ async fn redis_going_away_answers_503_and_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_redis_means_a_fast_timeout_in_the_envelope() {
     let port = free_port();
-    let redis = RedisProcess::start(port).await;
+    let redis = RedisServer::start_on(port).await;
     let app = spawn_app_with(Backend::Sqlite, |c| {
         c.redis_url = Some(format!("redis://127.0.0.1:{port}"));
         c.request_timeout = Duration::from_millis(300);
     })
     .await;
-    let pid = redis.0.id() as i32;
-    // SAFETY: signals to our own child process.
-    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    redis.pause();
     let started = Instant::now();
     let r = app.send_code("13812345678").await;
     let waited = started.elapsed();
-    unsafe { libc::kill(pid, libc::SIGCONT) };
+    redis.resume();
     assert_eq!((r.status, r.code()), (503, "timeout"), "{r:?}");
     assert!(waited < Duration::from_secs(5), "answered after {waited:?}");
     // Once Redis wakes up the service answers normally again.
@@ -142,60 +91,6 @@ async fn a_hung_redis_means_a_fast_timeout_in_the_envelope() {
     while !app.get("/health", None).await.success() {
         assert!(started.elapsed() < Duration::from_secs(10), "no recovery");
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A TCP proxy in front of MariaDB that can cut every connection and refuse new ones, to play
-/// "the database went away" without stopping the shared server.
-pub struct CuttableProxy {
-    pub port: u16,
-    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    cut: tokio::sync::watch::Sender<u64>,
-}
-
-impl CuttableProxy {
-    pub async fn start(upstream: String) -> Self {
-        use std::sync::{
-            Arc,
-            atomic::{AtomicBool, Ordering},
-        };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let up = Arc::new(AtomicBool::new(true));
-        let (cut, _) = tokio::sync::watch::channel(0u64);
-        let (up2, cut2) = (up.clone(), cut.clone());
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
-                    return;
-                };
-                if !up2.load(Ordering::SeqCst) {
-                    drop(inbound); // refused: closed at once
-                    continue;
-                }
-                let upstream = upstream.clone();
-                let mut cut_rx = cut2.subscribe();
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        _ = cut_rx.changed() => {}
-                    }
-                });
-            }
-        });
-        Self { port, up, cut }
-    }
-
-    pub fn go_down(&self) {
-        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
-        self.cut.send_modify(|n| *n += 1);
-    }
-
-    pub fn come_back(&self) {
-        self.up.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

@@ -1,9 +1,6 @@
 //! `/metrics` in the Prometheus text format.
 
-use crate::{
-    helpers::{Backend, spawn_app, spawn_app_with},
-    seckill::create_sale,
-};
+use crate::helpers::{Backend, create_sale, spawn_app, spawn_app_with};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_by_route_and_sales_by_outcome() {

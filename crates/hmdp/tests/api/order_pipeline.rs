@@ -20,13 +20,10 @@ use hmdp::{
 };
 use sqlx::{Connection, Executor};
 
-use crate::{
-    helpers::{Backend, TestApp, redis_url, spawn_app_with},
-    seckill::{
-        assert_same_orders, code_of, create_sale, db_buyers, db_count, db_order_ids, db_stock,
-        drain, grab_raw, login_many, lose_voucher, order_id_of, redis_stock, wait_for_orders,
-        worker_for,
-    },
+use crate::helpers::{
+    Backend, TestApp, assert_same_orders, code_of, create_sale, db_buyers, db_count, db_order_ids,
+    db_stock, drain, grab_raw, login_many, lose_voucher, order_id_of, redis_stock, redis_url,
+    spawn_app_with, wait_for_orders, wait_until, worker_for,
 };
 
 /// Runs one statement with integer parameters on the test's database.
@@ -127,14 +124,6 @@ async fn trim_all(app: &TestApp) {
         .unwrap();
 }
 
-async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < Duration::from_secs(20), "{what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_wait_timeout_is_waited_out_not_dead_lettered() {
     let (app, tokens) = app_with_users(Backend::MySql, 3, |c| c.seckill.worker = false).await;
@@ -166,9 +155,11 @@ async fn a_lock_wait_timeout_is_waited_out_not_dead_lettered() {
             .run_until(tokio::time::sleep(Duration::from_secs(60))),
     );
     let stats = worker.stats().clone();
-    wait_until("the worker never met the lock", || {
-        stats.db_outages.get() >= 2
-    })
+    wait_until(
+        Duration::from_secs(20),
+        "the worker never met the lock",
+        async || stats.db_outages.get() >= 2,
+    )
     .await;
     assert!(db_order_ids(&app, voucher).await.is_empty());
     tx.rollback().await.unwrap();

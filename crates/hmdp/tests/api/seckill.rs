@@ -7,173 +7,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use chrono::{Duration as ChronoDuration, Local};
 use hmdp::config::SeckillMode;
 use serde_json::json;
 
-use crate::helpers::{ADMIN_TOKEN, Backend, TestApp, spawn_app_with};
-
-/// Creates a flash-sale voucher on shop 1 whose sale runs from `begin` to `end` seconds from now.
-pub async fn create_sale(app: &TestApp, stock: i64, begin: i64, end: i64) -> i64 {
-    let fmt = |secs: i64| {
-        (Local::now().naive_local() + ChronoDuration::seconds(secs))
-            .format("%Y-%m-%dT%H:%M:%S")
-            .to_string()
-    };
-    let body = json!({"shopId": 1, "title": "限时抢购券", "subTitle": "测试", "rules": "每人一张",
-        "payValue": 990, "actualValue": 5000, "stock": stock, "beginTime": fmt(begin), "endTime": fmt(end)});
-    let r = app
-        .send(
-            app.client
-                .post(app.url("/api/voucher/seckill"))
-                .header("x-admin-token", ADMIN_TOKEN)
-                .json(&body),
-        )
-        .await;
-    assert!(r.success(), "{r:?}");
-    r.body["data"].as_i64().unwrap()
-}
-
-/// `n` distinct users logged in through the real API, `concurrency` at a time.
-pub async fn login_many(app: &Arc<TestApp>, n: usize) -> Vec<String> {
-    let sem = Arc::new(tokio::sync::Semaphore::new(32));
-    let mut tasks = Vec::new();
-    for i in 0..n {
-        let (app, sem) = (app.clone(), sem.clone());
-        tasks.push(tokio::spawn(async move {
-            let _permit = sem.acquire().await.unwrap();
-            app.login(&format!("1390{:07}", i)).await
-        }));
-    }
-    let mut tokens = Vec::new();
-    for t in tasks {
-        tokens.push(t.await.unwrap());
-    }
-    tokens
-}
-
-/// The raw answer text of a grab (order ids exceed what f64 holds, so no JSON numbers here).
-pub(crate) async fn grab_raw(app: &TestApp, voucher: i64, token: &str) -> (u16, String) {
-    let r = app
-        .client
-        .post(app.url(&format!("/api/voucher-order/seckill/{voucher}")))
-        .header("authorization", token)
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.text().await.unwrap())
-}
-
-pub(crate) fn order_id_of(body: &str) -> Option<i64> {
-    body.strip_prefix("{\"success\":true,\"data\":")?
-        .strip_suffix('}')?
-        .parse()
-        .ok()
-}
-
-pub(crate) fn code_of(body: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(body).unwrap()["code"]
-        .as_str()
-        .unwrap_or("")
-        .to_owned()
-}
-
-/// `tb_seckill_voucher.stock` of `voucher`.
-pub(crate) async fn db_stock(app: &TestApp, voucher: i64) -> i64 {
-    db_count(
-        app,
-        "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
-        voucher,
-    )
-    .await
-}
-
-/// How many distinct users hold an order of `voucher`.
-pub(crate) async fn db_buyers(app: &TestApp, voucher: i64) -> i64 {
-    db_count(
-        app,
-        "SELECT COUNT(DISTINCT user_id) FROM tb_voucher_order WHERE voucher_id = ?",
-        voucher,
-    )
-    .await
-}
-
-pub(crate) async fn db_count(app: &TestApp, sql: &str, voucher: i64) -> i64 {
-    match &app.state.db {
-        hmdp::storage::Db::Sqlite(p) => sqlx::query_scalar(sql)
-            .bind(voucher)
-            .fetch_one(p)
-            .await
-            .unwrap(),
-        hmdp::storage::Db::MySql(p) => sqlx::query_scalar(sql)
-            .bind(voucher)
-            .fetch_one(p)
-            .await
-            .unwrap(),
-    }
-}
-
-pub(crate) async fn db_order_ids(app: &TestApp, voucher: i64) -> Vec<i64> {
-    let sql = "SELECT id FROM tb_voucher_order WHERE voucher_id = ?";
-    match &app.state.db {
-        hmdp::storage::Db::Sqlite(p) => sqlx::query_scalar(sql)
-            .bind(voucher)
-            .fetch_all(p)
-            .await
-            .unwrap(),
-        hmdp::storage::Db::MySql(p) => sqlx::query_scalar(sql)
-            .bind(voucher)
-            .fetch_all(p)
-            .await
-            .unwrap(),
-    }
-}
-
-/// Waits until the database holds `n` orders of the voucher (the worker drains the stream).
-pub(crate) async fn wait_for_orders(app: &TestApp, voucher: i64, n: i64) {
-    let started = Instant::now();
-    loop {
-        let have = db_count(
-            app,
-            "SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?",
-            voucher,
-        )
-        .await;
-        if have >= n {
-            assert_eq!(have, n, "more orders than expected");
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "only {have} of {n} orders written"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Redis loses the voucher's hash and buyer set (the order stream survives).
-pub(crate) async fn lose_voucher(app: &TestApp, voucher: i64) {
-    let _: () = redis::AsyncCommands::del(
-        &mut app.redis().await,
-        &[
-            format!("{}seckill:{{s0}}:voucher:{voucher}", app.prefix),
-            format!("{}seckill:{{s0}}:buyers:{voucher}", app.prefix),
-        ],
-    )
-    .await
-    .unwrap();
-}
-
-pub(crate) async fn redis_stock(app: &TestApp, voucher: i64) -> Option<i64> {
-    // Through the service's own connection: some tests run it on a private Redis.
-    redis::AsyncCommands::hget(
-        &mut app.state.redis.clone(),
-        format!("{}seckill:{{s0}}:voucher:{voucher}", app.prefix),
-        "stock",
-    )
-    .await
-    .unwrap()
-}
+use crate::helpers::{
+    ADMIN_TOKEN, Backend, TestApp, assert_same_orders, code_of, create_sale, db_buyers,
+    db_order_ids, db_stock, drain, grab_raw, login_many, lose_voucher, order_id_of, redis_stock,
+    spawn_app_with, wait_for_orders, wait_until_up, worker_for,
+};
 
 macro_rules! sale_matrix {
     ($($name:ident),* $(,)?) => {
@@ -358,48 +199,6 @@ async fn lost_voucher_keys_are_rebuilt_from_the_database_without_overselling() {
     assert_same_orders(&stored, &won.iter().copied().collect());
 }
 
-/// Asserts that exactly the accepted orders are stored, without dumping thousands of ids.
-pub(crate) fn assert_same_orders(stored: &HashSet<i64>, accepted: &HashSet<i64>) {
-    let missing: Vec<_> = accepted.difference(stored).take(5).collect();
-    let extra: Vec<_> = stored.difference(accepted).take(5).collect();
-    assert!(
-        missing.is_empty() && extra.is_empty(),
-        "{} accepted, {} stored; missing e.g. {missing:?}; not accepted but stored e.g. {extra:?}",
-        accepted.len(),
-        stored.len()
-    );
-}
-
-pub(crate) fn worker_for(app: &TestApp, consumer: &str) -> hmdp::worker::OrderWorker {
-    let s = &app.state;
-    let mut settings = s.config.seckill.clone();
-    settings.claim_idle = Duration::from_millis(300);
-    settings.batch = 7;
-    hmdp::worker::OrderWorker::new(
-        s.db.clone(),
-        s.redis.clone(),
-        s.config.redis_url_or_default().to_owned(),
-        s.keys.clone(),
-        settings,
-        Some(consumer.to_owned()),
-    )
-}
-
-/// Runs the worker's steps until the stream has nothing more for it.
-pub(crate) async fn drain(worker: &hmdp::worker::OrderWorker) {
-    worker.ensure_group(0).await.unwrap();
-    let mut reader = hmdp::kv::RedisConn::connect(&crate::helpers::redis_url())
-        .await
-        .unwrap();
-    while worker.step_pending(0, &mut reader).await.unwrap() != hmdp::worker::Step::Idle {}
-    while worker
-        .step_new(0, &mut reader, Duration::from_millis(50))
-        .await
-        .unwrap()
-        != hmdp::worker::Step::Idle
-    {}
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_order_status_goes_from_pending_to_created() {
     let app = spawn_app_with(Backend::Sqlite, |c| c.seckill.worker = false).await;
@@ -450,7 +249,7 @@ async fn a_worker_aborted_mid_batch_loses_and_duplicates_nothing() {
     // unreachable (a proxy that refuses), so the batch stays delivered-but-unacknowledged.
     let server = crate::helpers::mysql_server_url();
     let hostport = server.rsplit('@').next().unwrap().to_owned();
-    let proxy = crate::failures::CuttableProxy::start(hostport.clone()).await;
+    let proxy = crate::helpers::CuttableProxy::start(hostport.clone()).await;
     proxy.go_down();
     let unreachable = hmdp::storage::Db::MySql(
         sqlx::mysql::MySqlPoolOptions::new()
@@ -558,7 +357,7 @@ async fn the_database_going_away_while_orders_arrive_loses_nothing() {
     };
     let server = crate::helpers::mysql_server_url();
     let hostport = server.rsplit('@').next().unwrap().to_owned();
-    let proxy = crate::failures::CuttableProxy::start(hostport.clone()).await;
+    let proxy = crate::helpers::CuttableProxy::start(hostport.clone()).await;
     let worker_db = hmdp::storage::Db::connect(
         &db_url.replace(&hostport, &format!("127.0.0.1:{}", proxy.port)),
         2,
@@ -622,19 +421,10 @@ async fn a_killed_worker_process_loses_and_duplicates_nothing() {
     }
     let dir = tempfile::tempdir().unwrap();
     let spawn_worker = || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_hmdp"))
+        app.binary(dir.path())
             .arg("worker")
-            .current_dir(dir.path())
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HMDP_DATABASE_URL", &app.state.config.database_url)
-            .env("HMDP_REDIS_URL", crate::helpers::redis_url())
-            .env("HMDP_REDIS_PREFIX", &app.prefix)
             .env("HMDP_WORKER_BATCH", "5")
             .env("HMDP_WORKER_CLAIM_IDLE_MS", "300")
-            .env("HMDP_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap()
     };
@@ -872,7 +662,7 @@ async fn redis_killed_and_restarted_from_its_aof_mid_sale_loses_and_oversells_no
         "--dir",
         d.as_str(),
     ];
-    let redis = crate::failures::RedisProcess::start_with(port, &aof).await;
+    let redis = crate::helpers::RedisServer::start_with(port, &aof).await;
     let url = format!("redis://127.0.0.1:{port}");
     let app = Arc::new(
         spawn_app_with(Backend::Sqlite, |c| {
@@ -889,7 +679,7 @@ async fn redis_killed_and_restarted_from_its_aof_mid_sale_loses_and_oversells_no
     }
     // kill -9, then a restart that replays the append-only file.
     drop(redis);
-    let _redis = crate::failures::RedisProcess::start_with(port, &aof).await;
+    let _redis = crate::helpers::RedisServer::start_with(port, &aof).await;
     let started = Instant::now();
     while !app.get("/health", None).await.success() {
         assert!(started.elapsed() < Duration::from_secs(15), "no recovery");
@@ -911,40 +701,14 @@ async fn redis_killed_and_restarted_from_its_aof_mid_sale_loses_and_oversells_no
 
 /// `hmdp serve` as a separate process on the test's database and Redis prefix.
 fn serve_process(app: &TestApp, port: u16, dir: &std::path::Path) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_hmdp"))
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+    app.binary(dir)
         .env("HMDP_LISTEN", format!("127.0.0.1:{port}"))
-        .env("HMDP_DATABASE_URL", &app.state.config.database_url)
-        .env("HMDP_REDIS_URL", crate::helpers::redis_url())
-        .env("HMDP_REDIS_PREFIX", &app.prefix)
         .env("HMDP_ADMIN_TOKEN", ADMIN_TOKEN)
         .env("HMDP_WORKER_CLAIM_IDLE_MS", "500")
         .env("HMDP_RATE_LIMIT_IP", "0")
         .env("HMDP_RATE_LIMIT_USER", "0")
-        .env("HMDP_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap()
-}
-
-async fn wait_up(client: &reqwest::Client, port: u16) {
-    let started = Instant::now();
-    while client
-        .get(format!("http://127.0.0.1:{port}/health"))
-        .send()
-        .await
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the service did not come up"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -955,7 +719,7 @@ async fn the_service_killed_mid_sale_and_restarted_loses_and_duplicates_nothing(
     let dir = tempfile::tempdir().unwrap();
     let port = crate::helpers::free_port();
     let mut service = serve_process(&app, port, dir.path());
-    wait_up(&app.client, port).await;
+    wait_until_up(&app.client, port).await;
 
     // The crowd arrives; the service is killed -9 while answering it.
     let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -994,7 +758,7 @@ async fn the_service_killed_mid_sale_and_restarted_loses_and_duplicates_nothing(
     // Restarted, it writes every order Redis accepted (confirmed or not) exactly once.
     let port = crate::helpers::free_port();
     let mut service = serve_process(&app, port, dir.path());
-    wait_up(&app.client, port).await;
+    wait_until_up(&app.client, port).await;
     let accepted = 200 - redis_stock(&app, voucher).await.unwrap();
     wait_for_orders(&app, voucher, accepted).await;
     // The sale goes on to the end on the restarted service.

@@ -7,13 +7,14 @@ use std::{
     time::{Duration, Instant},
 };
 
+use reqwest::Method;
 use serde_json::json;
 
 use crate::{
     both_backends,
     helpers::{
-        ADMIN_TOKEN, Backend, TestApp, free_port, spawn_app, spawn_app_with, spawn_with_config,
-        test_config,
+        ADMIN_TOKEN, Backend, RedisServer, SchemaDump, TestApp, TestDatabase, free_port, spawn_app,
+        spawn_app_with, spawn_with_config, test_config,
     },
 };
 
@@ -128,14 +129,7 @@ async fn an_update_is_visible_on_the_next_read(backend: Backend) {
     // back sign-extended: -1 and -2).
     changed["sold"] = json!(4_294_967_295_u64);
     changed["comments"] = json!(4_294_967_294_u64);
-    let r = app
-        .send(
-            app.client
-                .put(app.url("/api/shop"))
-                .header("x-admin-token", ADMIN_TOKEN)
-                .json(&changed),
-        )
-        .await;
+    let r = app.admin_json(Method::PUT, "/api/shop", &changed).await;
     assert!(r.success(), "{r:?}");
     let after = app.get("/api/shop/3", None).await;
     assert_eq!(after.body["data"]["name"], "新名字小店");
@@ -156,14 +150,7 @@ async fn an_update_reaches_the_l1_of_another_instance() {
     assert!(b.get("/api/shop/4", None).await.success()); // now in B's L1
     let mut shop = a.get("/api/shop/4", None).await.body["data"].clone();
     shop["name"] = json!("改过的店");
-    let r = a
-        .send(
-            a.client
-                .put(a.url("/api/shop"))
-                .header("x-admin-token", ADMIN_TOKEN)
-                .json(&shop),
-        )
-        .await;
+    let r = a.admin_json(Method::PUT, "/api/shop", &shop).await;
     assert!(r.success());
     assert_eq!(
         a.get("/api/shop/4", None).await.body["data"]["name"],
@@ -234,15 +221,7 @@ async fn a_flood_of_unknown_ids_costs_one_query_per_id_or_none_with_the_bloom_fi
     assert!(keys.is_empty(), "{keys:?}");
     // A shop created now passes the filter at once.
     let shop = json!({"name": "新店", "typeId": 1, "x": 104.06, "y": 30.66});
-    let r = guarded
-        .send(
-            guarded
-                .client
-                .post(guarded.url("/api/shop"))
-                .header("x-admin-token", ADMIN_TOKEN)
-                .json(&shop),
-        )
-        .await;
+    let r = guarded.admin_json(Method::POST, "/api/shop", &shop).await;
     let id = r.body["data"].as_i64().unwrap();
     assert_eq!(
         guarded.get(&format!("/api/shop/{id}"), None).await.body["data"]["name"],
@@ -392,11 +371,10 @@ async fn nearby_search_loads_a_type_once_and_remembers_one_without_shops() {
     assert_eq!(loads(&app) - before, 1, "one query for 200 requests");
     // A shop created in it is found at once all the same.
     let r = app
-        .send(
-            app.client
-                .post(app.url("/api/shop"))
-                .header("x-admin-token", ADMIN_TOKEN)
-                .json(&json!({"name": "新类型的店", "typeId": 987654, "x": 104.08, "y": 30.66})),
+        .admin_json(
+            Method::POST,
+            "/api/shop",
+            &json!({"name": "新类型的店", "typeId": 987654, "x": 104.08, "y": 30.66}),
         )
         .await;
     assert!(r.success(), "{r:?}");
@@ -551,8 +529,16 @@ async fn shop_lists_page_like_the_original(backend: Backend) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nearby_search_on_the_original_data_matches_the_original() {
-    let db = crate::helpers::TestDatabase::create().await;
-    crate::compat::load_original(&db).await;
+    SchemaDump::check_each(
+        "nearby_search_on_the_original_data",
+        nearby_search_matches_the_original,
+    )
+    .await;
+}
+
+async fn nearby_search_matches_the_original(dump: &SchemaDump) {
+    let db = TestDatabase::create().await;
+    dump.load_into(&db).await;
     let dir = tempfile::tempdir().unwrap();
     let config = test_config(db.url.clone(), dir.path());
     let app = spawn_with_config(config, Backend::MySql, Some(db), dir).await;
@@ -604,7 +590,7 @@ fn haversine(x1: f64, y1: f64, x2: f64, y2: f64) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_redis_down_shop_reads_fall_back_to_the_database_within_a_limit() {
     let port = free_port();
-    let redis = crate::failures::RedisProcess::start(port).await;
+    let redis = RedisServer::start_on(port).await;
     let app = spawn_app_with(Backend::Sqlite, |c| {
         c.redis_url = Some(format!("redis://127.0.0.1:{port}"));
         c.cache.l1_ttl = Duration::ZERO;
@@ -636,7 +622,7 @@ async fn with_redis_down_shop_reads_fall_back_to_the_database_within_a_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_redis_down_and_no_fallback_reads_fail_fast() {
     let port = free_port();
-    let redis = crate::failures::RedisProcess::start(port).await;
+    let redis = RedisServer::start_on(port).await;
     let app = spawn_app_with(Backend::Sqlite, |c| {
         c.redis_url = Some(format!("redis://127.0.0.1:{port}"));
         c.cache.fallback_concurrency = 0;

@@ -6,17 +6,14 @@
 //! original's local format and a time with an offset. The second test runs the service as a
 //! separate process in another zone than this test, so a zone mix-up cannot hide.
 
-use std::{
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
-};
+use std::process::Child;
 
 use chrono::{DateTime, Local, NaiveDateTime, TimeZone};
 use serde_json::{Value, json};
 
 use crate::{
     both_backends,
-    helpers::{ADMIN_TOKEN, Backend, spawn_app},
+    helpers::{ADMIN_TOKEN, Backend, spawn_app, wait_until_up},
 };
 
 both_backends!(flash_sale_windows_come_as_instants_too);
@@ -181,41 +178,17 @@ async fn a_server_in_another_zone_reports_its_windows_as_the_right_instants() {
     let dir = tempfile::tempdir().unwrap();
     let port = crate::helpers::free_port();
     let _child = ChildGuard(
-        Command::new(env!("CARGO_BIN_EXE_hmdp"))
-            .current_dir(dir.path())
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        app.binary(dir.path())
             .env("TZ", tz)
             .env("HMDP_LISTEN", format!("127.0.0.1:{port}"))
-            .env("HMDP_DATABASE_URL", &app.state.config.database_url)
-            .env("HMDP_REDIS_URL", crate::helpers::redis_url())
             .env("HMDP_REDIS_MANAGED", "never")
-            .env("HMDP_REDIS_PREFIX", &app.prefix)
             .env("HMDP_ADMIN_TOKEN", ADMIN_TOKEN)
             .env("HMDP_WORKER", "false")
-            .env("HMDP_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
             .spawn()
             .unwrap(),
     );
+    wait_until_up(&app.client, port).await;
     let base = format!("http://127.0.0.1:{port}");
-    let started = Instant::now();
-    while app
-        .client
-        .get(format!("{base}/health"))
-        .send()
-        .await
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the service did not come up"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     let api = Api {
         client: &app.client,
         base,

@@ -1,20 +1,24 @@
-//! Test harness: spawn the app on port 0 with an isolated database and Redis prefix.
+//! The service on port 0 for one test: its own database, Redis key prefix and captured SMS,
+//! and a client that decodes the envelope.
 
 use std::{
-    net::{SocketAddr, TcpListener},
-    sync::{Arc, Mutex, Once},
-    time::Duration,
+    net::SocketAddr,
+    path::Path,
+    process::{Command, Stdio},
+    sync::{Arc, Once},
+    time::{Duration, Instant},
 };
 
-use futures_util::future::BoxFuture;
 use hmdp::{
     Application, Config, Dependencies,
-    auth::{SmsError, SmsSender},
+    auth::CapturingSms,
     config::{ManagedRedis, Secret},
 };
+use hmdp_testkit::{redis_url, remove_keys, unique_prefix};
 use redis::AsyncCommands;
 use serde_json::Value;
-use sqlx::{Connection, Executor};
+
+use super::TestDatabase;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 
@@ -23,17 +27,6 @@ pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 pub enum Backend {
     Sqlite,
     MySql,
-}
-
-pub fn redis_url() -> String {
-    std::env::var("HMDP_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
-
-pub fn mysql_server_url() -> String {
-    std::env::var("HMDP_TEST_MYSQL_URL")
-        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
-        .trim_end_matches('/')
-        .to_owned()
 }
 
 fn init_logs() {
@@ -46,96 +39,6 @@ fn init_logs() {
                 .try_init();
         }
     });
-}
-
-/// Records every code "sent" so tests can log in; stands in for an SMS gateway.
-#[derive(Default)]
-pub struct CapturingSms {
-    sent: Mutex<Vec<(String, String)>>,
-}
-
-impl CapturingSms {
-    pub fn last_code_for(&self, phone: &str) -> Option<String> {
-        self.sent
-            .lock()
-            .unwrap()
-            .iter()
-            .rev()
-            .find(|(p, _)| p == phone)
-            .map(|(_, c)| c.clone())
-    }
-
-    pub fn count(&self) -> usize {
-        self.sent.lock().unwrap().len()
-    }
-}
-
-impl SmsSender for CapturingSms {
-    fn send_code<'a>(
-        &'a self,
-        phone: &'a str,
-        code: &'a str,
-    ) -> BoxFuture<'a, Result<(), SmsError>> {
-        self.sent
-            .lock()
-            .unwrap()
-            .push((phone.to_owned(), code.to_owned()));
-        Box::pin(async { Ok(()) })
-    }
-}
-
-/// A fresh, empty MariaDB database; dropped when the value is dropped.
-pub struct TestDatabase {
-    pub name: String,
-    pub url: String,
-}
-
-impl TestDatabase {
-    pub async fn create() -> Self {
-        let name = format!(
-            "hmdp_t_{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..16]
-        );
-        let server = mysql_server_url();
-        let mut conn = sqlx::MySqlConnection::connect(&server)
-            .await
-            .unwrap_or_else(|e| {
-                panic!("MariaDB/MySQL must be running at {server} (set HMDP_TEST_MYSQL_URL): {e}")
-            });
-        conn.execute(format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4").as_str())
-            .await
-            .unwrap();
-        conn.close().await.unwrap();
-        Self {
-            url: format!("{server}/{name}"),
-            name,
-        }
-    }
-}
-
-impl Drop for TestDatabase {
-    fn drop(&mut self) {
-        let name = self.name.clone();
-        run_blocking(async move {
-            if let Ok(mut conn) = sqlx::MySqlConnection::connect(&mysql_server_url()).await {
-                let _ = conn
-                    .execute(format!("DROP DATABASE IF EXISTS `{name}`").as_str())
-                    .await;
-            }
-        });
-    }
-}
-
-/// Runs a future to completion on a private runtime (for clean-up in `Drop`).
-fn run_blocking(f: impl std::future::Future<Output = ()> + Send + 'static) {
-    let _ = std::thread::spawn(move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(f)
-    })
-    .join();
 }
 
 /// A running service for one test.
@@ -160,7 +63,7 @@ pub fn test_config(database_url: String, dir: &std::path::Path) -> Config {
         db_max_connections: 5,
         redis_url: Some(redis_url()),
         redis_managed: ManagedRedis::Never,
-        redis_prefix: format!("t:{}:", uuid::Uuid::new_v4().simple()),
+        redis_prefix: unique_prefix(),
         admin_token: Some(Secret::new(ADMIN_TOKEN)),
         data_dir: dir.to_owned(),
         // Tests fire bursts from one address; the limits have their own test.
@@ -301,6 +204,16 @@ impl TestApp {
         self.send(req).await
     }
 
+    /// An admin request (the `x-admin-token` header) with a JSON body.
+    pub async fn admin_json(&self, method: reqwest::Method, path: &str, body: &Value) -> Resp {
+        let req = self
+            .client
+            .request(method, self.url(path))
+            .header("x-admin-token", ADMIN_TOKEN)
+            .json(body);
+        self.send(req).await
+    }
+
     pub async fn send_code(&self, phone: &str) -> Resp {
         self.post(&format!("/api/user/code?phone={phone}"), None)
             .await
@@ -323,6 +236,24 @@ impl TestApp {
         let r = self.login_with(phone, &code).await;
         assert!(r.success(), "login: {r:?}");
         r.body["data"].as_str().unwrap().to_owned()
+    }
+
+    /// The `hmdp` binary as a separate process on this app's database, Redis and key prefix:
+    /// run in `dir` with a clean environment (PATH kept), logging at warn, output discarded.
+    /// The caller adds a subcommand and settings, and spawns it.
+    pub fn binary(&self, dir: &Path) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hmdp"));
+        cmd.current_dir(dir)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HMDP_DATABASE_URL", &self.state.config.database_url)
+            .env("HMDP_REDIS_URL", redis_url())
+            .env("HMDP_REDIS_PREFIX", &self.prefix)
+            .env("HMDP_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        cmd
     }
 
     /// A direct Redis connection (for checking keys the service wrote).
@@ -354,53 +285,25 @@ impl Drop for TestApp {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        let prefix = self.prefix.clone();
-        run_blocking(async move {
-            let Ok(client) = redis::Client::open(redis_url()) else {
-                return;
-            };
-            let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
-                return;
-            };
-            // Keys of slot mates start with `{prefix…`; both shapes are removed.
-            for pattern in [format!("{prefix}*"), format!("{{{prefix}*")] {
-                let keys: Vec<String> = conn.keys(&pattern).await.unwrap_or_default();
-                if !keys.is_empty() {
-                    let _: redis::RedisResult<()> = conn.del(keys).await;
-                }
-            }
-        });
+        remove_keys(&redis_url(), &self.prefix);
     }
 }
 
-/// A port nobody listens on right now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Generates one `#[tokio::test]` per back end for each `async fn name(backend: Backend)`.
-#[macro_export]
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name($crate::helpers::Backend::Sqlite).await
-                }
-            )*
-        }
-        mod mysql {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name($crate::helpers::Backend::MySql).await
-                }
-            )*
-        }
-    };
+/// Waits until a service on `port` (e.g. one started with [`TestApp::binary`]) answers
+/// `/health` with 200.
+pub async fn wait_until_up(client: &reqwest::Client, port: u16) {
+    let started = Instant::now();
+    while client
+        .get(format!("http://127.0.0.1:{port}/health"))
+        .send()
+        .await
+        .map(|r| r.status() != 200)
+        .unwrap_or(true)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the service did not come up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -1,0 +1,59 @@
+//! Test support shared by the hmdp crates, used only as a dev-dependency.
+//!
+//! Every integration test suite in the workspace runs against real servers (Redis is never
+//! mocked): the shared ones named by `HMDP_TEST_REDIS_URL` and `HMDP_TEST_MYSQL_URL`, or private
+//! `redis-server` processes a test starts, stops, freezes or joins into a cluster. What those
+//! suites have in common lives here once; what only one crate needs stays in its own tests.
+
+mod keys;
+mod server;
+
+use std::{net::TcpListener, time::Duration};
+
+pub use keys::{KeyPrefix, remove_keys, unique_prefix};
+pub use server::{RedisCluster, RedisServer};
+
+/// The shared test Redis: `HMDP_TEST_REDIS_URL`, default `redis://127.0.0.1:6379`.
+pub fn redis_url() -> String {
+    std::env::var("HMDP_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// The shared test MariaDB/MySQL server, without a database name: `HMDP_TEST_MYSQL_URL`,
+/// default `mysql://root@127.0.0.1:3306`.
+pub fn mysql_server_url() -> String {
+    std::env::var("HMDP_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+/// A connection manager to the Redis at `url`.
+pub async fn connect(url: &str) -> redis::aio::ConnectionManager {
+    redis::Client::open(url)
+        .unwrap()
+        .get_connection_manager()
+        .await
+        .unwrap_or_else(|e| panic!("no Redis at {url} (set HMDP_TEST_REDIS_URL): {e}"))
+}
+
+/// A local port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind a free port")
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `ready` every 20 ms until it answers true; panics naming `what` once `timeout` has
+/// passed. For waiting on a condition instead of sleeping a fixed time.
+pub async fn wait_until(timeout: Duration, what: &str, mut ready: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !ready().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

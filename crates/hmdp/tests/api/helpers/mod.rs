@@ -1,0 +1,47 @@
+//! Test harness for the end-to-end tests (and, through `#[path]`, the browser test): the
+//! service on port 0 with an isolated database and Redis prefix, MariaDB databases and dumps,
+//! and the flash-sale steps several modules share. What other crates' tests need as well
+//! (server URLs, private `redis-server`s, key clean-up) comes from `hmdp-testkit`.
+//!
+//! Everything is re-exported here, so tests name `crate::helpers::X` whatever file X is in.
+
+mod app;
+mod database;
+mod seckill;
+
+pub use app::{
+    ADMIN_TOKEN, Backend, Resp, TestApp, spawn_app, spawn_app_with, spawn_with_config, test_config,
+    wait_until_up,
+};
+pub use database::{CuttableProxy, SchemaDump, TestDatabase};
+pub use hmdp_testkit::{
+    RedisCluster, RedisServer, free_port, mysql_server_url, redis_url, remove_keys, unique_prefix,
+    wait_until,
+};
+pub use seckill::{
+    assert_same_orders, code_of, create_sale, db_buyers, db_count, db_order_ids, db_stock, drain,
+    grab_raw, login_many, lose_voucher, order_id_of, redis_stock, wait_for_orders, worker_for,
+};
+
+/// Generates one `#[tokio::test]` per back end for each `async fn name(backend: Backend)`.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::helpers::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod mysql {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::helpers::Backend::MySql).await
+                }
+            )*
+        }
+    };
+}

@@ -1,0 +1,211 @@
+//! Flash-sale steps several test modules share: create a sale, log a crowd in, grab, read
+//! orders and stock back from the database and Redis, run an order worker by hand.
+
+use std::{
+    collections::HashSet,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use chrono::{Duration as ChronoDuration, Local};
+use hmdp_testkit::redis_url;
+use serde_json::json;
+
+use super::TestApp;
+
+/// Creates a flash-sale voucher on shop 1 whose sale runs from `begin` to `end` seconds from now.
+pub async fn create_sale(app: &TestApp, stock: i64, begin: i64, end: i64) -> i64 {
+    let fmt = |secs: i64| {
+        (Local::now().naive_local() + ChronoDuration::seconds(secs))
+            .format("%Y-%m-%dT%H:%M:%S")
+            .to_string()
+    };
+    let body = json!({"shopId": 1, "title": "限时抢购券", "subTitle": "测试", "rules": "每人一张",
+        "payValue": 990, "actualValue": 5000, "stock": stock, "beginTime": fmt(begin), "endTime": fmt(end)});
+    let r = app
+        .admin_json(reqwest::Method::POST, "/api/voucher/seckill", &body)
+        .await;
+    assert!(r.success(), "{r:?}");
+    r.body["data"].as_i64().unwrap()
+}
+
+/// `n` distinct users logged in through the real API, `concurrency` at a time.
+pub async fn login_many(app: &Arc<TestApp>, n: usize) -> Vec<String> {
+    let sem = Arc::new(tokio::sync::Semaphore::new(32));
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let (app, sem) = (app.clone(), sem.clone());
+        tasks.push(tokio::spawn(async move {
+            let _permit = sem.acquire().await.unwrap();
+            app.login(&format!("1390{:07}", i)).await
+        }));
+    }
+    let mut tokens = Vec::new();
+    for t in tasks {
+        tokens.push(t.await.unwrap());
+    }
+    tokens
+}
+
+/// The raw answer text of a grab (order ids exceed what f64 holds, so no JSON numbers here).
+pub async fn grab_raw(app: &TestApp, voucher: i64, token: &str) -> (u16, String) {
+    let r = app
+        .client
+        .post(app.url(&format!("/api/voucher-order/seckill/{voucher}")))
+        .header("authorization", token)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+pub fn order_id_of(body: &str) -> Option<i64> {
+    body.strip_prefix("{\"success\":true,\"data\":")?
+        .strip_suffix('}')?
+        .parse()
+        .ok()
+}
+
+pub fn code_of(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body).unwrap()["code"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// `tb_seckill_voucher.stock` of `voucher`.
+pub async fn db_stock(app: &TestApp, voucher: i64) -> i64 {
+    db_count(
+        app,
+        "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
+        voucher,
+    )
+    .await
+}
+
+/// How many distinct users hold an order of `voucher`.
+pub async fn db_buyers(app: &TestApp, voucher: i64) -> i64 {
+    db_count(
+        app,
+        "SELECT COUNT(DISTINCT user_id) FROM tb_voucher_order WHERE voucher_id = ?",
+        voucher,
+    )
+    .await
+}
+
+pub async fn db_count(app: &TestApp, sql: &str, voucher: i64) -> i64 {
+    match &app.state.db {
+        hmdp::storage::Db::Sqlite(p) => sqlx::query_scalar(sql)
+            .bind(voucher)
+            .fetch_one(p)
+            .await
+            .unwrap(),
+        hmdp::storage::Db::MySql(p) => sqlx::query_scalar(sql)
+            .bind(voucher)
+            .fetch_one(p)
+            .await
+            .unwrap(),
+    }
+}
+
+pub async fn db_order_ids(app: &TestApp, voucher: i64) -> Vec<i64> {
+    let sql = "SELECT id FROM tb_voucher_order WHERE voucher_id = ?";
+    match &app.state.db {
+        hmdp::storage::Db::Sqlite(p) => sqlx::query_scalar(sql)
+            .bind(voucher)
+            .fetch_all(p)
+            .await
+            .unwrap(),
+        hmdp::storage::Db::MySql(p) => sqlx::query_scalar(sql)
+            .bind(voucher)
+            .fetch_all(p)
+            .await
+            .unwrap(),
+    }
+}
+
+/// Waits until the database holds `n` orders of the voucher (the worker drains the stream).
+pub async fn wait_for_orders(app: &TestApp, voucher: i64, n: i64) {
+    let started = Instant::now();
+    loop {
+        let have = db_count(
+            app,
+            "SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?",
+            voucher,
+        )
+        .await;
+        if have >= n {
+            assert_eq!(have, n, "more orders than expected");
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "only {have} of {n} orders written"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Redis loses the voucher's hash and buyer set (the order stream survives).
+pub async fn lose_voucher(app: &TestApp, voucher: i64) {
+    let _: () = redis::AsyncCommands::del(
+        &mut app.redis().await,
+        &[
+            format!("{}seckill:{{s0}}:voucher:{voucher}", app.prefix),
+            format!("{}seckill:{{s0}}:buyers:{voucher}", app.prefix),
+        ],
+    )
+    .await
+    .unwrap();
+}
+
+pub async fn redis_stock(app: &TestApp, voucher: i64) -> Option<i64> {
+    // Through the service's own connection: some tests run it on a private Redis.
+    redis::AsyncCommands::hget(
+        &mut app.state.redis.clone(),
+        format!("{}seckill:{{s0}}:voucher:{voucher}", app.prefix),
+        "stock",
+    )
+    .await
+    .unwrap()
+}
+
+/// Asserts that exactly the accepted orders are stored, without dumping thousands of ids.
+pub fn assert_same_orders(stored: &HashSet<i64>, accepted: &HashSet<i64>) {
+    let missing: Vec<_> = accepted.difference(stored).take(5).collect();
+    let extra: Vec<_> = stored.difference(accepted).take(5).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "{} accepted, {} stored; missing e.g. {missing:?}; not accepted but stored e.g. {extra:?}",
+        accepted.len(),
+        stored.len()
+    );
+}
+
+pub fn worker_for(app: &TestApp, consumer: &str) -> hmdp::worker::OrderWorker {
+    let s = &app.state;
+    let mut settings = s.config.seckill.clone();
+    settings.claim_idle = Duration::from_millis(300);
+    settings.batch = 7;
+    hmdp::worker::OrderWorker::new(
+        s.db.clone(),
+        s.redis.clone(),
+        s.config.redis_url_or_default().to_owned(),
+        s.keys.clone(),
+        settings,
+        Some(consumer.to_owned()),
+    )
+}
+
+/// Runs the worker's steps until the stream has nothing more for it.
+pub async fn drain(worker: &hmdp::worker::OrderWorker) {
+    worker.ensure_group(0).await.unwrap();
+    let mut reader = hmdp::kv::RedisConn::connect(&redis_url()).await.unwrap();
+    while worker.step_pending(0, &mut reader).await.unwrap() != hmdp::worker::Step::Idle {}
+    while worker
+        .step_new(0, &mut reader, Duration::from_millis(50))
+        .await
+        .unwrap()
+        != hmdp::worker::Step::Idle
+    {}
+}
