@@ -8,7 +8,11 @@
 //! standard set are counted as `OTHER`. Everything else on `/metrics` is registered by the
 //! module that owns it (see [`crate::metrics`]).
 
-use std::time::Instant;
+use std::{
+    collections::HashSet,
+    sync::{LazyLock, RwLock},
+    time::Instant,
+};
 
 use axum::{
     extract::{MatchedPath, Request, State},
@@ -28,14 +32,14 @@ const BUCKETS: [f64; 12] = [
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     method: &'static str,
-    route: String,
+    route: &'static str,
     status: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabels {
     method: &'static str,
-    route: String,
+    route: &'static str,
 }
 
 type LatencyFamily = Family<RouteLabels, prometheus_client::metrics::histogram::Histogram>;
@@ -71,12 +75,9 @@ impl HttpMetrics {
     }
 
     fn record(&self, method: &'static str, route: &str, status: u16, seconds: f64) {
-        let route = route.to_owned();
+        let route = intern(route);
         self.latency
-            .get_or_create(&RouteLabels {
-                method,
-                route: route.clone(),
-            })
+            .get_or_create(&RouteLabels { method, route })
             .observe(seconds);
         self.requests
             .get_or_create(&RequestLabels {
@@ -85,6 +86,24 @@ impl HttpMetrics {
                 status,
             })
             .inc();
+    }
+}
+
+/// A route template as `&'static str`, so that recording a request allocates nothing. Each
+/// template is leaked once; there are only as many as the router has (plus `unmatched`).
+fn intern(route: &str) -> &'static str {
+    static ROUTES: LazyLock<RwLock<HashSet<&'static str>>> = LazyLock::new(Default::default);
+    if let Some(known) = ROUTES.read().expect("routes poisoned").get(route) {
+        return known;
+    }
+    let mut routes = ROUTES.write().expect("routes poisoned");
+    match routes.get(route) {
+        Some(known) => known,
+        None => {
+            let leaked: &'static str = Box::leak(route.into());
+            routes.insert(leaked);
+            leaked
+        }
     }
 }
 
