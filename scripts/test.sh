@@ -70,6 +70,17 @@ fi
 
 command -v cargo >/dev/null || { log "cargo is missing: install Rust from https://rustup.rs"; exit 1; }
 log "redis=${HMDP_TEST_REDIS_URL:-redis://127.0.0.1:6379} mysql=${HMDP_TEST_MYSQL_URL%%:*}://…"
+# The compatibility tests always load the repository's own fixture of the original schema; the
+# original hmdp.sql is loaded too when HMDP_ORIGINAL_SQL names it or it lies in shared/data/
+# beside the checkout (never required).
+if [ -z "${HMDP_ORIGINAL_SQL:-}" ]; then
+  for dir in .. ../.. ../../..; do
+    if [ -f "$dir/shared/data/hmdp.sql" ]; then
+      HMDP_ORIGINAL_SQL="$(cd "$dir/shared/data" && pwd)/hmdp.sql"; export HMDP_ORIGINAL_SQL; break
+    fi
+  done
+fi
+log "compat tests: crates/hmdp/tests/fixtures/original-schema.sql + ${HMDP_ORIGINAL_SQL:-no original hmdp.sql (set HMDP_ORIGINAL_SQL to add it)}"
 cargo test --workspace --no-fail-fast "$@"
 # Then fuzz the running service from its OpenAPI document (skipped when arguments narrow the run).
 if [ $# -eq 0 ]; then
