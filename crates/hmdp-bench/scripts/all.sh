@@ -30,3 +30,7 @@ run shop  $B shop  --seconds 5 --connections 64 --json $R/shop.json  --svg $R/sh
 run login $B login --seconds 5 --connections 64 --json $R/login.json --svg $R/login.svg
 run ids   $B ids   --seconds 3 --connections 64 --json $R/ids.json
 run lock  $B lock  --seconds 3 --connections 64 --json $R/lock.json
+run social-sqlite  $B social --seconds 5 --connections 64 --json $R/social-sqlite.json --svg $R/social-sqlite.svg
+run social-mariadb $B social --seconds 5 --connections 64 --database-url mysql://root@127.0.0.1:3306 \
+   --json $R/social-mariadb.json --svg $R/social-mariadb.svg
+run uv             $B uv --seconds 5 --connections 64 --json $R/uv.json

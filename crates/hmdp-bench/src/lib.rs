@@ -14,7 +14,13 @@
 //! - `login`: the code + login flow (a new user each time) and `GET /user/me` (session reads).
 //! - `ids`, `lock`: the `hmdp-id` and `hmdp-lock` crates against raw `INCR` and raw
 //!   `SET NX` + `DEL`.
+//! - `uv`: 1,000,000 visitors in a HyperLogLog against a SET (memory, error, time); cached
+//!   shop reads with visits buffered against a `PFADD` per read.
 //! - `conns`: the server's memory with many open connections.
+//! - `social`: like toggles (one hot note and spread out, checking `tb_blog.liked` = the set's
+//!   size after the burst), `/blog/hot`, feed reads, and publishing to 100,000 followers
+//!   pushed vs pulled (time, Redis memory, inbox read latency), next to a raw pipelined
+//!   `ZADD` fan-out.
 //!
 //! By default a scenario starts the service in-process on embedded defaults (a SQLite file in a
 //! temporary folder — or a fresh MariaDB database with `--database-url mysql://…` — and the
@@ -93,6 +99,15 @@ pub enum Scenario {
     Ids,
     /// hmdp-lock lock + unlock vs raw SET NX PX + DEL.
     Lock,
+    /// Unique visitors: HyperLogLog vs SET memory and error for 1,000,000 visitors; cached
+    /// shop reads with visits buffered vs a PFADD per read.
+    Uv {
+        /// Distinct visitors added to the HyperLogLog and the SET.
+        #[arg(long, default_value_t = 1_000_000)]
+        visitors: u64,
+    },
+    /// Like toggles, the hot list, feed reads, and a 100,000-follower fan-out: push vs hybrid.
+    Social(scenarios::social::SocialArgs),
     /// Server memory with many open keep-alive connections.
     Conns {
         /// Connections to open.
@@ -113,6 +128,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Scenario::Login => scenarios::login::run(&cli).await?,
         Scenario::Ids => scenarios::ids::run(&cli).await?,
         Scenario::Lock => scenarios::lock::run(&cli).await?,
+        Scenario::Uv { visitors } => scenarios::uv::run(&cli, *visitors).await?,
+        Scenario::Social(args) => scenarios::social::run(&cli, args).await?,
         Scenario::Conns { count, server_pid } => {
             scenarios::conns::run(&cli, *count, *server_pid).await?
         }

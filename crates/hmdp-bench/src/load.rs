@@ -257,6 +257,13 @@ impl Req {
         }
     }
 
+    pub fn put(path: impl Into<String>) -> Self {
+        Self {
+            method: Method::PUT,
+            ..Self::get(path)
+        }
+    }
+
     pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
         self.headers.push((name, value.into()));
         self

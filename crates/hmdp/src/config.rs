@@ -7,16 +7,18 @@
 //!
 //! Each setting is declared once, in a `settings!` block below: variable, field, type, default,
 //! docs and check. Everything else comes from that entry: the TOML key (the variable in lower
-//! case without `HMDP_`: `HMDP_REDIS_URL` → `redis_url`), the layering (figment stacks the file
-//! and the environment), the start-up summary and the README's configuration table. Unknown file
-//! keys are rejected so typos do not pass silently.
+//! case without `HMDP_`: `HMDP_REDIS_URL` → `redis_url`), a serde struct that figment fills from
+//! the stacked file and environment, the start-up summary and the README's configuration table.
+//! Unknown file keys are rejected so typos do not pass silently.
 
 use std::{
     collections::HashMap,
     fmt::{self, Write as _},
+    marker::PhantomData,
     net::SocketAddr,
     path::{Path, PathBuf},
     str::FromStr,
+    sync::LazyLock,
     time::Duration,
 };
 
@@ -25,6 +27,7 @@ use figment::{
     providers::{Format as _, Serialized, Toml},
     value::{Dict, Value},
 };
+use serde::{Deserialize, Deserializer, de::Error as _};
 
 /// Errors found while reading the configuration; each names the setting at fault.
 #[derive(Debug, thiserror::Error)]
@@ -176,8 +179,8 @@ const DEFAULT_DATA_DIR: &str = "data";
 
 /// Declares a settings struct, each field once: `VARIABLE field: Type [as Unit] = default
 /// [, unset "what unset means"] [, check fn];` under its doc comment, which is also its line in
-/// the README. It derives the struct, its `Default`, reading it from the [`Layers`] and listing
-/// it as [`Row`]s; `groups` are nested settings structs.
+/// the README. It derives the struct, its `Default`, the serde struct figment reads its variables
+/// into (an optional [`Parsed`] each), and its [`Row`]s; `groups` are nested settings structs.
 macro_rules! settings {
     (@unit) => { Plain };
     (@unit $unit:ident) => { $unit };
@@ -213,26 +216,31 @@ macro_rules! settings {
         }
 
         impl $name {
-            /// Overwrites each setting the file or the environment gives.
-            fn apply(&mut self, layers: &Layers) -> Result<(), ConfigError> {
-                $(layers.set::<_, settings!(@unit $($unit)?)>(
-                    &mut self.$field,
-                    stringify!($var),
-                    settings!(@check $($check)?),
-                )?;)*
-                $($(self.$group.apply(layers)?;)*)?
+            /// Overwrites each setting the layers give, once it passes its check.
+            fn apply(&mut self, layers: &Figment, fail: &dyn Fn(figment::Error) -> ConfigError)
+                -> Result<(), ConfigError> {
+                #[derive(Deserialize)]
+                #[allow(non_snake_case)]
+                struct Raw { $($var: Option<Parsed<$ty, settings!(@unit $($unit)?)>>,)* }
+                let raw: Raw = layers.extract().map_err(fail)?;
+                $(if let Some(Parsed(value, _)) = raw.$var {
+                    (settings!(@check $($check)?))(&value)
+                        .map_err(|message| ConfigError::Invalid { name: stringify!($var), message })?;
+                    self.$field = <$ty as Setting<settings!(@unit $($unit)?)>>::from_raw(value);
+                })*
+                $($(self.$group.apply(layers, fail)?;)*)?
                 Ok(())
             }
 
             /// Every setting with its value, in declaration order.
-            fn rows(&self, rows: &mut Vec<Row>) {
-                $(rows.push(Row {
+            fn all_rows(&self) -> Vec<Row> {
+                let rows = vec![$(Row {
                     var: stringify!($var),
                     doc: &[$($doc),*],
                     unset: settings!(@unset $($unset)?),
                     value: <$ty as Setting<settings!(@unit $($unit)?)>>::show(&self.$field),
-                });)*
-                $($(self.$group.rows(rows);)*)?
+                }),*];
+                rows.into_iter()$($(.chain(self.$group.all_rows()))*)?.collect()
             }
         }
     };
@@ -304,6 +312,8 @@ settings! {
         cache: CacheSettings,
         /// The flash sale and its order worker (`HMDP_SECKILL_*`, `HMDP_WORKER*`, `HMDP_ID_MODE`).
         seckill: SeckillSettings,
+        /// Notes, feed, sign-in, visitors and photo uploads (`HMDP_FEED_*`, `HMDP_UPLOAD_*`, …).
+        social: SocialSettings,
     }
 }
 
@@ -389,11 +399,68 @@ settings! {
     }
 }
 
+settings! {
+    /// The social half: notes, the followers' feed, sign-in, unique visitors, photo uploads.
+    #[derive(Debug, Clone)]
+    pub struct SocialSettings {
+        /// authors with more followers than this are not fanned out on publish: their notes are
+        /// merged into a follower's feed when it is read (push/pull hybrid); `0` = always pull
+        HMDP_FEED_PUSH_MAX_FOLLOWERS feed_push_max_followers: u64 = 5_000;
+        /// notes kept in each follower's inbox (`feed:{userId}`), the oldest trimmed first
+        HMDP_FEED_INBOX_MAX feed_inbox_max: u64 = 1_000, check at_least(1);
+        /// the time zone of "today" for sign-in days and daily visitor counts (an IANA name)
+        HMDP_TIME_ZONE time_zone: TimeZone = TimeZone(chrono_tz::Asia::Shanghai);
+        /// shop visits are buffered in memory and sent to Redis at least this often (at most 1 s)
+        HMDP_UV_FLUSH_MS uv_flush: Duration as Millis = Duration::from_millis(1000),
+            check between(1, 1000);
+        /// where uploaded note photos are kept and served from at `/imgs/blogs/…` (never inside
+        /// `HMDP_STATIC_DIR`)
+        HMDP_UPLOAD_DIR upload_dir: Option<PathBuf> = None, unset "`$HMDP_DATA_DIR/uploads`";
+        /// largest accepted photo (the upload route's own body limit)
+        HMDP_UPLOAD_MAX_BYTES upload_max_bytes: usize = 8 * 1024 * 1024, check at_least(1024);
+        /// a photo not used by any note this long after its upload is deleted
+        HMDP_UPLOAD_GRACE_SECS upload_grace: Duration as Secs = Duration::from_secs(24 * 3600),
+            check at_least(1);
+        /// how long a photo upload may take, instead of `HMDP_REQUEST_TIMEOUT_MS` (a large photo
+        /// over a slow mobile link)
+        HMDP_UPLOAD_TIMEOUT_SECS upload_timeout: Duration as Secs = Duration::from_secs(120),
+            check at_least(1);
+    }
+}
+
+/// A time zone by its IANA name (`HMDP_TIME_ZONE`), e.g. `Asia/Shanghai` or `UTC`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeZone(pub chrono_tz::Tz);
+
+impl FromStr for TimeZone {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        s.trim()
+            .parse::<chrono_tz::Tz>()
+            .map(TimeZone)
+            .map_err(|_| format!("`{s}` is not an IANA time zone name (e.g. Asia/Shanghai, UTC)"))
+    }
+}
+
+impl fmt::Display for TimeZone {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.name())
+    }
+}
+
 fn default_database_url(data_dir: &Path) -> String {
     format!("sqlite://{}/hmdp.db", data_dir.display())
 }
 
 impl Config {
+    /// The photo upload folder: `HMDP_UPLOAD_DIR`, or `uploads` in the data directory.
+    pub fn upload_dir(&self) -> PathBuf {
+        self.social
+            .upload_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("uploads"))
+    }
+
     /// Loads the configuration from an optional TOML file and the process environment.
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
         let env: HashMap<String, String> = std::env::vars().collect();
@@ -406,13 +473,44 @@ impl Config {
         env: &HashMap<String, String>,
     ) -> Result<Self, ConfigError> {
         let mut config = Config::default();
-        // `HMDP_LOG` falls back to `RUST_LOG`: below the file, above the built-in default.
+        let rows = config.all_rows();
+        // Figment stacks the layers, keyed by variable: `HMDP_LOG` falls back to `RUST_LOG`
+        // below the file; the environment is on top.
+        let mut layers = Figment::new();
         if let Some(filter) = env.get("RUST_LOG").filter(|v| !v.trim().is_empty()) {
-            config.log_filter = filter.clone();
+            layers = layers.merge(Serialized::default("HMDP_LOG", filter));
         }
-        let layers = Layers::new(file, env, &config.all_rows())?;
-        config.apply(&layers)?;
-        if !layers.gives("HMDP_DATABASE_URL") {
+        if let Some(path) = file {
+            layers = layers.merge(Serialized::defaults(file_layer(path, &rows)?));
+        }
+        // Only declared variables count. Empty means unset, except where empty is the default
+        // (`HMDP_REDIS_PREFIX=""` overrides a prefix from the file).
+        let env: HashMap<&str, &str> = rows
+            .iter()
+            .filter_map(|row| {
+                let value = env.get(row.var)?;
+                let keep_empty = row.value.as_deref() == Some("");
+                let value = if keep_empty { value } else { value.trim() };
+                (keep_empty || !value.is_empty()).then_some((row.var, value))
+            })
+            .collect();
+        let layers = layers.merge(Serialized::defaults(&env));
+        // A bad value names its variable, or the file (and the key) when it came from there.
+        config.apply(&layers, &|e| {
+            let name = rows
+                .iter()
+                .map(|r| r.var)
+                .find(|v| e.path.iter().any(|p| p == v));
+            let (name, message) = (name.unwrap_or("?"), e.kind.to_string());
+            match file.filter(|_| !env.contains_key(name)) {
+                Some(path) => ConfigError::Parse {
+                    path: path.to_owned(),
+                    message: format!("{}: {message}", file_key(name)),
+                },
+                None => ConfigError::Invalid { name, message },
+            }
+        })?;
+        if !layers.contains("HMDP_DATABASE_URL") {
             config.database_url = default_database_url(&config.data_dir);
         }
         // A session trusted longer than it lives could outlast its expiry by more than a blink.
@@ -463,12 +561,6 @@ impl Config {
         }
         table
     }
-
-    fn all_rows(&self) -> Vec<Row> {
-        let mut rows = Vec::new();
-        self.rows(&mut rows);
-        rows
-    }
 }
 
 impl fmt::Debug for Config {
@@ -489,6 +581,52 @@ struct Row {
 /// The TOML key: the variable in lower case without `HMDP_`.
 fn file_key(var: &str) -> String {
     var.trim_start_matches("HMDP_").to_ascii_lowercase()
+}
+
+/// The file's settings, keyed by variable like the environment; an unknown key is a typo.
+fn file_layer(path: &Path, rows: &[Row]) -> Result<Dict, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let bad = |message| ConfigError::Parse {
+        path: path.to_owned(),
+        message,
+    };
+    let given: Dict = Figment::from(Toml::string(&text))
+        .extract()
+        .map_err(|e| bad(e.kind.to_string()))?;
+    let var = |key: &str| rows.iter().map(|r| r.var).find(|v| file_key(v) == key);
+    given
+        .into_iter()
+        .map(|(key, value)| match var(&key) {
+            Some(var) => Ok((var.to_owned(), value)),
+            None => Err(bad(format!("unknown key `{key}`"))),
+        })
+        .collect()
+}
+
+/// A setting as the file or the environment gives it: any scalar, parsed from its text into the
+/// raw value of the field's type in its unit (every value is read from text, so a number in the
+/// file may also be written as a string).
+struct Parsed<T: Setting<U>, U>(T::Raw, PhantomData<U>);
+
+impl<'de, T: Setting<U>, U> Deserialize<'de> for Parsed<T, U> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = match <Value as Deserialize>::deserialize(d)? {
+            Value::String(_, s) => s,
+            Value::Bool(_, b) => b.to_string(),
+            n @ Value::Num(..) => n.to_i128().map_or_else(
+                || n.to_f64().unwrap_or(f64::NAN).to_string(),
+                |i| i.to_string(),
+            ),
+            _ => return Err(D::Error::custom("expected a number, a string or a boolean")),
+        };
+        match text.parse() {
+            Ok(raw) => Ok(Self(raw, PhantomData)),
+            Err(e) => Err(D::Error::custom(format!("{text:?}: {e}"))),
+        }
+    }
 }
 
 /// How a field's type is written in the file and the environment, and shown; `U` is the unit
@@ -530,6 +668,7 @@ macro_rules! setting {
 
 setting!(as written: u32, u64, usize, f64, bool, String, SocketAddr);
 setting!(as written: ManagedRedis, AppendFsync, LogFormat, ShopCacheStrategy, SeckillMode, IdMode);
+setting!(as written: TimeZone);
 setting! {
     Plain: PathBuf = PathBuf, |raw| raw, |v| Some(v.display().to_string());
     Plain: Secret = String, |raw| Secret(raw), |_v| Some("***".to_owned());
@@ -547,109 +686,6 @@ impl<U, T: Setting<U>> Setting<U> for Option<T> {
     }
     fn show(&self) -> Option<String> {
         self.as_ref().and_then(T::show)
-    }
-}
-
-/// The file and the environment, stacked by figment (the environment on top).
-struct Layers {
-    figment: Figment,
-    file: Option<PathBuf>,
-    /// The settings the environment gives, by file key.
-    env: HashMap<String, String>,
-}
-
-impl Layers {
-    /// `rows` are the settings with their defaults: only their variables are read from `env`.
-    fn new(
-        file: Option<&Path>,
-        env: &HashMap<String, String>,
-        rows: &[Row],
-    ) -> Result<Self, ConfigError> {
-        let mut figment = Figment::new();
-        if let Some(path) = file {
-            let parse_error = |message| ConfigError::Parse {
-                path: path.to_owned(),
-                message,
-            };
-            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                path: path.to_owned(),
-                source,
-            })?;
-            figment = figment.merge(Toml::string(&text));
-            let given: Dict = figment
-                .extract()
-                .map_err(|e| parse_error(e.kind.to_string()))?;
-            if let Some(key) = given
-                .keys()
-                .find(|k| rows.iter().all(|r| file_key(r.var) != **k))
-            {
-                return Err(parse_error(format!("unknown key `{key}`")));
-            }
-        }
-        let mut from_env = HashMap::new();
-        for row in rows {
-            let Some(value) = env.get(row.var) else {
-                continue;
-            };
-            // Empty means unset, except where empty is the default (`HMDP_REDIS_PREFIX=""`
-            // overrides a prefix from the file).
-            if row.value.as_deref() == Some("") {
-                from_env.insert(file_key(row.var), value.clone());
-            } else if !value.trim().is_empty() {
-                from_env.insert(file_key(row.var), value.trim().to_owned());
-            }
-        }
-        Ok(Self {
-            figment: figment.merge(Serialized::defaults(&from_env)),
-            file: file.map(Path::to_owned),
-            env: from_env,
-        })
-    }
-
-    /// Whether the file or the environment gives this variable.
-    fn gives(&self, var: &str) -> bool {
-        self.figment.contains(&file_key(var))
-    }
-
-    /// Reads `var` into `slot` if the file or the environment gives it, checking the value.
-    fn set<T: Setting<U>, U>(
-        &self,
-        slot: &mut T,
-        var: &'static str,
-        check: impl Fn(&T::Raw) -> Result<(), String>,
-    ) -> Result<(), ConfigError> {
-        let key = file_key(var);
-        let Ok(value) = self.figment.find_value(&key) else {
-            return Ok(());
-        };
-        let parsed = match scalar_text(value) {
-            Some(text) => text.parse().map_err(|e| format!("{text:?}: {e}")),
-            None => Err("expected a number, a string or a boolean".to_owned()),
-        };
-        // Named by the variable if it came from the environment, by the file otherwise.
-        let raw = parsed.map_err(|message| match &self.file {
-            Some(path) if !self.env.contains_key(&key) => ConfigError::Parse {
-                path: path.clone(),
-                message: format!("{key}: {message}"),
-            },
-            _ => ConfigError::Invalid { name: var, message },
-        })?;
-        check(&raw).map_err(|message| ConfigError::Invalid { name: var, message })?;
-        *slot = T::from_raw(raw);
-        Ok(())
-    }
-}
-
-/// A scalar as text: every value is parsed from its text, from the file or the environment.
-fn scalar_text(value: Value) -> Option<String> {
-    match value {
-        Value::String(_, s) => Some(s),
-        Value::Bool(_, b) => Some(b.to_string()),
-        Value::Num(..) => value
-            .to_i128()
-            .map(|n| n.to_string())
-            .or_else(|| value.to_f64().map(|f| f.to_string())),
-        _ => None,
     }
 }
 
@@ -689,29 +725,10 @@ fn no_braces() -> impl Fn(&String) -> Result<(), String> {
 
 /// Replaces the password of every `scheme://user:password@host` part with `***`.
 pub fn redact_url(url: &str) -> String {
-    url.split(',')
-        .map(|part| {
-            let Some(scheme_end) = part.find("://") else {
-                return part.to_owned();
-            };
-            let rest = &part[scheme_end + 3..];
-            let authority_end = rest.find('/').unwrap_or(rest.len());
-            match rest[..authority_end].rfind('@') {
-                Some(at) => {
-                    let userinfo = &rest[..at];
-                    let user = userinfo.split(':').next().unwrap_or("");
-                    let masked = if userinfo.contains(':') {
-                        format!("{user}:***")
-                    } else {
-                        user.to_owned()
-                    };
-                    format!("{}{}{}", &part[..scheme_end + 3], masked, &rest[at..])
-                }
-                None => part.to_owned(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
+    // The user ends at the first `:`, the password at the last `@` before the path or the next URL.
+    static PASSWORD: LazyLock<regex::Regex> =
+        LazyLock::new(|| regex::Regex::new(r"(://[^/,:]*:)[^/,]*@").expect("a valid pattern"));
+    PASSWORD.replace_all(url, "${1}***@").into_owned()
 }
 
 #[cfg(test)]

@@ -16,10 +16,14 @@
 //!   consumer group, pending records, the shard-count guard, stream gauges.
 //! - [`seckill`]: the flash sale: one Lua script decides, a stream carries the order.
 //! - [`worker`]: the consumer group that writes accepted orders into the database.
+//! - [`social`]: notes, likes (ZSET), follows (SET) and the followers' feed (push/pull).
+//! - [`activity`]: sign-in (BITMAP) and unique visitors (HyperLogLog).
+//! - [`uploads`]: note photos on disk.
 //! - [`metrics`]: the Prometheus registry each module registers its metrics into.
 //! - [`http`]: axum routers by resource, the envelope, errors and extractors.
 //! - [`startup`]: wiring it all together; [`cli`]: the `hmdp` command.
 
+pub mod activity;
 pub mod auth;
 pub mod catalogue;
 pub mod cli;
@@ -30,9 +34,11 @@ pub mod kv;
 pub mod metrics;
 pub mod order_stream;
 pub mod seckill;
+pub mod social;
 pub mod startup;
 pub mod storage;
 pub mod telemetry;
+pub mod uploads;
 pub mod worker;
 
 pub use config::Config;

@@ -158,9 +158,35 @@ impl Application {
             w.stats().register(&mut registry);
         }
         stream_metrics.register(&mut registry);
+        let social = crate::social::Social::new(
+            db.clone(),
+            redis.clone(),
+            keys.clone(),
+            config.social.clone(),
+            catalogue.clone(),
+        );
+        let activity = crate::activity::Activity::new(
+            redis.clone(),
+            keys.clone(),
+            config.social.clone(),
+            crate::activity::Clock::system(),
+        );
+        activity.uv_stats().register(&mut registry);
+        let uploads = crate::uploads::Uploads::new(
+            config.upload_dir(),
+            config.static_dir.as_deref(),
+            db.clone(),
+            redis.clone(),
+            keys.clone(),
+            config.social.clone(),
+        )
+        .context("the photo uploads cannot start")?;
         let state = AppState::new(AppStateInner {
             catalogue,
             seckill,
+            social,
+            activity,
+            uploads,
             worker: worker.as_ref().map(|w| w.stats().clone()),
             http_metrics,
             metrics: Arc::new(registry),
@@ -226,6 +252,10 @@ impl Application {
         if let Some(w) = worker {
             let _ = w.await;
         }
+        // Background work of the social half: fan-outs in flight, buffered visits, clean-up.
+        self.state.social.shutdown().await;
+        self.state.activity.shutdown().await;
+        self.state.uploads.shutdown().await;
         let db = self.state.db.clone();
         // Dropping the state stops its background listeners (the L1 invalidation subscription)
         // before a managed Redis goes away, so they do not report a lost connection.

@@ -6,13 +6,19 @@
 //! `HMDP_CHROMEDRIVER`). The service runs in-process on port 0 with a capturing SMS sender,
 //! its own Redis prefix (removed afterwards) and a SQLite file in a temporary folder.
 //!
-//! One flow, like a user would go: log in with the code from the "server log", open a shop,
-//! grab the flash-sale voucher and see the order go pending → created, grab again and see the
-//! refusal, look at my orders, create a voucher as admin, and watch the live dashboard count
-//! a small sale fired from the test. The browser runs in another time zone than the service
-//! (`TZ` of the chromedriver process, which chromium inherits), as a user in China would with
-//! a server on UTC: the countdowns, the grab button and the admin form must not mix up the
-//! zones. Screenshots land in
+//! One flow, like a user would go: log in with the code from the "server log", see the shop
+//! types with their icons, open a shop (its picture from the demo data), grab the flash-sale
+//! voucher and see the order go pending → created, grab again and see the refusal, look at my
+//! orders, create a voucher as admin, and watch the live dashboard count a small sale fired
+//! from the test. The browser runs in another time zone than the service (`TZ` of the
+//! chromedriver process, which chromium inherits), as a user in China would with a server on
+//! UTC: the countdowns, the grab button and the admin form must not mix up the zones.
+//!
+//! A second flow, the social half on the demo data (a demo user logs in by phone): the hot
+//! notes, a like and a follow, the feed, writing a note with an uploaded photo, the daily
+//! check-in and a shop's visitors; then the same pages with the social routes answering 404
+//! (the page's `fetch` stands in for such a server), whose sections must stay hidden without
+//! an error. Waits have deadlines and follow the `data-state` the page sets. Screenshots land in
 //! `$CARGO_TARGET_DIR/ui-screenshots/` (or `target/ui-screenshots/`), also when a step fails.
 
 #[allow(dead_code, unused_imports)]
@@ -29,7 +35,7 @@ use chrono::TimeZone;
 use hmdp::Config;
 use serde_json::{Value, json};
 
-use helpers::{ADMIN_TOKEN, Backend, TestApp, free_port, spawn_app_with};
+use helpers::{ADMIN_TOKEN, Backend, TestApp, free_port, spawn_app_with, square_png};
 
 // ------------------------------------------------------------------------------ the service
 
@@ -305,6 +311,112 @@ impl Browser {
         self.wait_text(css, needle, |t| t.contains(needle)).await
     }
 
+    /// Waits until the section at `css` says how it ended (`data-state`: `shown`, or `none`
+    /// when the server has no route for it); that state.
+    async fn wait_state(&self, css: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let v = self
+                .js(
+                    "const e = document.querySelector(arguments[0]); return e ? e.dataset.state || null : null;",
+                    json!([css]),
+                )
+                .await;
+            if let Some(state) = v.as_str() {
+                return state.to_owned();
+            }
+            if Instant::now() > deadline {
+                self.screenshot("FAILED-state").await;
+                panic!("`{css}` never said how it ended");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until `script` (a function body, given `args`) returns something other than
+    /// `null` or `false`; that value. On timeout: a screenshot and a panic naming `what`.
+    async fn wait_js(&self, what: &str, script: &str, args: Value) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let v = self.js(script, args.clone()).await;
+            if !v.is_null() && v != false {
+                return v;
+            }
+            if Instant::now() > deadline {
+                let name: String = what
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+                    .collect();
+                self.screenshot(&format!("FAILED-{name}")).await;
+                let page = self.text("body").await.unwrap_or_default();
+                panic!("timed out waiting for {what}; the page says:\n{page}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Whether the element at `css` has the class `class`.
+    async fn has_class(&self, css: &str, class: &str) -> bool {
+        self.js(
+            "const e = document.querySelector(arguments[0]); return !!e && e.classList.contains(arguments[1]);",
+            json!([css, class]),
+        )
+        .await
+            == true
+    }
+
+    /// Opens `route` (e.g. `#/blog/2`) of the UI and waits for its page (`data-page`): a
+    /// route that changes only the hash does not reload the document, so the page before must
+    /// have been another one.
+    async fn open(&self, base: &str, route: &str) {
+        self.goto(&format!("{base}/app/{route}")).await;
+        let page = route
+            .trim_start_matches("#/")
+            .split(['/', '?'])
+            .next()
+            .filter(|p| !p.is_empty())
+            .unwrap_or("home");
+        self.element(&format!(".page[data-page=\"{page}\"]")).await;
+    }
+
+    /// Chooses a local file in the file input at `css`, as a user picking it would.
+    async fn choose_file(&self, css: &str, path: &std::path::Path) {
+        let id = self.element(css).await;
+        self.cmd(
+            reqwest::Method::POST,
+            &format!("/element/{id}/value"),
+            Some(json!({ "text": path.display().to_string() })),
+        )
+        .await;
+    }
+
+    /// Waits until at least `n` images match `css` and all of them have loaded (a picture
+    /// that fails to load is removed by the page, so the count falls short). Pictures load
+    /// lazily, so the first one still loading is scrolled into view.
+    async fn wait_images(&self, css: &str, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let v = self
+                .js(
+                    "const all = Array.from(document.querySelectorAll(arguments[0]));
+                     const waiting = all.find(i => !i.complete);
+                     if (waiting) waiting.scrollIntoView({ block: 'center' });
+                     return [all.length, all.filter(i => i.complete && i.naturalWidth > 0).length];",
+                    json!([css]),
+                )
+                .await;
+            let (found, loaded) = (v[0].as_u64().unwrap_or(0), v[1].as_u64().unwrap_or(0));
+            if found as usize >= n && loaded == found {
+                return;
+            }
+            if Instant::now() > deadline {
+                self.screenshot("FAILED-images").await;
+                panic!("images at `{css}`: {found} found, {loaded} loaded, wanted {n}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     async fn screenshot(&self, name: &str) {
         let v = self.cmd(reqwest::Method::GET, "/screenshot", None).await;
         let png = base64_decode(v.as_str().unwrap());
@@ -435,6 +547,16 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
 
     // Home: the shop types; the header shows who is logged in.
     b.wait_contains("#types", "美食").await;
+    // Icons are drawings (the demo's under the original's file names), not emoji: the images
+    // load under the page's content security policy.
+    let tab_icons = b
+        .js(
+            "return document.querySelectorAll('#tabbar .ico svg.icon').length;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(tab_icons, 5, "the tab bar draws its icons");
+    b.wait_images("#types .type-icon img", 8).await;
     let who = b
         .wait_text("#who", "a nickname", |t| !t.contains("未登录"))
         .await;
@@ -452,10 +574,11 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
 
     // Shop types → shop list → shop detail with its flash-sale voucher.
     b.click("#types a[data-type-id=\"1\"]").await;
-    b.wait_contains("#shops", "锦江老码头火锅").await;
+    b.wait_contains("#shops", "运河人家老灶火锅").await;
+    b.wait_images("#shops .thumb img", 2).await;
     b.screenshot("03-shops").await;
     b.click("#shops a[data-shop-id=\"1\"]").await;
-    b.wait_contains("#shop-name", "锦江老码头火锅").await;
+    b.wait_contains("#shop-name", "运河人家老灶火锅").await;
     let voucher = ".voucher[data-voucher-id=\"1\"]";
     b.wait_contains(&format!("{voucher} .stock"), "剩余 100 张")
         .await;
@@ -495,7 +618,8 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
 
     // Admin: a wrong token is refused, the right one creates a sale.
     b.click("#tabbar a[data-tab=\"admin\"]").await;
-    b.wait_contains("#admin-shop-name", "锦江老码头火锅").await;
+    b.wait_contains("#admin-shop-name", "运河人家老灶火锅")
+        .await;
     b.type_into("#admin-token", "not-the-token").await;
     b.type_into("#a-title", "浏览器测试秒杀券").await;
     b.type_into("#a-stock", "20").await;
@@ -685,6 +809,404 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
     stop(app).await;
 }
 
+/// Logs in through the login page with the code from the captured SMS; lands on the home page.
+async fn log_in(b: &Browser, app: &TestApp, base: &str, phone: &str) {
+    b.open(base, "#/login").await;
+    b.type_into("#phone", phone).await;
+    b.click("#send-code").await;
+    b.wait_contains("#login-msg", "验证码已发送").await;
+    let code = app
+        .sms
+        .last_code_for(phone)
+        .expect("the page asked for a code");
+    b.type_into("#code", &code).await;
+    b.click("#login-btn").await;
+    b.element(".page[data-page=\"home\"]").await;
+    b.wait_text("#who", "a nickname", |t| !t.contains("未登录"))
+        .await;
+}
+
+/// The month before "yyyyMM".
+fn month_before(month: &str) -> String {
+    let (y, m): (i32, u32) = (month[..4].parse().unwrap(), month[4..].parse().unwrap());
+    if m == 1 {
+        format!("{}12", y - 1)
+    } else {
+        format!("{y}{:02}", m - 1)
+    }
+}
+
+/// The social half on the demo data, as demo user 1 (湖畔吃货, who follows 运河边的猫): the hot
+/// notes on the home page, a note liked and its author unfollowed and followed again, a note
+/// of someone followed in the feed, a note written with an uploaded photo, the daily check-in
+/// and the shop's visitors. Last, the same pages on a server without the social routes (the
+/// browser's `fetch` answers 404 for them): those sections stay hidden, without an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_demo_user_reads_likes_follows_writes_and_checks_in() {
+    let app = spawn(|c| c.social.uv_flush = Duration::from_millis(100)).await;
+    let b = Browser::launch(browser_zone()).await;
+    let base = app.url("");
+    log_in(&b, &app, &base, "16600000001").await;
+    let token = b
+        .js("return localStorage.getItem('hmdp.token');", json!([]))
+        .await
+        .as_str()
+        .expect("the page keeps its session")
+        .to_owned();
+
+    // Home: the ten hottest notes, the most liked first, each with its cover picture.
+    assert_eq!(b.wait_state("#notes-section").await, "shown");
+    b.wait_js(
+        "ten note cards",
+        "return document.querySelectorAll('#hot-notes .note-card').length === 10;",
+        json!([]),
+    )
+    .await;
+    b.wait_images("#hot-notes .note-card .cover img", 10).await;
+    let first = b.text("#hot-notes .note-card .title").await;
+    assert_eq!(first.as_deref(), Some("运河边的鸳鸯锅，辣得刚刚好"));
+    b.screenshot("s01-hot-notes").await;
+
+    // A note by 运河边的猫, whom user 1 follows: like it, then unfollow and follow again.
+    b.open(&base, "#/blog/2").await;
+    b.wait_contains("#note-title", "早上七点的一碗片儿川").await;
+    b.wait_text("#follow-btn", "已关注", |t| t == "已关注")
+        .await;
+    b.wait_images("#note-images img", 1).await;
+    assert!(!b.has_class("#like-btn", "on").await, "not liked yet");
+    let likes = |text: String| -> i64 {
+        text.trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("like count {text:?}: {e}"))
+    };
+    b.click("#like-btn").await;
+    b.wait_js(
+        "the like",
+        "return document.querySelector('#like-btn').classList.contains('on');",
+        json!([]),
+    )
+    .await;
+    b.wait_js(
+        "one liker",
+        "return document.querySelectorAll('#likers .avatar').length === 1;",
+        json!([]),
+    )
+    .await;
+    let liker = b
+        .js(
+            "return document.querySelector('#likers .avatar').title;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(liker, "湖畔吃货", "the liker is me");
+    // The count is the server's (which replaces the demo's stored count by the likers it
+    // knows of on a note's first like), on the button and beside the likers.
+    let note = app.get("/api/blog/2", Some(&token)).await.body["data"].clone();
+    assert_eq!(note["isLike"], true, "{note}");
+    let liked = note["liked"].as_i64().unwrap();
+    assert!(liked >= 1, "{note}");
+    let count = format!("{liked} 人赞过");
+    b.wait_text("#likers-count", &count, |t| t == count).await;
+    assert_eq!(
+        likes(b.text("#like-btn .n").await.unwrap_or_default()),
+        liked
+    );
+    b.screenshot("s02-liked").await;
+    let author = note["userId"].clone();
+    let following = || async {
+        app.get(&format!("/api/follow/or/not/{author}"), Some(&token))
+            .await
+            .body["data"]
+            .clone()
+    };
+    b.click("#follow-btn").await;
+    b.wait_text("#follow-btn", "关注", |t| t == "关注").await;
+    assert_eq!(following().await, false, "unfollowed on the server");
+    b.click("#follow-btn").await;
+    b.wait_text("#follow-btn", "已关注", |t| t == "已关注")
+        .await;
+    assert_eq!(following().await, true, "followed again on the server");
+
+    // 运河边的猫 publishes (through the API): the note reaches user 1's feed, the only one there.
+    let cat = app.login("16600000002").await;
+    let title = "浏览器测试：傍晚的运河";
+    let r = app
+        .post_json(
+            "/api/blog",
+            &json!({ "shopId": 1, "title": title, "content": "晚霞很好看", "images": "" }),
+            Some(&cat),
+        )
+        .await;
+    assert!(r.success(), "{r:?}");
+    b.open(&base, "#/feed").await;
+    b.wait_contains("#feed", title).await;
+    b.wait_text("#feed-more", "没有更多了", |t| t == "没有更多了")
+        .await;
+    b.screenshot("s03-feed").await;
+
+    // Write a note: pick the shop from a search, upload a photo, publish, read it.
+    let dir = tempfile::tempdir().unwrap();
+    let photo = dir.path().join("canal.png");
+    std::fs::write(&photo, square_png(32, [40, 120, 200])).unwrap();
+    b.open(&base, "#/post").await;
+    b.type_into("#post-shop-q", "桥西").await;
+    let shop = "桥西手冲咖啡";
+    b.wait_contains("#post-shop-picks", shop).await;
+    let shop_id = b
+        .js(
+            "const p = Array.from(document.querySelectorAll('#post-shop-picks .chip-pick'))
+               .find(e => e.innerText.trim() === arguments[0]);
+             return p ? p.dataset.shopId : null;",
+            json!([shop]),
+        )
+        .await;
+    let shop_id = shop_id.as_str().expect("the shop is offered").to_owned();
+    b.click(&format!(
+        "#post-shop-picks .chip-pick[data-shop-id=\"{shop_id}\"]"
+    ))
+    .await;
+    b.wait_contains("#post-shop", shop).await;
+    let note_title = "浏览器里写的笔记";
+    b.type_into("#post-title", note_title).await;
+    b.type_into("#post-content", "窗边的位置，下午的光很好。")
+        .await;
+    b.choose_file("#post-file", &photo).await;
+    b.wait_images("#post-photos .photo img", 1).await;
+    let name = b
+        .js(
+            "return document.querySelector('#post-photos .photo').dataset.name;",
+            json!([]),
+        )
+        .await;
+    let name = name.as_str().expect("the photo's name").to_owned();
+    assert!(
+        name.starts_with("/blogs/") && name.ends_with(".png"),
+        "{name}"
+    );
+    b.screenshot("s04-post").await;
+    b.click("#post-submit").await;
+    let hash = b
+        .wait_js(
+            "the new note's page",
+            "return /^#\\/blog\\/\\d+$/.test(location.hash)
+                 && document.querySelector('.page[data-page=\"blog\"]') ? location.hash : null;",
+            json!([]),
+        )
+        .await;
+    let id: i64 = hash.as_str().unwrap()["#/blog/".len()..].parse().unwrap();
+    b.wait_text("#note-title", note_title, |t| t == note_title)
+        .await;
+    b.wait_images("#note-images img", 1).await;
+    let src = b
+        .js(
+            "return document.querySelector('#note-images img').getAttribute('src');",
+            json!([]),
+        )
+        .await;
+    assert_eq!(src, format!("/imgs{name}"), "the note shows the photo");
+    b.wait_contains("#note-shop", shop).await;
+    let stored = app.get(&format!("/api/blog/{id}"), Some(&token)).await;
+    assert_eq!(stored.body["data"]["images"], format!("/imgs{name}"));
+    assert_eq!(stored.body["data"]["shopId"].to_string(), shop_id);
+    b.screenshot("s05-new-note").await;
+
+    // Check in: the button turns into "checked in", today is marked; ‹ shows the month before.
+    b.open(&base, "#/me").await;
+    assert_eq!(b.wait_state("#sign-card").await, "shown");
+    b.wait_js(
+        "the check-in button",
+        "const e = document.querySelector('#sign-btn');
+         return !!e && !e.disabled && e.innerText.includes('签到') && !e.innerText.includes('已签到');",
+        json!([]),
+    )
+    .await;
+    let month = b
+        .wait_js(
+            "the calendar",
+            "const e = document.querySelector('#sign-calendar'); return e ? e.dataset.month || null : null;",
+            json!([]),
+        )
+        .await;
+    let month = month.as_str().unwrap().to_owned();
+    b.click("#sign-btn").await;
+    b.wait_js(
+        "checked in",
+        "const e = document.querySelector('#sign-btn');
+         return e.disabled && e.innerText.includes('今日已签到');",
+        json!([]),
+    )
+    .await;
+    b.wait_js(
+        "today signed",
+        "return document.querySelector('#sign-calendar .day.today.signed') !== null;",
+        json!([]),
+    )
+    .await;
+    b.screenshot("s06-checked-in").await;
+    b.click("#sign-prev").await;
+    let prev = month_before(&month);
+    b.wait_js(
+        "the month before",
+        "return document.querySelector('#sign-calendar').dataset.month === arguments[0];",
+        json!([prev]),
+    )
+    .await;
+    let heading = format!("{} 年 {} 月", &prev[..4], prev[4..].parse::<u32>().unwrap());
+    b.wait_text("#sign-month", &heading, |t| t == heading).await;
+    let today_shown = b
+        .js(
+            "return document.querySelector('#sign-calendar .day.today') !== null;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(today_shown, false, "today is not in the month before");
+
+    // The shop's visitors: user 1's visit is counted once flushed (HMDP_UV_FLUSH_MS); the
+    // count is read when the page opens, so it is reopened until it shows the visit.
+    b.open(&base, "#/shop/1").await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut round = 0;
+    loop {
+        let text = b
+            .wait_js(
+                "the visitors line",
+                "const e = document.querySelector('#shop-uv:not([data-old])');
+                 return e && e.dataset.state ? [e.dataset.state, e.innerText] : null;",
+                json!([]),
+            )
+            .await;
+        assert_eq!(text[0], "shown", "{text}");
+        let line = text[1].as_str().unwrap().trim().to_owned();
+        let n: i64 = line
+            .strip_prefix("近 7 天 ")
+            .and_then(|r| r.strip_suffix(" 位访客"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("visitors line {line:?}"));
+        if n >= 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the visit was not counted: {line}"
+        );
+        round += 1;
+        b.js(
+            "document.querySelector('#shop-uv').dataset.old = '1';
+             location.hash = '#/shop/1?again=' + arguments[0];",
+            json!([round]),
+        )
+        .await;
+    }
+    b.screenshot("s07-shop-visitors").await;
+
+    let errors = b.page_errors().await;
+    assert!(errors.is_empty(), "the page reported errors: {errors:?}");
+    social_sections_degrade_quietly(&b, &base).await;
+    let errors = b.page_errors().await;
+    assert!(errors.is_empty(), "the page reported errors: {errors:?}");
+    drop(b);
+    stop(app).await;
+}
+
+/// On a server without the social routes (the social half may be switched off or not yet
+/// deployed), their sections stay hidden and show no error. The browser's `fetch` stands in
+/// for such a server: it answers the routes with the service's 404 envelope; the views are
+/// reached by hash changes, so the stand-in stays in place.
+async fn social_sections_degrade_quietly(b: &Browser, base: &str) {
+    let hidden = |css: &'static str| async move {
+        b.js(
+            "const e = document.querySelector(arguments[0]); return e ? e.closest('[hidden]') !== null : null;",
+            json!([css]),
+        )
+        .await
+    };
+    let no_error = |page: &'static str| async move {
+        let bad = b
+            .js(
+                "return Array.from(document.querySelectorAll('.notice.bad')).map(e => e.innerText);",
+                json!([]),
+            )
+            .await;
+        assert_eq!(bad, json!([]), "{page} shows no error");
+    };
+    let to = |route: &'static str, page: &'static str| async move {
+        b.js("location.hash = arguments[0];", json!([route])).await;
+        b.element(&format!(".page[data-page=\"{page}\"]")).await;
+    };
+
+    b.open(base, "#/orders").await;
+    b.js(
+        "const gone = arguments[0].map(p => new RegExp(p));
+         const real = window.fetch.bind(window);
+         window.fetch = (url, opts) => {
+           const path = new URL(String(url), location.href).pathname;
+           if (!gone.some(re => re.test(path))) return real(url, opts);
+           const body = { success: false, errorMsg: 'Not Found', code: 'not_found' };
+           return Promise.resolve(new Response(JSON.stringify(body),
+             { status: 404, headers: { 'content-type': 'application/json' } }));
+         };",
+        json!([[
+            "^/api/blog(/|$)",
+            "^/api/follow/",
+            "^/api/user/sign(/|$)",
+            "^/api/shop/\\d+/uv$",
+            "^/api/upload/",
+        ]]),
+    )
+    .await;
+
+    to("#/", "home").await;
+    b.wait_contains("#types", "美食").await;
+    assert_eq!(b.wait_state("#notes-section").await, "none");
+    assert_eq!(
+        hidden("#hot-notes").await,
+        true,
+        "no notes route: no notes section"
+    );
+    no_error("home").await;
+
+    to("#/shop/1", "shop").await;
+    b.wait_contains("#shop-name", "运河人家老灶火锅").await;
+    assert_eq!(b.wait_state("#shop-uv").await, "none");
+    assert_eq!(
+        hidden("#shop-uv").await,
+        true,
+        "no visitors route: no visitors line"
+    );
+    b.wait_js(
+        "the voucher list",
+        "return document.querySelector('.voucher') !== null;",
+        json!([]),
+    )
+    .await;
+    assert_eq!(
+        hidden("#shop-post").await,
+        true,
+        "no notes route: no link to write one"
+    );
+    no_error("shop").await;
+
+    to("#/me", "me").await;
+    b.wait_contains("#me-name", "湖畔吃货").await;
+    assert_eq!(b.wait_state("#sign-card").await, "none");
+    assert_eq!(
+        hidden("#sign-card").await,
+        true,
+        "no sign-in routes: no card"
+    );
+    no_error("me").await;
+
+    to("#/blog/1", "blog").await;
+    b.wait_contains(".page[data-page=\"blog\"] .empty", "笔记")
+        .await;
+    no_error("note").await;
+
+    to("#/feed", "feed").await;
+    b.wait_contains("#feed .empty", "关注动态").await;
+    no_error("feed").await;
+    b.screenshot("s08-social-sections-without-routes").await;
+}
+
 /// The URL layout: our UI at `/app/` always and at `/` only without `HMDP_STATIC_DIR`; it
 /// shadows no API path. Plain HTTP, no browser.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -751,12 +1273,33 @@ async fn the_ui_lives_at_app_and_at_the_root_unless_a_static_dir_owns_it() {
     assert_eq!(r["code"], "not_found");
     let r = no_redirects.post(app.url("/")).send().await.unwrap();
     assert_eq!(r.status(), 405);
+    // Our pictures: type icons under the original's names, the demo data's pictures.
+    for (path, kind) in [
+        ("/imgs/types/ms.png", "image/png"),
+        ("/imgs/demo/hotpot.svg", "image/svg+xml"),
+    ] {
+        let r = get(&app, path).await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert_eq!(r.headers()["content-type"], kind, "{path}");
+        assert!(r.headers().contains_key("content-security-policy"));
+    }
+    let r: Value = get(&app, "/imgs/demo/nope.svg")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["code"], "not_found");
     stop(app).await;
 
     // With the operator's pages: they own `/`, our UI stays at `/app/`.
-    let site = tempfile::tempdir().unwrap();
-    std::fs::write(site.path().join("index.html"), "<h1>original pages</h1>").unwrap();
-    let root = site.path().to_owned();
+    let parent = tempfile::tempdir().unwrap();
+    let site = parent.path().join("site");
+    std::fs::create_dir_all(site.join("imgs/types")).unwrap();
+    std::fs::write(site.join("index.html"), "<h1>original pages</h1>").unwrap();
+    std::fs::write(site.join("imgs/types/ms.png"), "their icon").unwrap();
+    std::fs::write(parent.path().join("secret.txt"), "top secret").unwrap();
+    let root = site.clone();
     let app = spawn(move |c| c.static_dir = Some(root)).await;
     let r = get(&app, "/").await.unwrap();
     assert_eq!(r.status(), 200);
@@ -764,6 +1307,25 @@ async fn the_ui_lives_at_app_and_at_the_root_unless_a_static_dir_owns_it() {
     let r = get(&app, "/app/").await.unwrap();
     assert_eq!(r.status(), 200);
     assert!(r.text().await.unwrap().contains("/app/app.js"));
+    // Their pictures win; ours fill the gaps; nothing outside the folder is reachable.
+    let r = get(&app, "/imgs/types/ms.png").await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "their icon");
+    let r = get(&app, "/imgs/types/KTV.png").await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "image/png");
+    assert_eq!(
+        get(&app, "/imgs/demo/coffee.svg").await.unwrap().status(),
+        200
+    );
+    for path in [
+        "/imgs/demo/..%2f..%2f..%2fsecret.txt",
+        "/imgs/types/..%2F..%2F..%2Fsecret.txt",
+        "/imgs/demo/%2e%2e%2f%2e%2e%2f%2e%2e%2fsecret.txt",
+    ] {
+        let r = get(&app, path).await.unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+        assert!(!r.text().await.unwrap().contains("top secret"), "{path}");
+    }
     let r: Value = get(&app, "/missing.html")
         .await
         .unwrap()

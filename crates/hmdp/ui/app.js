@@ -1,7 +1,11 @@
 // hmdp web UI: a small single-page app on hash routes, no dependencies, no build step.
 //
 // Safety rule: every piece of server or user text reaches the DOM through textContent or
-// setAttribute (see h()); nothing is ever assigned to innerHTML.
+// setAttribute (see h()); nothing is ever assigned to innerHTML. A note's content (HTML the
+// server sanitized) is parsed inertly and rebuilt from text and plain tags (see richText()).
+//
+// Sections that need routes a server may not have (notes, sign-in, visitors) stay hidden when
+// the route answers 404/405, without an error; each says how it ended in data-state.
 'use strict';
 
 (() => {
@@ -120,6 +124,44 @@
       'dash.window': '最近 30 秒，每 0.5 秒刷新',
       'notFound': '页面不存在',
       'day': '天',
+      'notes.hot': '热门笔记',
+      'notes.feed': '关注动态',
+      'notes.post': '写笔记',
+      'notes.none': '还没有笔记',
+      'note.like': '点赞',
+      'note.likers': '{0} 人赞过',
+      'note.follow': '关注',
+      'note.following': '已关注',
+      'note.shop': '去过的店',
+      'note.unavailable': '笔记暂时看不了',
+      'note.self': '我',
+      'feed.title': '关注动态',
+      'feed.more': '更多',
+      'feed.end': '没有更多了',
+      'feed.none': '你关注的人还没有发新笔记。',
+      'feed.unavailable': '关注动态暂不可用',
+      'post.title': '写笔记',
+      'post.shop': '店铺',
+      'post.shopSearch': '搜索店铺名，然后选一家',
+      'post.noShop': '还没选店铺',
+      'post.chosen': '已选：{0}',
+      'post.noteTitle': '标题',
+      'post.content': '正文',
+      'post.photos': '照片',
+      'post.uploading': '上传中…',
+      'post.remove': '删除',
+      'post.submit': '发布',
+      'post.needShop': '请先选择店铺',
+      'post.needTitle': '请填写标题',
+      'sign.title': '每日签到',
+      'sign.do': '签到',
+      'sign.done': '今日已签到',
+      'sign.streak': '已连续签到 {0} 天',
+      'sign.streakOpen': '已连续签到 {0} 天，今天还没签',
+      'sign.weekdays': '一,二,三,四,五,六,日',
+      'sign.month': '{0} 年 {1} 月',
+      'shop.uv': '近 7 天 {0} 位访客',
+      'shop.post': '写一篇笔记',
     },
     en: {
       'nav.home': 'Home', 'nav.orders': 'Orders', 'nav.dash': 'Live', 'nav.admin': 'Admin', 'nav.me': 'Me',
@@ -222,6 +264,44 @@
       'dash.window': 'Last 30 s, refreshed every 0.5 s',
       'notFound': 'No such page',
       'day': 'd',
+      'notes.hot': 'Popular notes',
+      'notes.feed': 'Following',
+      'notes.post': 'Write a note',
+      'notes.none': 'No notes yet',
+      'note.like': 'Like',
+      'note.likers': '{0} likes',
+      'note.follow': 'Follow',
+      'note.following': 'Following',
+      'note.shop': 'The place',
+      'note.unavailable': 'This note cannot be shown right now',
+      'note.self': 'me',
+      'feed.title': 'Notes from people you follow',
+      'feed.more': 'More',
+      'feed.end': 'No more notes',
+      'feed.none': 'Nobody you follow has posted a new note yet.',
+      'feed.unavailable': 'The feed is not available',
+      'post.title': 'Write a note',
+      'post.shop': 'Shop',
+      'post.shopSearch': 'Search a shop by name, then pick one',
+      'post.noShop': 'No shop picked yet',
+      'post.chosen': 'Picked: {0}',
+      'post.noteTitle': 'Title',
+      'post.content': 'Text',
+      'post.photos': 'Photos',
+      'post.uploading': 'Uploading…',
+      'post.remove': 'Remove',
+      'post.submit': 'Publish',
+      'post.needShop': 'Pick a shop first',
+      'post.needTitle': 'Give the note a title',
+      'sign.title': 'Daily check-in',
+      'sign.do': 'Check in',
+      'sign.done': 'Checked in today',
+      'sign.streak': '{0}-day streak',
+      'sign.streakOpen': '{0}-day streak; check in today to keep it',
+      'sign.weekdays': 'Mo,Tu,We,Th,Fr,Sa,Su',
+      'sign.month': '{1}/{0}',
+      'shop.uv': '{0} visitors in the last 7 days',
+      'shop.post': 'Write a note about it',
     },
   };
 
@@ -288,13 +368,14 @@
     const hs = Object.assign({}, headers);
     const tok = token();
     if (tok) hs.authorization = tok;
-    if (body !== undefined) hs['content-type'] = 'application/json';
+    const form = body instanceof FormData;
+    if (body !== undefined && !form) hs['content-type'] = 'application/json';
     let resp;
     try {
       resp = await fetch('/api' + path, {
         method,
         headers: hs,
-        body: body === undefined ? undefined : JSON.stringify(body),
+        body: body === undefined || form ? body : JSON.stringify(body),
       });
     } catch (e) {
       return { status: 0, text: '', ok: false, json: { success: false, errorMsg: t('err.network') } };
@@ -314,6 +395,12 @@
       renderWho();
     }
     return { status: resp.status, text, json, ok: json.success === true };
+  }
+
+  /** A route this server does not have (yet): its section stays hidden, no error shown. */
+  function missing(r) {
+    return (r.status === 404 && r.json.code === 'not_found') ||
+      (r.status === 405 && r.json.code === 'method_not_allowed');
   }
 
   function errorText(r) {
@@ -386,34 +473,144 @@
       'T' + pad(date.getHours()) + ':' + pad(date.getMinutes()) + ':' + pad(date.getSeconds());
   }
 
+  /** The score (×10, as the original stores it) as five drawn stars and the number. */
   function stars(score) {
     const n = Math.round((Number(score) || 0) / 10);
-    return '★★★★★'.slice(0, n) + '☆☆☆☆☆'.slice(0, 5 - n) + ' ' + ((Number(score) || 0) / 10).toFixed(1);
+    const star = (on) => s('svg', { class: 'star' + (on ? ' on' : ''), viewBox: '0 0 24 24', 'aria-hidden': 'true' },
+      s('path', { d: 'M12 2.5l2.9 6.1 6.6.8-4.9 4.6 1.3 6.6L12 17.3l-5.9 3.3 1.3-6.6-4.9-4.6 6.6-.8z' }));
+    return [...[0, 1, 2, 3, 4].map((i) => star(i < n)), ' ' + ((Number(score) || 0) / 10).toFixed(1)];
   }
 
-  const TYPE_EMOJI = [
-    [/美食|food/i, '🍲'], [/咖啡|coffee/i, '☕'], [/KTV|ktv/, '🎤'], [/健身|gym/i, '💪'],
-    [/美发|丽人/, '💇'], [/按摩|足疗|massage/i, '💆'], [/美容|SPA|美睫|美甲/i, '💅'],
-    [/亲子|游乐/, '🎠'], [/酒吧|bar/i, '🍺'], [/轰趴/, '🎉'],
-  ];
+  // ---------------------------------------------------------------- icons and images
 
-  function typeEmoji(type) {
-    const key = (type.name || '') + ' ' + (type.icon || '');
-    for (const [re, e] of TYPE_EMOJI) if (re.test(key)) return e;
-    return '🏷️';
+  // Inline SVG icons (24×24, stroked with the text colour): no emoji font needed.
+  const ICONS = {
+    home: [['path', 'M3 11l9-8 9 8M5 9.5V20h5v-6h4v6h5V9.5']],
+    orders: [['path', 'M6 3h12v18l-3-2-3 2-3-2-3 2zM9 8h6M9 12h6M9 16h4']],
+    chart: [['path', 'M3 20h18M6 16v-5M11 16V6M16 16v-8M21 4l-5 4-5-2-5 5']],
+    admin: [['path', 'M4 6h9M17 6h3M4 12h3M11 12h9M4 18h11M19 18h1'], ['circle', 15, 6, 2], ['circle', 9, 12, 2], ['circle', 17, 18, 2]],
+    user: [['circle', 12, 8, 4], ['path', 'M4 21c0-4 3.6-7 8-7s8 3 8 7']],
+    search: [['circle', 11, 11, 7], ['path', 'M16.5 16.5L21 21']],
+    heart: [['path', 'M12 20s-7.5-4.9-7.5-10.2A4.3 4.3 0 0 1 12 7.1a4.3 4.3 0 0 1 7.5 2.7C19.5 15.1 12 20 12 20z']],
+    plus: [['path', 'M12 5v14M5 12h14']],
+    feed: [['path', 'M5 19h.01M5 12a7 7 0 0 1 7 7M5 5a14 14 0 0 1 14 14']],
+    calendar: [['rect', 3, 5, 18, 16, 2], ['path', 'M3 10h18M8 3v4M16 3v4']],
+    eye: [['path', 'M2 12s3.6-7 10-7 10 7 10 7-3.6 7-10 7S2 12 2 12z'], ['circle', 12, 12, 3]],
+    photo: [['rect', 3, 5, 18, 14, 2], ['circle', 9, 10, 2], ['path', 'M21 16l-5-5-9 8']],
+    pin: [['path', 'M12 21s-7-6.1-7-11.2a7 7 0 0 1 14 0C19 14.9 12 21 12 21z'], ['circle', 12, 10, 2.5]],
+    check: [['path', 'M5 12.5l4.5 4.5L19 7']],
+    tag: [['path', 'M3 12V4h8l10 10-8 8z'], ['circle', 7.5, 8, 1.5]],
+    edit: [['path', 'M4 20h4L19 9l-4-4L4 16zM13.5 6.5l4 4']],
+  };
+
+  function icon(name, cls) {
+    const el = s('svg', {
+      class: 'icon' + (cls ? ' ' + cls : ''), viewBox: '0 0 24 24', 'aria-hidden': 'true', focusable: 'false',
+      fill: 'none', stroke: 'currentColor', 'stroke-width': 2, 'stroke-linecap': 'round', 'stroke-linejoin': 'round',
+    });
+    for (const [tag, ...a] of ICONS[name] || ICONS.tag) {
+      if (tag === 'path') el.append(s('path', { d: a[0] }));
+      else if (tag === 'circle') el.append(s('circle', { cx: a[0], cy: a[1], r: a[2] }));
+      else el.append(s('rect', { x: a[0], y: a[1], width: a[2], height: a[3], rx: a[4] || 0 }));
+    }
+    return el;
+  }
+
+  /**
+   * A picture path as the data has it, as a URL we show: `/imgs/…` (notes, avatars, demo data),
+   * an upload's `/blogs/…` or a type's `/types/…` (the original pages prefix those with
+   * `/imgs`), or a remote http(s) URL (the original's shop photos). Anything else: none.
+   */
+  function imgUrl(path) {
+    const p = String(path || '').trim();
+    if (/^https?:\/\//i.test(p) || p.startsWith('/imgs/')) return p;
+    if (/^\/(blogs|types|icons)\//.test(p)) return '/imgs' + p;
+    return null;
+  }
+
+  function imgUrls(list) {
+    return String(list || '').split(',').map(imgUrl).filter(Boolean);
+  }
+
+  function picture(src, cls) {
+    const img = h('img', { src, alt: '', loading: 'lazy', referrerpolicy: 'no-referrer', class: cls });
+    img.addEventListener('error', () => img.remove());
+    return img;
+  }
+
+  /** A type's icon: its picture when we can show it, else a tag drawn in CSS colours. */
+  function typeIcon(type) {
+    const box = h('span', { class: 'type-icon', 'aria-hidden': 'true' });
+    const src = imgUrl(type.icon);
+    if (src) {
+      const img = h('img', { src, alt: '' });
+      img.addEventListener('error', () => img.replaceWith(icon('tag')));
+      box.append(img);
+    } else {
+      box.append(icon('tag'));
+    }
+    return box;
+  }
+
+  /** A user's round avatar: the icon, else the first letter of the name on a colour. */
+  function avatar(user, size) {
+    const box = h('span', { class: 'avatar ' + (size || '') });
+    const name = String(user.nickName || user.name || '');
+    box.style.background = 'hsl(' + ((Number(user.id) * 47) % 360) + ', 55%, 62%)';
+    const letter = () => { box.textContent = Array.from(name || '?')[0]; };
+    const src = imgUrl(user.icon);
+    if (src) {
+      const img = h('img', { src, alt: '', loading: 'lazy', referrerpolicy: 'no-referrer' });
+      img.addEventListener('error', () => { img.remove(); letter(); });
+      box.append(img);
+    } else {
+      letter();
+    }
+    return box;
+  }
+
+  /**
+   * A note's content. The server sanitizes it, and the original pages show it as HTML; here it
+   * is parsed (inert: DOMParser runs and loads nothing) and rebuilt from text and a few plain
+   * formatting tags, without any attribute, so no markup of a note can do more than that.
+   */
+  const RICH_TAGS = new Set(['P', 'BR', 'B', 'STRONG', 'I', 'EM', 'U', 'S', 'SPAN', 'DIV', 'UL', 'OL', 'LI', 'BLOCKQUOTE']);
+  const DROP_TAGS = new Set(['SCRIPT', 'STYLE', 'TEMPLATE', 'NOSCRIPT', 'IFRAME', 'OBJECT']);
+
+  function richText(html) {
+    const out = h('div', { class: 'rich' });
+    const doc = new DOMParser().parseFromString('<!doctype html><body>' + String(html || ''), 'text/html');
+    const copy = (from, to, depth) => {
+      for (const n of from.childNodes) {
+        if (n.nodeType === Node.TEXT_NODE) {
+          to.append(document.createTextNode(n.nodeValue));
+        } else if (n.nodeType === Node.ELEMENT_NODE && !DROP_TAGS.has(n.tagName)) {
+          if (depth < 16 && RICH_TAGS.has(n.tagName)) {
+            const el = document.createElement(n.tagName.toLowerCase());
+            copy(n, el, depth + 1);
+            to.append(el);
+          } else {
+            copy(n, to, depth + 1);
+          }
+        }
+      }
+    };
+    copy(doc.body, out, 0);
+    return out;
+  }
+
+  /** "yyyy-MM-ddTHH:mm:ss" (server time, as the original sends it) as "yyyy-MM-dd HH:mm". */
+  function when(text) {
+    return String(text || '').slice(0, 16).replace('T', ' ');
   }
 
   function thumb(shop) {
     const box = h('div', { class: 'thumb' });
     box.style.background = 'hsl(' + ((Number(shop.id) * 57) % 360) + ', 60%, 55%)';
-    const first = String(shop.images || '').split(',')[0].trim();
-    if (/^https?:\/\//.test(first)) {
-      const img = h('img', { src: first, alt: '', loading: 'lazy', referrerpolicy: 'no-referrer' });
-      img.addEventListener('error', () => img.remove());
-      box.append(img);
-    } else {
-      box.textContent = Array.from(String(shop.name || '?'))[0];
-    }
+    // The first letter, covered by the shop's picture when there is one that loads.
+    box.textContent = Array.from(String(shop.name || '?'))[0];
+    const first = imgUrls(shop.images)[0];
+    if (first) box.append(picture(first));
     return box;
   }
 
@@ -457,6 +654,7 @@
   const ROUTES = {
     '': viewHome, login: viewLogin, type: viewType, search: viewSearch, shop: viewShop,
     orders: viewOrders, me: viewMe, admin: viewAdmin, dash: viewDash,
+    blog: viewBlog, post: viewPost, feed: viewFeed,
   };
 
   function route() {
@@ -503,7 +701,8 @@
     const hint = notice('info',
       h('p', {}, '演示环境默认不发真短信：点击“发送验证码”后，请在服务器日志里找这一行：'),
       h('p', {}, h('code', {}, 'SMS (simulated, HMDP logs instead of sending): login code for <手机号> is <验证码>')),
-      h('p', {}, 'Demo mode: no text message is sent. After "Send code", look in the server log for the line above ("login code for <phone> is <code>").'));
+      h('p', {}, 'Demo mode: no text message is sent. After "Send code", look in the server log for the line above ("login code for <phone> is <code>").'),
+      h('p', {}, '演示数据的用户 / demo users: 16600000001 – 16600000005'));
     hint.id = 'code-hint';
 
     let timer = null;
@@ -555,18 +754,50 @@
     root.append(h('div', { class: 'card' }, h('h1', {}, t('login.title')), hint, form, msg));
   }
 
-  async function viewHome(root) {
+  async function viewHome(root, _parts, _params, ctx) {
     const q = h('input', { id: 'search', type: 'search', placeholder: t('home.search') });
     const form = h('form', { class: 'row' }, h('div', { class: 'grow' }, q),
-      h('button', { class: 'btn', type: 'submit' }, t('home.go')));
+      h('button', { class: 'btn', type: 'submit' }, icon('search'), ' ', t('home.go')));
     form.addEventListener('submit', (ev) => {
       ev.preventDefault();
       if (q.value.trim()) go('#/search?name=' + encodeURIComponent(q.value.trim()));
     });
     const types = h('div', { class: 'types', id: 'types' }, h('div', { class: 'muted' }, t('loading')));
+    // The notes: hidden until the server answers /blog/hot (the route may not exist).
+    const notes = h('div', { class: 'notes', id: 'hot-notes' });
+    const more = h('button', { class: 'btn ghost block', type: 'button', id: 'hot-more', hidden: true }, t('type.more'));
+    const section = h('section', { id: 'notes-section', hidden: true },
+      h('div', { class: 'row section-head' },
+        h('h2', { class: 'grow' }, t('notes.hot')),
+        h('a', { class: 'btn ghost small', href: '#/feed', id: 'feed-link' }, icon('feed'), ' ', t('notes.feed')),
+        h('a', { class: 'btn small', href: '#/post', id: 'post-link' }, icon('edit'), ' ', t('notes.post'))),
+      notes, more);
     root.append(h('div', { class: 'card' }, form), h('h2', {}, t('home.types')), types,
-      h('p', { class: 'muted small' }, t('home.tip')));
-    const r = await api('GET', '/shop-type/list');
+      h('p', { class: 'muted small' }, t('home.tip')), section);
+
+    let page = 0;
+    async function loadNotes() {
+      page += 1;
+      more.disabled = true;
+      const r = await api('GET', '/blog/hot?current=' + page);
+      if (!ctx.alive()) return;
+      if (!r.ok) {
+        // No notes route on this server, or it failed: the home page simply has no notes.
+        if (page === 1) section.dataset.state = 'none';
+        more.hidden = true;
+        return;
+      }
+      const list = Array.isArray(r.json.data) ? r.json.data : [];
+      section.hidden = false;
+      section.dataset.state = 'shown';
+      if (page === 1 && list.length === 0) notes.append(h('div', { class: 'empty' }, t('notes.none')));
+      notes.append(...list.map(noteCard));
+      more.hidden = list.length < 10;
+      more.disabled = false;
+    }
+    more.addEventListener('click', loadNotes);
+
+    const [r] = await Promise.all([api('GET', '/shop-type/list'), loadNotes()]);
     if (!r.ok) {
       types.replaceChildren(notice('bad', errorText(r)));
       return;
@@ -574,7 +805,55 @@
     typeCache = r.json.data || [];
     types.replaceChildren(...typeCache.map((ty) =>
       h('a', { class: 'type', href: '#/type/' + Number(ty.id), 'data-type-id': ty.id },
-        h('span', { class: 'emoji', 'aria-hidden': 'true' }, typeEmoji(ty)), h('span', {}, ty.name))));
+        typeIcon(ty), h('span', {}, ty.name))));
+  }
+
+  /** A note in a list: cover, title, author, likes (a like toggles in place). */
+  function noteCard(b) {
+    const cover = imgUrls(b.images)[0];
+    const like = likeButton(b, 'like');
+    return h('a', { class: 'note-card', href: '#/blog/' + Number(b.id), 'data-blog-id': b.id },
+      h('div', { class: 'cover' }, cover ? picture(cover) : icon('photo')),
+      h('div', { class: 'title' }, b.title || ''),
+      h('div', { class: 'row small byline' },
+        avatar({ id: b.userId, nickName: b.name, icon: b.icon }, 'xs'),
+        h('span', { class: 'grow author' }, b.name || ''), like));
+  }
+
+  /** A heart with the like count; a click toggles the current user's like of note `b`. */
+  function likeButton(b, cls, after) {
+    const n = h('span', { class: 'n' });
+    const btn = h('button', { class: cls, type: 'button', title: t('note.like') }, icon('heart'), n);
+    const show = () => {
+      n.textContent = String(Number(b.liked) || 0);
+      btn.classList.toggle('on', b.isLike === true);
+      btn.setAttribute('aria-pressed', b.isLike === true ? 'true' : 'false');
+    };
+    show();
+    btn.addEventListener('click', async (ev) => {
+      ev.preventDefault();
+      ev.stopPropagation();
+      if (!token()) {
+        needLogin();
+        return;
+      }
+      btn.disabled = true;
+      const r = await api('PUT', '/blog/like/' + Number(b.id));
+      btn.disabled = false;
+      if (r.status === 401) {
+        needLogin();
+        return;
+      }
+      if (!r.ok) return;
+      // The original answers nothing; a server that says the new state is believed.
+      const d = r.json.data && typeof r.json.data === 'object' ? r.json.data : {};
+      b.isLike = typeof d.isLike === 'boolean' ? d.isLike : b.isLike !== true;
+      b.liked = typeof d.liked === 'number' ? d.liked : Math.max(0, (Number(b.liked) || 0) + (b.isLike ? 1 : -1));
+      show();
+      if (after) after();
+    });
+    btn.refresh = show;
+    return btn;
   }
 
   let typeCache = null;
@@ -618,7 +897,7 @@
     const list = h('div', { id: 'shops' });
     const more = h('button', { class: 'btn ghost block', type: 'button' }, t('type.more'));
     root.append(
-      h('div', { class: 'row wrap' }, h('h1', { class: 'grow' }, ty ? typeEmoji(ty) + ' ' + ty.name : '#' + typeId), nearby, geoMsg),
+      h('div', { class: 'row wrap' }, h('h1', { class: 'grow row' }, ty ? [typeIcon(ty), ty.name] : '#' + typeId), nearby, geoMsg),
       list, more);
     let page = 0;
     async function loadMore() {
@@ -645,7 +924,7 @@
 
   async function viewSearch(root, _parts, params) {
     const name = params.get('name') || '';
-    root.append(h('h1', {}, '🔍 ' + name));
+    root.append(h('h1', { class: 'row' }, icon('search'), name));
     const r = await api('GET', '/shop/of/name?name=' + encodeURIComponent(name) + '&current=1');
     if (!r.ok) {
       root.append(notice('bad', errorText(r)));
@@ -664,13 +943,27 @@
       return;
     }
     const shop = rs.json.data;
+    // Sections of routes this server may not have yet stay hidden until they answer.
+    const uv = h('p', { class: 'small muted row', id: 'shop-uv', hidden: true });
+    const write = h('a', { class: 'btn ghost small', id: 'shop-post', href: '#/post?shop=' + id, hidden: true }, icon('edit'), ' ', t('shop.post'));
     root.append(h('div', { class: 'card' },
       h('div', { class: 'row' }, thumb(shop), h('div', { class: 'grow' },
         h('h1', { id: 'shop-name' }, shop.name),
         h('div', { class: 'small' }, h('span', { class: 'stars' }, stars(shop.score)), ' · ', t('shop.comments', shop.comments ?? 0)),
         h('div', { class: 'muted small' }, t('shop.perPerson', shop.avgPrice ?? '-'), ' · ', t('shop.sold', shop.sold ?? 0)))),
       h('p', { class: 'small' }, h('span', { class: 'muted' }, t('shop.address') + '：'), shop.address || ''),
-      h('p', { class: 'small' }, h('span', { class: 'muted' }, t('shop.hours') + '：'), shop.openHours || '')));
+      h('p', { class: 'small' }, h('span', { class: 'muted' }, t('shop.hours') + '：'), shop.openHours || ''),
+      uv, write));
+    api('GET', '/shop/' + id + '/uv?days=7').then((r) => {
+      if (!r.ok || typeof r.json.data !== 'number') {
+        uv.dataset.state = 'none';
+        return;
+      }
+      uv.replaceChildren(icon('eye'), t('shop.uv', r.json.data));
+      uv.hidden = false;
+      uv.dataset.state = 'shown';
+    });
+    api('GET', '/blog/hot?current=1').then((r) => { write.hidden = !r.ok; });
 
     root.append(h('h2', {}, t('shop.vouchers')));
     const vouchers = rv.ok ? rv.json.data || [] : [];
@@ -708,7 +1001,7 @@
       h('div', { class: 'row' }, h('div', { class: 'grow' }, stock, ' · ', countdown), grab),
       h('div', { class: 'muted small window' }, localText(begin) + ' – ' + localText(end)),
       result,
-      h('p', { class: 'small' }, h('a', { class: 'tag', href: '#/dash/' + Number(v.id) }, '📈 ' + t('v.dash'))));
+      h('p', { class: 'small' }, h('a', { class: 'tag', href: '#/dash/' + Number(v.id) }, icon('chart'), ' ', t('v.dash'))));
 
     let skew = 0; // server clock minus ours, from the stats endpoint
     let total = null;
@@ -843,11 +1136,368 @@
       renderWho();
       go('#/login');
     });
+    const sign = h('div', { class: 'card', id: 'sign-card', hidden: true });
     root.append(h('div', { class: 'card' },
-      h('div', { class: 'row' }, h('div', { class: 'thumb' }, '👤'),
+      h('div', { class: 'row' }, avatar(me, 'lg'),
         h('div', { class: 'grow' }, h('div', { class: 'name', id: 'me-name' }, me.nickName || ''), h('div', { class: 'muted small' }, 'id ' + me.id))),
       h('a', { class: 'btn block', href: '#/orders' }, t('orders.title')),
-      out));
+      out), sign);
+    await signCard(sign);
+  }
+
+  // ---------------------------------------------------------------- sign-in
+
+  /** "yyyyMM" of the month before (-1) or after (+1) `month`. */
+  function shiftMonth(month, by) {
+    const y = Number(month.slice(0, 4));
+    const m = Number(month.slice(4, 6)) - 1 + by;
+    const d = new Date(y, m, 1);
+    return d.getFullYear() + pad(d.getMonth() + 1);
+  }
+
+  /**
+   * The check-in card: today's button, the streak and the month's calendar (which days were
+   * signed). "Today" is the server's (its time zone), so the month shown first is the one the
+   * server names; the card stays hidden when the server has no sign-in routes.
+   */
+  async function signCard(card) {
+    const btn = h('button', { class: 'btn', id: 'sign-btn', type: 'button' }, icon('check'), ' ', t('sign.do'));
+    const streak = h('div', { class: 'muted small', id: 'sign-streak' });
+    const title = h('strong', { class: 'grow center', id: 'sign-month' });
+    const prev = h('button', { class: 'btn ghost small', type: 'button', id: 'sign-prev', 'aria-label': '‹' }, '‹');
+    const next = h('button', { class: 'btn ghost small', type: 'button', id: 'sign-next', 'aria-label': '›' }, '›');
+    const grid = h('div', { class: 'calendar', id: 'sign-calendar' });
+    const cal = h('div', { hidden: true }, h('div', { class: 'row' }, prev, title, next), grid);
+    const msg = h('div');
+    card.append(h('div', { class: 'row' }, icon('calendar'), h('h2', { class: 'grow flat' }, t('sign.title')), btn),
+      streak, cal, msg);
+    let current = null; // the server's current month, "yyyyMM"
+    let shown = null;
+    let count = null;
+
+    function render(d) {
+      shown = String(d.month);
+      const y = Number(shown.slice(0, 4));
+      const m = Number(shown.slice(4, 6));
+      title.textContent = t('sign.month', y, m);
+      const signed = new Set((d.days || []).map(Number));
+      const today = shown === current && typeof d.today === 'number' ? d.today : null;
+      const lead = (new Date(y, m - 1, 1).getDay() + 6) % 7; // Monday first
+      const days = new Date(y, m, 0).getDate();
+      const cells = t('sign.weekdays').split(',').map((w) => h('span', { class: 'wd' }, w));
+      for (let i = 0; i < lead; i += 1) cells.push(h('span'));
+      for (let day = 1; day <= days; day += 1) {
+        const cls = ['day', signed.has(day) ? 'signed' : '', day === today ? 'today' : ''].filter(Boolean).join(' ');
+        cells.push(h('span', { class: cls, 'data-day': day }, String(day)));
+      }
+      grid.replaceChildren(...cells);
+      grid.dataset.month = shown;
+      next.disabled = shown === current;
+      cal.hidden = false;
+      if (shown === current) {
+        const done = d.signedToday === true || (today != null && signed.has(today));
+        btn.disabled = done;
+        btn.replaceChildren(icon('check'), ' ', t(done ? 'sign.done' : 'sign.do'));
+        if (typeof d.streak === 'number') {
+          streak.textContent = t(done || d.streak === 0 ? 'sign.streak' : 'sign.streakOpen', d.streak);
+        }
+      }
+    }
+
+    async function loadMonth(month) {
+      const r = await api('GET', '/user/sign/month' + (month ? '?month=' + month : ''));
+      if (!r.ok || !r.json.data || !r.json.data.month) return false;
+      if (!month) current = String(r.json.data.month);
+      render(r.json.data);
+      return true;
+    }
+
+    async function loadCount() {
+      const r = await api('GET', '/user/sign/count');
+      if (!r.ok || typeof r.json.data !== 'number') return false;
+      count = r.json.data;
+      streak.textContent = t('sign.streak', count);
+      return true;
+    }
+
+    const [hasCount, hasMonth] = await Promise.all([loadCount(), loadMonth(null)]);
+    if (!hasCount && !hasMonth) {
+      card.dataset.state = 'none'; // no sign-in on this server: no card
+      return;
+    }
+    card.hidden = false;
+    card.dataset.state = 'shown';
+    prev.addEventListener('click', () => loadMonth(shiftMonth(shown, -1)));
+    next.addEventListener('click', () => loadMonth(shiftMonth(shown, 1)));
+    btn.addEventListener('click', async () => {
+      btn.disabled = true;
+      const r = await api('POST', '/user/sign');
+      if (r.status === 401) {
+        needLogin();
+        return;
+      }
+      if (!r.ok) {
+        btn.disabled = false;
+        msg.replaceChildren(notice('bad', errorText(r)));
+        return;
+      }
+      msg.replaceChildren();
+      await loadCount();
+      if (hasMonth) await loadMonth(current);
+      else btn.replaceChildren(icon('check'), ' ', t('sign.done'));
+    });
+  }
+
+  // ---------------------------------------------------------------- notes
+
+  async function viewBlog(root, parts) {
+    const id = Number(parts[0]);
+    if (!token()) {
+      needLogin();
+      return;
+    }
+    const r = await api('GET', '/blog/' + id);
+    if (r.status === 401) {
+      needLogin();
+      return;
+    }
+    if (!r.ok || !r.json.data) {
+      root.append(missing(r) ? h('div', { class: 'empty' }, t('note.unavailable')) : notice('bad', errorText(r)));
+      return;
+    }
+    const b = r.json.data;
+    if (!me) await loadMe();
+    const author = { id: b.userId, nickName: b.name, icon: b.icon };
+    const follow = h('button', { class: 'btn ghost small', id: 'follow-btn', type: 'button', hidden: true }, t('note.follow'));
+    const likers = h('div', { class: 'likers', id: 'likers' });
+    const likersNote = h('span', { class: 'muted small', id: 'likers-count' });
+    const shopBox = h('div', { id: 'note-shop' });
+    const like = likeButton(b, 'btn ghost like-big', () => refreshLikes());
+    like.id = 'like-btn';
+    const content = richText(b.content);
+    content.id = 'note-content';
+    root.append(h('article', { class: 'card note', 'data-blog-id': b.id },
+      h('div', { class: 'row' }, avatar(author, 'sm'),
+        h('div', { class: 'grow' }, h('div', { class: 'name', id: 'note-author' }, b.name || ''),
+          h('div', { class: 'muted small' }, when(b.createTime))),
+        follow),
+      h('div', { class: 'gallery', id: 'note-images' }, imgUrls(b.images).map((src) => picture(src))),
+      h('h1', { id: 'note-title' }, b.title || ''),
+      content,
+      h('div', { class: 'row likes' }, like, likers, likersNote)),
+    h('h2', {}, t('note.shop')), shopBox);
+
+    api('GET', '/shop/' + Number(b.shopId)).then((rs) => {
+      if (rs.ok && rs.json.data) shopBox.replaceChildren(shopCard(rs.json.data));
+    });
+
+    // The first five likers, in the order they liked; the count and our own like from the note.
+    async function refreshLikes() {
+      const [rb, rl] = await Promise.all([api('GET', '/blog/' + id), api('GET', '/blog/likes/' + id)]);
+      if (rb.ok && rb.json.data) {
+        b.liked = rb.json.data.liked;
+        b.isLike = rb.json.data.isLike;
+        like.refresh();
+      }
+      if (rl.ok && Array.isArray(rl.json.data)) {
+        likers.replaceChildren(...rl.json.data.map((u) => {
+          const a = avatar(u, 'xs');
+          a.title = u.nickName || '';
+          a.dataset.userId = u.id;
+          return a;
+        }));
+      }
+      likersNote.textContent = Number(b.liked) > 0 ? t('note.likers', b.liked) : '';
+    }
+    refreshLikes();
+
+    // Follow the author (not oneself).
+    if (me && Number(me.id) !== Number(b.userId)) {
+      let following = null;
+      const show = () => {
+        follow.textContent = t(following ? 'note.following' : 'note.follow');
+        follow.classList.toggle('on', following === true);
+      };
+      const rf = await api('GET', '/follow/or/not/' + Number(b.userId));
+      if (rf.ok && typeof rf.json.data === 'boolean') {
+        following = rf.json.data;
+        show();
+        follow.hidden = false;
+        follow.addEventListener('click', async () => {
+          follow.disabled = true;
+          const rt = await api('PUT', '/follow/' + Number(b.userId) + '/' + !following);
+          follow.disabled = false;
+          if (rt.status === 401) {
+            needLogin();
+            return;
+          }
+          if (rt.ok) {
+            following = !following;
+            show();
+          }
+        });
+      }
+    }
+  }
+
+  async function viewFeed(root, _parts, _params, ctx) {
+    if (!token()) {
+      needLogin();
+      return;
+    }
+    const list = h('div', { class: 'notes feed', id: 'feed' });
+    const more = h('button', { class: 'btn ghost block', type: 'button', id: 'feed-more' }, t('feed.more'));
+    root.append(h('h1', { class: 'row' }, icon('feed'), t('feed.title')), list, more);
+    // The original's scroll: newest first from `lastId` (ms), skipping `offset` notes that share
+    // the last page's oldest time. A day ahead of our clock, so a server clock ahead of ours
+    // still shows its newest notes.
+    let lastId = Date.now() + 86400000;
+    let offset = 0;
+    async function load() {
+      more.disabled = true;
+      const r = await api('GET', '/blog/of/follow?lastId=' + lastId + (offset ? '&offset=' + offset : ''));
+      if (!ctx.alive()) return;
+      if (r.status === 401) {
+        needLogin();
+        return;
+      }
+      if (!r.ok) {
+        more.hidden = true;
+        list.append(missing(r) ? h('div', { class: 'empty' }, t('feed.unavailable')) : notice('bad', errorText(r)));
+        return;
+      }
+      const d = r.json.data;
+      const items = d && Array.isArray(d.list) ? d.list : [];
+      if (items.length > 0) list.append(...items.map(noteCard));
+      if (items.length === 0 || d.minTime == null) {
+        more.textContent = t('feed.end');
+        if (list.childElementCount === 0) list.append(h('div', { class: 'empty', id: 'feed-empty' }, t('feed.none')));
+        return;
+      }
+      lastId = Number(d.minTime);
+      offset = Number(d.offset) || 0;
+      if (items.length < 2) {
+        more.textContent = t('feed.end'); // a short page is the last one
+        return;
+      }
+      more.disabled = false;
+    }
+    more.addEventListener('click', load);
+    await load();
+  }
+
+  async function viewPost(root, _parts, params) {
+    if (!token()) {
+      needLogin();
+      return;
+    }
+    let shopId = Number(params.get('shop')) || null;
+    const chosen = h('div', { class: 'small', id: 'post-shop' }, t('post.noShop'));
+    const q = h('input', { id: 'post-shop-q', type: 'search', placeholder: t('post.shopSearch') });
+    const picks = h('div', { class: 'picks', id: 'post-shop-picks' });
+    const title = h('input', { id: 'post-title', maxlength: 255 });
+    const text = h('textarea', { id: 'post-content', rows: 6, maxlength: 2048 });
+    const file = h('input', { id: 'post-file', type: 'file', accept: 'image/*', multiple: true });
+    const photos = h('div', { class: 'photos', id: 'post-photos' });
+    const msg = h('div', { id: 'post-msg' });
+    const submit = h('button', { class: 'btn block', id: 'post-submit', type: 'submit' }, t('post.submit'));
+    const uploaded = []; // what the upload answered: "/blogs/…"
+
+    function choose(shop) {
+      shopId = Number(shop.id);
+      chosen.replaceChildren(icon('pin'), ' ', t('post.chosen', shop.name));
+      picks.replaceChildren();
+    }
+    if (shopId) {
+      api('GET', '/shop/' + shopId).then((r) => { if (r.ok && r.json.data) choose(r.json.data); });
+    }
+    let searchSeq = 0;
+    q.addEventListener('input', async () => {
+      const name = q.value.trim();
+      const seq = ++searchSeq;
+      if (!name) {
+        picks.replaceChildren();
+        return;
+      }
+      const r = await api('GET', '/shop/of/name?name=' + encodeURIComponent(name) + '&current=1');
+      if (seq !== searchSeq || !r.ok) return;
+      picks.replaceChildren(...(r.json.data || []).map((shop) => {
+        const b = h('button', { class: 'chip-pick', type: 'button', 'data-shop-id': shop.id }, shop.name);
+        b.addEventListener('click', () => choose(shop));
+        return b;
+      }));
+    });
+
+    function showPhotos() {
+      photos.replaceChildren(...uploaded.map((name) => {
+        const rm = h('button', { class: 'rm', type: 'button', title: t('post.remove'), 'aria-label': t('post.remove') }, '×');
+        rm.addEventListener('click', async () => {
+          uploaded.splice(uploaded.indexOf(name), 1);
+          showPhotos();
+          await api('GET', '/upload/blog/delete?name=' + encodeURIComponent(name));
+        });
+        return h('div', { class: 'photo', 'data-name': name }, picture('/imgs' + name), rm);
+      }));
+    }
+    file.addEventListener('change', async () => {
+      msg.replaceChildren();
+      for (const f of Array.from(file.files || [])) {
+        const status = h('div', { class: 'muted small' }, t('post.uploading'), ' ', f.name);
+        msg.append(status);
+        const body = new FormData();
+        body.append('file', f);
+        const r = await api('POST', '/upload/blog', body);
+        status.remove();
+        if (r.status === 401) {
+          needLogin();
+          return;
+        }
+        if (!r.ok || typeof r.json.data !== 'string') {
+          msg.append(notice('bad', f.name + ': ' + errorText(r)));
+          continue;
+        }
+        uploaded.push(r.json.data);
+        showPhotos();
+      }
+      file.value = '';
+    });
+
+    const form = h('form', { id: 'post-form', novalidate: true },
+      h('label', { for: 'post-shop-q' }, t('post.shop')), chosen, q, picks,
+      h('label', { for: 'post-title' }, t('post.noteTitle')), title,
+      h('label', { for: 'post-content' }, t('post.content')), text,
+      h('label', { for: 'post-file' }, t('post.photos')), photos, file,
+      submit, msg);
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      if (!shopId) {
+        msg.replaceChildren(notice('bad', t('post.needShop')));
+        return;
+      }
+      if (!title.value.trim()) {
+        msg.replaceChildren(notice('bad', t('post.needTitle')));
+        return;
+      }
+      submit.disabled = true;
+      // As blog-edit.html: the photos as the /imgs paths they are shown at, comma-separated.
+      const r = await api('POST', '/blog', {
+        shopId,
+        title: title.value.trim(),
+        content: text.value,
+        images: uploaded.map((n) => '/imgs' + n).join(','),
+      });
+      submit.disabled = false;
+      if (r.status === 401) {
+        needLogin();
+        return;
+      }
+      if (!r.ok) {
+        msg.replaceChildren(notice('bad', errorText(r)));
+        return;
+      }
+      go('#/blog/' + Number(r.json.data));
+    });
+    root.append(h('h1', { class: 'row' }, icon('edit'), t('post.title')), h('div', { class: 'card' }, form));
   }
 
   function viewAdmin(root) {
@@ -904,7 +1554,7 @@
       result.dataset.voucherId = String(id);
       result.replaceChildren(notice('ok', h('div', { class: 'created' }, t('admin.created', id)),
         h('div', { class: 'row wrap' },
-          h('a', { class: 'btn small', id: 'admin-open-dash', href: '#/dash/' + id }, '📈 ' + t('admin.openDash')),
+          h('a', { class: 'btn small', id: 'admin-open-dash', href: '#/dash/' + id }, icon('chart'), ' ', t('admin.openDash')),
           h('a', { class: 'btn ghost small', href: '#/shop/' + body.shopId }, t('admin.openShop')))));
       // Show what the server stored, in its zone and in ours.
       const st = await api('GET', '/voucher/seckill/' + id + '/stats');
@@ -974,7 +1624,7 @@
     legend.querySelector('.ls').style.background = '#999';
     legend.querySelector('.lr').style.background = '#1a9b50';
 
-    root.append(h('h1', {}, '📈 ' + t('dash.title')),
+    root.append(h('h1', { class: 'row' }, icon('chart'), t('dash.title')),
       h('div', { class: 'card' }, h('label', { for: 'dash-voucher' }, t('dash.voucher')), pick,
         h('p', {}, status), h('div', { class: 'bar' }, bar)),
       err,
@@ -1113,6 +1763,7 @@
     route();
   });
   window.addEventListener('hashchange', route);
+  for (const el of document.querySelectorAll('#tabbar .ico[data-icon]')) el.replaceChildren(icon(el.dataset.icon));
   applyStaticText();
   loadMe();
   route();

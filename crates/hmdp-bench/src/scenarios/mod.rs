@@ -8,3 +8,5 @@ pub mod login;
 pub mod seckill;
 pub mod setup;
 pub mod shop;
+pub mod social;
+pub mod uv;

@@ -1,4 +1,4 @@
-//! Typed database ids ([`UserId`], [`ShopId`], [`VoucherId`], [`OrderId`]): positive `i64`s
+//! Typed database ids ([`UserId`], [`ShopId`], [`VoucherId`], [`BlogId`], [`OrderId`]): positive `i64`s
 //! that cannot be mixed up.
 //!
 //! A path or JSON id that is zero, negative or not a number is refused at the edge as
@@ -74,6 +74,10 @@ id_type!(
 id_type!(
     /// A `tb_voucher.id`.
     VoucherId
+);
+id_type!(
+    /// A `tb_blog.id`: a note.
+    BlogId
 );
 id_type!(
     /// A `tb_voucher_order.id`: a flash-sale order, accepted or written.

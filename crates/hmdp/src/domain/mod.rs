@@ -10,7 +10,7 @@ mod token;
 mod user;
 
 pub use code::{LoginCode, LoginCodeError};
-pub use ids::{IdError, OrderId, ShopId, UserId, VoucherId};
+pub use ids::{BlogId, IdError, OrderId, ShopId, UserId, VoucherId};
 pub use phone::{Phone, PhoneError};
 pub use token::SessionToken;
 pub use user::{NickName, UserDto};

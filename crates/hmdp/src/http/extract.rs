@@ -82,6 +82,21 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The largest page number accepted (deeper pages are a scan, not a feature).
+const MAX_PAGE: i64 = 1000;
+
+/// The `current` page of a list route (1 when absent), refused past [`MAX_PAGE`].
+pub(super) fn page(current: Option<i64>) -> Result<i64, ApiError> {
+    let current = current.unwrap_or(1);
+    if (1..=MAX_PAGE).contains(&current) {
+        Ok(current)
+    } else {
+        Err(ApiError::invalid(format!(
+            "current must be between 1 and {MAX_PAGE}"
+        )))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::constant_time_eq;

@@ -10,9 +10,11 @@
 //! registers it with `routes!`, so a route is declared once, documented where it is declared;
 //! [`api`] collects them, and [`openapi`] serves the document.
 
+mod blog;
 mod docs;
 mod error;
 mod extract;
+mod follow;
 mod health;
 mod limits;
 mod metrics;
@@ -21,6 +23,7 @@ mod order;
 mod serve;
 mod shop;
 mod ui;
+mod upload;
 mod user;
 mod voucher;
 mod worker;
@@ -95,6 +98,12 @@ pub struct AppStateInner {
     pub catalogue: Catalogue,
     pub locks: hmdp_lock::LockClient<RedisConn>,
     pub seckill: crate::seckill::Seckill,
+    /// Notes, likes, follows and the feed.
+    pub social: crate::social::Social,
+    /// Sign-in and unique visitors.
+    pub activity: crate::activity::Activity,
+    /// Note photos.
+    pub uploads: crate::uploads::Uploads,
     /// Per-IP and per-user request rate limits.
     pub limits: Arc<limits::Limits>,
     /// Request counters and latency histograms, recorded by every request.
@@ -120,6 +129,9 @@ pub fn api(config: &Config) -> OpenApiRouter<AppState> {
         .merge(shop::router())
         .merge(voucher::router())
         .merge(order::router())
+        .merge(blog::router())
+        .merge(follow::router())
+        .merge(upload::router(config))
 }
 
 /// The complete application: the API at `/` and `/api`, the layers, and the static files.
@@ -133,20 +145,22 @@ pub fn app(state: AppState) -> Router {
         .merge(ui::routes())
         .merge(api.clone())
         .nest("/api", api)
+        // Uploaded note photos, where the pages look for them (`/imgs` + the upload's name);
+        // other `/imgs/blogs/…` files come from the static folder.
+        .route(
+            "/imgs/blogs/{*path}",
+            axum::routing::get(upload::serve_photo),
+        )
         .method_not_allowed_fallback(method_not_allowed);
     router = match &state.config.static_dir {
         // Unknown paths fall through to the files; a missing file is a 404 envelope.
-        Some(dir) => router.fallback_service(
-            ServeDir::new(dir)
-                .append_index_html_on_directories(true)
-                .not_found_service(axum::routing::any(not_found).with_state(())),
-        ),
+        Some(dir) => router.fallback_service(static_files(dir)),
         None => router.fallback(not_found),
     };
     // Layers run outside-in: trace, metrics, panic, timeout, body limit, IP limit, session,
     // user limit. Axum applies `Router::layer` to each route (and the fallback) after routing,
     // so every layer, the metrics one included, already sees the route template (`MatchedPath`).
-    router
+    let router: Router = router
         .layer(middleware::from_fn_with_state(
             state.clone(),
             limits::limit_user,
@@ -176,7 +190,37 @@ pub fn app(state: AppState) -> Router {
                 .make_span_with(DefaultMakeSpan::new().level(Level::INFO))
                 .on_response(DefaultOnResponse::new().level(Level::DEBUG)),
         )
-        .with_state(state)
+        .with_state(state);
+    // Paths with doubled slashes are routed as if merged, as nginx (`merge_slashes on`, the
+    // original's front) does: `index.html` asks for `'/imgs/' + icon` with icons stored as
+    // `/types/…`, i.e. `/imgs//types/…`. Routing happens inside the inner router, after this.
+    Router::new().fallback_service(tower::ServiceExt::map_request(router, merge_slashes))
+}
+
+/// Collapses runs of `/` in the request path (the query is left alone).
+fn merge_slashes(mut req: Request) -> Request {
+    let uri = req.uri();
+    if !uri.path().contains("//") {
+        return req;
+    }
+    let mut path = String::with_capacity(uri.path().len());
+    for c in uri.path().chars() {
+        if !(c == '/' && path.ends_with('/')) {
+            path.push(c);
+        }
+    }
+    let path_and_query = match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    };
+    let mut parts = uri.clone().into_parts();
+    if let Ok(pq) = path_and_query.parse() {
+        parts.path_and_query = Some(pq);
+        if let Ok(merged) = axum::http::Uri::from_parts(parts) {
+            *req.uri_mut() = merged;
+        }
+    }
+    req
 }
 
 /// Reads the `authorization` header and, for a live session, puts the user into the request
@@ -204,8 +248,19 @@ async fn refresh_session(State(state): State<AppState>, mut req: Request, next: 
 }
 
 /// Answers 503 in the envelope when a request takes longer than `HMDP_REQUEST_TIMEOUT_MS`.
+///
+/// Photo uploads (`POST /upload/blog`, also under `/api`) get `HMDP_UPLOAD_TIMEOUT_SECS`.
 async fn request_timeout(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let limit = state.config.request_timeout;
+    let is_upload = req.method() == axum::http::Method::POST
+        && req
+            .extensions()
+            .get::<axum::extract::MatchedPath>()
+            .is_some_and(|p| p.as_str().ends_with(upload::UPLOAD_PATH));
+    let limit = if is_upload {
+        state.config.social.upload_timeout
+    } else {
+        state.config.request_timeout
+    };
     match tokio::time::timeout(limit, next.run(req)).await {
         Ok(resp) => resp,
         Err(_) => ApiError::new(
@@ -217,6 +272,16 @@ async fn request_timeout(State(state): State<AppState>, req: Request, next: Next
         )
         .into_response(),
     }
+}
+
+/// The operator's folder (`HMDP_STATIC_DIR`) as a file service: `index.html` for folders, the
+/// 404 envelope for a missing file. The fallback, `/` and `/imgs/blogs/…` all answer through it.
+fn static_files(
+    dir: &std::path::Path,
+) -> ServeDir<tower_http::set_status::SetStatus<axum::routing::MethodRouter>> {
+    ServeDir::new(dir)
+        .append_index_html_on_directories(true)
+        .not_found_service(axum::routing::any(not_found).with_state(()))
 }
 
 async fn not_found() -> ApiError {

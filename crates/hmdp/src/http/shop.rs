@@ -1,6 +1,16 @@
-//! `/shop/*` and `/shop-type/list`: cached reads (public), writes with the admin token.
+//! `/shop/*` and `/shop-type/list`: cached reads (public), writes with the admin token, and
+//! the unique-visitor counts (public, like all of `/shop/**` in the original).
+//!
+//! A successful `GET /shop/{id}` counts its reader as a visitor (the user when logged in, else
+//! the client address) in memory only: the activity service sends visits to Redis in batches,
+//! so the cached read makes no extra round trip.
 
-use axum::extract::State;
+use std::net::SocketAddr;
+
+use axum::{
+    extract::{ConnectInfo, FromRequestParts, State},
+    http::request::Parts,
+};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -11,6 +21,8 @@ use super::{
     ok, ok_empty,
 };
 use crate::{
+    activity::{MAX_UV_DAYS, Visitor},
+    auth::SessionUser,
     domain::ShopId,
     storage::catalogue::{Shop, ShopInput, ShopType},
 };
@@ -24,6 +36,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(shops_of_type))
         .routes(routes!(shops_by_name))
         .routes(routes!(shop_types))
+        .routes(routes!(shop_uv))
+        .routes(routes!(site_uv))
 }
 
 fn shop_not_found() -> ApiError {
@@ -32,18 +46,90 @@ fn shop_not_found() -> ApiError {
 
 /// A shop, cached.
 ///
-/// Unknown ids are answered from the Bloom filter or a cached miss (`shop_not_found`).
+/// Unknown ids are answered from the Bloom filter or a cached miss (`shop_not_found`). A found
+/// shop counts its reader as a visitor (see `/shop/{id}/uv`).
 #[utoipa::path(get, path = "/shop/{id}", tag = TAG,
     params(("id" = inline(ShopId), Path, description = "a positive id")),
     responses((status = OK, body = Shop)))]
 async fn shop_by_id(
     State(state): State<AppState>,
+    Reader(reader): Reader,
     AppPath(id): AppPath<ShopId>,
 ) -> ApiResult<Shop> {
     match state.catalogue.shop(id).await? {
-        Some(shop) => ok(shop),
+        Some(shop) => {
+            if let Some(visitor) = reader {
+                state.activity.visit(id, visitor).await;
+            }
+            ok(shop)
+        }
         None => Err(shop_not_found()),
     }
+}
+
+/// Who is reading, as a visitor: the logged-in user, else the client address (none when the
+/// request came without a peer address, as in-process tests of the router do).
+struct Reader(Option<Visitor>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Reader {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        if let Some(session) = parts.extensions.get::<SessionUser>() {
+            return Ok(Reader(Some(Visitor::User(session.user.id))));
+        }
+        Ok(Reader(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|ConnectInfo(peer)| Visitor::Addr(peer.ip())),
+        ))
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct UvQuery {
+    /// How many days, today included (1 = today).
+    #[param(minimum = 1, maximum = 90, default = 1)]
+    days: Option<i64>,
+}
+
+fn uv_days(days: Option<i64>) -> Result<u32, ApiError> {
+    match days.unwrap_or(1) {
+        d if (1..=i64::from(MAX_UV_DAYS)).contains(&d) => Ok(d as u32),
+        _ => Err(ApiError::invalid(format!(
+            "days must be between 1 and {MAX_UV_DAYS}"
+        ))),
+    }
+}
+
+/// Unique visitors of a shop over the last `days` days (today included).
+///
+/// A visitor is a user, or the client address of an anonymous reader, counted once over the
+/// whole span (HyperLogLog, about 0.81 % standard error; visits reach the count within
+/// `HMDP_UV_FLUSH_MS`).
+#[utoipa::path(get, path = "/shop/{id}/uv", tag = TAG,
+    params(("id" = inline(ShopId), Path, description = "a positive id"), UvQuery),
+    responses((status = OK, body = u64)))]
+async fn shop_uv(
+    State(state): State<AppState>,
+    AppPath(id): AppPath<ShopId>,
+    AppQuery(q): AppQuery<UvQuery>,
+) -> ApiResult<u64> {
+    let days = uv_days(q.days)?;
+    if state.catalogue.shop(id).await?.is_none() {
+        return Err(shop_not_found());
+    }
+    ok(state.activity.shop_uv(id, days).await?)
+}
+
+/// Unique visitors of any shop page over the last `days` days (today included).
+#[utoipa::path(get, path = "/shop/uv/site", tag = TAG, params(UvQuery),
+    responses((status = OK, body = u64)))]
+async fn site_uv(State(state): State<AppState>, AppQuery(q): AppQuery<UvQuery>) -> ApiResult<u64> {
+    let days = uv_days(q.days)?;
+    ok(state.activity.site_uv(days).await?)
 }
 
 /// Create a shop; data is its id.
@@ -148,20 +234,6 @@ fn validate(s: &ShopInput) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The largest page number accepted (deeper pages are a scan, not a feature).
-const MAX_PAGE: i64 = 1000;
-
-fn page(current: Option<i64>) -> Result<i64, ApiError> {
-    let current = current.unwrap_or(1);
-    if (1..=MAX_PAGE).contains(&current) {
-        Ok(current)
-    } else {
-        Err(ApiError::invalid(format!(
-            "current must be between 1 and {MAX_PAGE}"
-        )))
-    }
-}
-
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
@@ -186,7 +258,7 @@ async fn shops_of_type(
     State(state): State<AppState>,
     AppQuery(q): AppQuery<TypeQuery>,
 ) -> ApiResult<Vec<Shop>> {
-    let current = page(q.current)?;
+    let current = super::extract::page(q.current)?;
     let position = match (q.x, q.y) {
         (Some(x), Some(y)) => {
             if !(-180.0..=180.0).contains(&x) || !(-85.05..=85.05).contains(&y) {
@@ -223,7 +295,7 @@ async fn shops_by_name(
     State(state): State<AppState>,
     AppQuery(q): AppQuery<NameQuery>,
 ) -> ApiResult<Vec<Shop>> {
-    let current = page(q.current)?;
+    let current = super::extract::page(q.current)?;
     let name = q.name.unwrap_or_default();
     if name.chars().count() > 128 || has_control(&name) {
         return Err(ApiError::invalid(

@@ -1,4 +1,4 @@
-//! `/user/*`: SMS code, login, logout, me, and public user lookups.
+//! `/user/*`: SMS code, login, logout, me, public user lookups, and the daily sign-in.
 
 use std::sync::Arc;
 
@@ -17,6 +17,7 @@ use super::{
     ok, ok_empty,
 };
 use crate::{
+    activity::{SignMonth, YearMonth},
     auth::{CodeError, CodeVerdict},
     config::Config,
     domain::{LoginCode, NickName, Phone, UserDto, UserId},
@@ -39,6 +40,9 @@ pub fn router(config: &Config) -> OpenApiRouter<AppState> {
         .routes(routes!(me))
         .routes(routes!(info))
         .routes(routes!(user_by_id))
+        .routes(routes!(sign))
+        .routes(routes!(sign_count))
+        .routes(routes!(sign_month))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -201,4 +205,58 @@ async fn info(
     AppPath(id): AppPath<UserId>,
 ) -> ApiResult<UserInfo> {
     Ok(super::Reply(users::find_info(&state.db, id).await?))
+}
+
+/// Sign in for today (in `HMDP_TIME_ZONE`); signing twice is harmless.
+///
+/// Sets bit `day - 1` of `sign:{userId}:{yyyyMM}`, as the original does.
+#[utoipa::path(post, path = "/user/sign", tag = TAG, security(("session" = [])))]
+async fn sign(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    CurrentUser(session): CurrentUser,
+) -> ApiResult<()> {
+    state.activity.sign(session.user.id).await?;
+    ok_empty()
+}
+
+/// Consecutive signed days ending today, within this month (the original's count).
+///
+/// 0 while today is not signed yet, even after a streak up to yesterday (the original's
+/// behaviour; `GET /user/sign/month` reports the streak that is still alive).
+#[utoipa::path(get, path = "/user/sign/count", tag = TAG, security(("session" = [])),
+    responses((status = OK, body = u32)))]
+async fn sign_count(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    CurrentUser(session): CurrentUser,
+) -> ApiResult<u32> {
+    ok(state.activity.sign_count(session.user.id).await?)
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct MonthQuery {
+    /// The month, `yyyyMM` (default: this month).
+    #[param(example = "202405")]
+    month: Option<String>,
+}
+
+/// A month's sign-in calendar: the signed days, today and the live streak.
+///
+/// `streak` counts consecutive signed days up to today, or up to yesterday while today is not
+/// signed yet, across month boundaries.
+#[utoipa::path(get, path = "/user/sign/month", tag = TAG, security(("session" = [])),
+    params(MonthQuery), responses((status = OK, body = SignMonth)))]
+async fn sign_month(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    CurrentUser(session): CurrentUser,
+    AppQuery(q): AppQuery<MonthQuery>,
+) -> ApiResult<SignMonth> {
+    let month = match q.month.as_deref().filter(|m| !m.is_empty()) {
+        Some(m) => Some(
+            m.parse::<YearMonth>()
+                .map_err(|e| ApiError::invalid(e.to_string()))?,
+        ),
+        None => None,
+    };
+    ok(state.activity.sign_month(session.user.id, month).await?)
 }

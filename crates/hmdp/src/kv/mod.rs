@@ -151,6 +151,36 @@ impl Keys {
         format!("{}login:token:{token}", self.prefix)
     }
 
+    // ---- notes, likes, follows, feed (`social`) ----
+
+    /// `blog:liked:{blogId}`: who liked a note, scored by the time (ms) of the like (the
+    /// original's key).
+    pub fn blog_liked(&self, blog_id: i64) -> String {
+        format!("{}blog:liked:{blog_id}", self.prefix)
+    }
+
+    /// `follows:{userId}`: whom a user follows (the original's key; `tb_follow` is the truth).
+    pub fn follows(&self, user_id: i64) -> String {
+        format!("{}follows:{user_id}", self.prefix)
+    }
+
+    /// `feed:{userId}`: a user's inbox of followed authors' note ids, scored by publish time
+    /// (ms) (the original's key).
+    pub fn feed(&self, user_id: i64) -> String {
+        format!("{}feed:{user_id}", self.prefix)
+    }
+
+    /// `feed:outbox:{authorId}`: the note ids of an author whose notes are pulled into the
+    /// followers' feeds at read time (too many followers to push to), scored like the inbox.
+    pub fn feed_outbox(&self, author_id: i64) -> String {
+        format!("{}feed:outbox:{author_id}", self.prefix)
+    }
+
+    /// `feed:pulled-authors`: the authors that have a [`Keys::feed_outbox`].
+    pub fn feed_pulled_authors(&self) -> String {
+        format!("{}feed:pulled-authors", self.prefix)
+    }
+
     /// `cache:shop:{id}` *without* the prefix: the cache client adds it.
     pub fn cache_shop(id: crate::domain::ShopId) -> String {
         format!("cache:shop:{id}")
@@ -175,6 +205,24 @@ impl Keys {
     /// `bloom:shop`: the Bloom filter of shop ids.
     pub fn shop_bloom(&self) -> String {
         format!("{}bloom:shop", self.prefix)
+    }
+
+    // ---- sign-in and unique visitors (`activity`) ----
+
+    /// `sign:{userId}:{yyyyMM}`: the month's sign-in bitmap, bit `day - 1` (the original's key).
+    pub fn sign(&self, user_id: i64, year_month: &str) -> String {
+        format!("{}sign:{user_id}:{year_month}", self.prefix)
+    }
+
+    /// `uv:shop:{<shopId>}:<yyyyMMdd>`: a shop's visitors of one day (HyperLogLog). The shop id
+    /// is the hash tag, so one `PFCOUNT` over several days of a shop stays in one cluster slot.
+    pub fn uv_shop(&self, shop_id: i64, day: &str) -> String {
+        format!("{}uv:shop:{{{shop_id}}}:{day}", self.prefix)
+    }
+
+    /// `uv:{site}:<yyyyMMdd>`: the whole site's visitors of one day (HyperLogLog).
+    pub fn uv_site(&self, day: &str) -> String {
+        format!("{}uv:{{site}}:{day}", self.prefix)
     }
 
     /// The order-stream shard of a voucher.
@@ -230,6 +278,20 @@ impl Keys {
     /// The lock name (*without* the prefix) of a user's sync-mode order attempt.
     pub fn order_lock(user_id: i64) -> String {
         format!("order:{user_id}")
+    }
+
+    // ---- photo uploads (`uploads`) ----
+
+    /// `upload:pending`: photos not yet used by a note nor cleaned up, scored by upload time
+    /// (ms). The clean-up reads it oldest first and removes what it has decided.
+    pub fn upload_pending(&self) -> String {
+        format!("{}upload:pending", self.prefix)
+    }
+
+    /// `upload:{name}` (`upload:/blogs/…`): who uploaded a photo (`user`), when (`at`, ms) and
+    /// the newest note id at that moment (`after`), until a note uses it or it is cleaned up.
+    pub fn upload(&self, name: &str) -> String {
+        format!("{}upload:{name}", self.prefix)
     }
 
     /// The pub/sub channel on which instances tell each other to drop L1 entries.

@@ -36,6 +36,9 @@ enum Step {
     },
     /// The demo catalogue, inserted only into an empty catalogue.
     SeedDemoCatalogue,
+    /// Demo users, notes and follows, inserted only right after the demo catalogue (in the same
+    /// run) and only where there are no notes, follows or demo users yet.
+    SeedDemoPeople,
 }
 
 /// What a migration run did.
@@ -45,6 +48,8 @@ pub struct MigrationReport {
     pub applied: Vec<i64>,
     /// True when the demo catalogue was inserted.
     pub seeded_demo: bool,
+    /// True when the demo users, notes and follows were inserted.
+    pub seeded_demo_people: bool,
 }
 
 const MIGRATIONS: &[Migration] = &[
@@ -340,6 +345,42 @@ const MIGRATIONS: &[Migration] = &[
         name: "demo catalogue for an empty database",
         steps: &[Step::SeedDemoCatalogue],
     },
+    Migration {
+        version: 4,
+        name: "social indexes: one follow per pair, followers, notes by author and by likes",
+        // The original has no index on tb_follow or tb_blog: the unique pair makes a follow
+        // idempotent; the others serve fan-out (followers of an author), `/blog/of/user` and
+        // `/blog/hot`.
+        steps: &[
+            Step::UniqueIndex {
+                table: "tb_follow",
+                name: "uk_follow_user_follow",
+                columns: "user_id, follow_user_id",
+            },
+            Step::Index {
+                table: "tb_follow",
+                name: "idx_follow_follow_user",
+                columns: "follow_user_id",
+            },
+            Step::Index {
+                table: "tb_blog",
+                name: "idx_blog_user",
+                columns: "user_id",
+            },
+            Step::Index {
+                table: "tb_blog",
+                name: "idx_blog_liked",
+                columns: "liked",
+            },
+        ],
+    },
+    Migration {
+        version: 5,
+        name: "demo users, notes and follows for a new demo database",
+        // Only where version 3 has just inserted the demo catalogue: a database that existed
+        // before (the original's, or an older demo) is left as it is.
+        steps: &[Step::SeedDemoPeople],
+    },
 ];
 
 /// Brings the schema up to date. Safe to run any number of times, on an empty database or on
@@ -383,6 +424,10 @@ pub async fn migrate(db: &Db) -> Result<MigrationReport> {
                     columns,
                 } => create_index(db, table, name, columns, false).await?,
                 Step::SeedDemoCatalogue => report.seeded_demo = seed::seed_if_empty(db).await?,
+                Step::SeedDemoPeople => {
+                    report.seeded_demo_people =
+                        seed::seed_people_if_fresh(db, report.seeded_demo).await?
+                }
             }
         }
         let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();

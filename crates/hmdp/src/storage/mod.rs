@@ -11,10 +11,13 @@
 //! Rows are read with `try_get_unchecked`: the original schema declares most integers
 //! `UNSIGNED`, which sqlx refuses to decode into `i64` on MySQL although every id fits.
 
+pub mod blogs;
 pub mod catalogue;
+pub mod follows;
 mod migrate;
 pub mod orders;
 mod seed;
+pub mod uploads;
 pub mod users;
 
 use std::{str::FromStr, time::Duration};

@@ -23,8 +23,23 @@ const PAYLOADS: &[&str] = &[
 
 both_backends!(sql_injection_attempts_are_just_strings);
 
+async fn user_count(app: &crate::helpers::TestApp) -> i64 {
+    match &app.state.db {
+        hmdp::storage::Db::Sqlite(p) => sqlx::query_scalar("SELECT COUNT(*) FROM tb_user")
+            .fetch_one(p)
+            .await
+            .unwrap(),
+        hmdp::storage::Db::MySql(p) => sqlx::query_scalar("SELECT COUNT(*) FROM tb_user")
+            .fetch_one(p)
+            .await
+            .unwrap(),
+    }
+}
+
 async fn sql_injection_attempts_are_just_strings(backend: Backend) {
     let app = spawn_app(backend).await;
+    // The demo data's users, before ours.
+    let demo_users = user_count(&app).await;
     let token = app.login("13812345678").await;
     for p in PAYLOADS {
         let enc = urlencode(p);
@@ -88,20 +103,10 @@ async fn sql_injection_attempts_are_just_strings(backend: Backend) {
         let back = app.get(&format!("/api/shop/{id}"), None).await;
         assert_eq!(back.body["data"]["name"], *p);
     }
-    // The users table is intact and still has exactly one user.
+    // The users table is intact and has exactly one user more than the demo's.
     let me = app.get("/api/user/me", Some(&token)).await;
     assert!(me.success());
-    let users: i64 = match &app.state.db {
-        hmdp::storage::Db::Sqlite(p) => sqlx::query_scalar("SELECT COUNT(*) FROM tb_user")
-            .fetch_one(p)
-            .await
-            .unwrap(),
-        hmdp::storage::Db::MySql(p) => sqlx::query_scalar("SELECT COUNT(*) FROM tb_user")
-            .fetch_one(p)
-            .await
-            .unwrap(),
-    };
-    assert_eq!(users, 1);
+    assert_eq!(user_count(&app).await, demo_users + 1);
 }
 
 fn urlencode(s: &str) -> String {

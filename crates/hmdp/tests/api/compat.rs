@@ -131,9 +131,12 @@ async fn migrations_adopt(dump: &SchemaDump) {
     dump.load_into(&db).await;
     let pool = hmdp::storage::Db::connect(&db.url, 2).await.unwrap();
 
+    let blogs = count(&db, "SELECT COUNT(*) FROM tb_blog").await;
     let first = hmdp::storage::migrate(&pool).await.unwrap();
-    assert_eq!(first.applied, vec![1, 2, 3]);
+    assert_eq!(first.applied, vec![1, 2, 3, 4, 5]);
     assert!(!first.seeded_demo, "an existing catalogue is never seeded");
+    assert!(!first.seeded_demo_people, "nor are demo people added");
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM tb_blog").await, blogs);
     let second = hmdp::storage::migrate(&pool).await.unwrap();
     assert!(second.applied.is_empty());
 
@@ -166,8 +169,9 @@ async fn migrations_are_idempotent_on_sqlite_too() {
     let url = format!("sqlite://{}/x.db", dir.path().display());
     let db = hmdp::storage::Db::connect(&url, 1).await.unwrap();
     let first = hmdp::storage::migrate(&db).await.unwrap();
-    assert_eq!(first.applied, vec![1, 2, 3]);
+    assert_eq!(first.applied, vec![1, 2, 3, 4, 5]);
     assert!(first.seeded_demo);
+    assert!(first.seeded_demo_people);
     assert!(
         hmdp::storage::migrate(&db)
             .await
@@ -183,7 +187,17 @@ async fn migrations_are_idempotent_on_sqlite_too() {
             .unwrap();
     }
     let again = hmdp::storage::migrate(&db).await.unwrap();
-    assert_eq!(again.applied, vec![1, 2, 3]);
+    assert_eq!(again.applied, vec![1, 2, 3, 4, 5]);
     assert!(!again.seeded_demo, "the catalogue is not seeded twice");
+    assert!(!again.seeded_demo_people, "nor the people");
+    if let hmdp::storage::Db::Sqlite(pool) = &db {
+        for (table, rows) in [("tb_user", 5), ("tb_blog", 10), ("tb_follow", 11)] {
+            let n: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
+                .fetch_one(pool)
+                .await
+                .unwrap();
+            assert_eq!(n, rows, "{table}");
+        }
+    }
     db.close().await;
 }

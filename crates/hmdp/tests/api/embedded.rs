@@ -1,5 +1,5 @@
 //! The binary with no configuration: comes up healthy, and its managed Redis; signals, the
-//! JSON log format and start-up errors.
+//! JSON log format and start-up errors; the demo data a new database starts with.
 
 use std::{
     path::Path,
@@ -7,7 +7,16 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::helpers::{free_port, redis_url, remove_keys, unique_prefix};
+use std::collections::HashSet;
+
+use sqlx::Row;
+
+use crate::{
+    both_backends,
+    helpers::{Backend, TestApp, free_port, redis_url, remove_keys, spawn_app, unique_prefix},
+};
+
+both_backends!(the_demo_data_fits_the_original_pages);
 
 /// Runs `hmdp` in `dir` with a clean environment plus `extra` variables.
 fn start_hmdp(dir: &Path, port: u16, extra: &[(&str, &str)]) -> Child {
@@ -349,5 +358,148 @@ async fn the_json_log_format_writes_one_json_object_per_line() {
             .iter()
             .any(|e| e["fields"]["message"] == "SIGTERM received; shutting down"),
         "{log}"
+    );
+}
+
+/// Rows of `sql` as strings, on either back end (the query casts its columns to CHAR).
+async fn rows(app: &TestApp, sql: &str) -> Vec<Vec<String>> {
+    hmdp::on_pool!(&app.state.db, pool => {
+        sqlx::query(sql)
+            .fetch_all(pool)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (0..r.len()).map(|i| r.try_get::<String, _>(i).unwrap()).collect())
+            .collect()
+    })
+}
+
+/// A GET of one of our images: 200 with an image content type.
+async fn assert_image(app: &TestApp, path: &str) {
+    let r = app.client.get(app.url(path)).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{path}");
+    let kind = r.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(kind.starts_with("image/"), "{path}: {kind}");
+    assert!(!r.bytes().await.unwrap().is_empty(), "{path}");
+}
+
+/// What the original pages ask for finds the demo data: shops of every type within 5 km of the
+/// position `shop-list.html` always sends, type icons at `'/imgs/' + icon`, notes with their
+/// photos and authors, and follows.
+async fn the_demo_data_fits_the_original_pages(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let (x, y) = (120.149993, 30.334229);
+
+    let types = app.get("/api/shop-type/list", None).await.body["data"].clone();
+    let types = types.as_array().unwrap();
+    assert!(types.len() >= 6, "{types:?}");
+    let mut nearby = HashSet::new();
+    for t in types {
+        let icon = t["icon"].as_str().unwrap();
+        assert!(
+            icon.starts_with("/types/") && icon.ends_with(".png"),
+            "the original's icon paths: {icon}"
+        );
+        assert_image(&app, &format!("/imgs{icon}")).await;
+        // Every type has shops near the page's position, nearest first, all within 5 km.
+        let mut last = 0.0;
+        for page in 1.. {
+            let r = app
+                .get(
+                    &format!(
+                        "/api/shop/of/type?typeId={}&current={page}&x={x}&y={y}",
+                        t["id"]
+                    ),
+                    None,
+                )
+                .await;
+            let shops = r.body["data"].as_array().unwrap().clone();
+            if shops.is_empty() {
+                assert!(
+                    page > 1,
+                    "no shop of type {} near the page: {r:?}",
+                    t["name"]
+                );
+                break;
+            }
+            for s in &shops {
+                let d = s["distance"].as_f64().unwrap();
+                assert!(d >= last && d <= 5000.0, "{s}");
+                last = d;
+                nearby.insert(s["id"].as_i64().unwrap());
+                for img in s["images"].as_str().unwrap_or("").split(',') {
+                    if !img.is_empty() {
+                        assert_image(&app, img).await;
+                    }
+                }
+            }
+        }
+    }
+    // Food fills more than one page of five.
+    let food = app
+        .get(
+            &format!("/api/shop/of/type?typeId=1&current=2&x={x}&y={y}"),
+            None,
+        )
+        .await;
+    assert!(
+        !food.body["data"].as_array().unwrap().is_empty(),
+        "{food:?}"
+    );
+
+    // Notes by demo users about shops the pages find, with photos and avatars we serve.
+    let notes = rows(
+        &app,
+        "SELECT CAST(b.id AS CHAR), CAST(b.shop_id AS CHAR), CAST(b.user_id AS CHAR), b.title, \
+         b.images, CAST(b.liked AS CHAR), u.nick_name, u.icon \
+         FROM tb_blog b JOIN tb_user u ON u.id = b.user_id ORDER BY b.liked DESC",
+    )
+    .await;
+    assert!(notes.len() >= 6, "{notes:?}");
+    for n in &notes {
+        assert!(nearby.contains(&n[1].parse().unwrap()), "note {n:?}");
+        assert!(!n[3].is_empty() && !n[6].is_empty(), "{n:?}");
+        for img in n[4].split(',') {
+            assert!(img.starts_with("/imgs/demo/"), "{n:?}");
+            assert_image(&app, img).await;
+        }
+        assert_image(&app, &n[7]).await;
+    }
+    assert!(
+        notes[0][5].parse::<i64>().unwrap() > 0,
+        "the hot list has an order"
+    );
+    let authors: HashSet<&str> = notes.iter().map(|n| n[2].as_str()).collect();
+    assert!(authors.len() >= 3, "{authors:?}");
+
+    // Everyone follows someone and has a fan; one row per pair.
+    let follows = rows(
+        &app,
+        "SELECT CAST(user_id AS CHAR), CAST(follow_user_id AS CHAR) FROM tb_follow",
+    )
+    .await;
+    let pairs: HashSet<(String, String)> = follows
+        .iter()
+        .map(|f| (f[0].clone(), f[1].clone()))
+        .collect();
+    assert_eq!(pairs.len(), follows.len());
+    let users = rows(&app, "SELECT CAST(id AS CHAR), phone FROM tb_user").await;
+    for u in &users {
+        assert!(
+            follows.iter().any(|f| f[0] == u[0]),
+            "{u:?} follows someone"
+        );
+        assert!(follows.iter().any(|f| f[1] == u[0]), "{u:?} has a fan");
+    }
+    // A demo user logs in with its phone and is who the notes say.
+    let (id, phone) = (&users[0][0], &users[0][1]);
+    let token = app.login(phone).await;
+    let me = app.get("/api/user/me", Some(&token)).await;
+    assert_eq!(me.body["data"]["id"].to_string(), *id, "{me:?}");
+    assert!(
+        me.body["data"]["icon"]
+            .as_str()
+            .unwrap()
+            .starts_with("/imgs/demo/")
     );
 }

@@ -11,6 +11,7 @@
 mod helpers;
 
 mod abuse;
+mod activity;
 mod admin;
 mod cluster;
 mod compat;
@@ -20,7 +21,10 @@ mod login;
 mod metrics;
 mod openapi;
 mod order_pipeline;
+mod pages;
 mod seckill;
 mod shops;
+mod social;
 mod static_files;
+mod uploads;
 mod vouchers;

@@ -162,6 +162,8 @@ const NO_DATA: &[(&str, &str)] = &[
     ("post", "/user/code"),
     ("post", "/user/logout"),
     ("put", "/shop"),
+    ("get", "/upload/blog/delete"),
+    ("post", "/user/sign"),
 ];
 
 /// A `data` schema says what it is: a reference, a primitive, or an array of those.

@@ -1,31 +1,6 @@
 //! `HMDP_STATIC_DIR`: the original front-end pages served at `/`, the API beside them.
 
-use crate::helpers::{Backend, spawn_app_with};
-
-/// Sends `GET {target}` as raw HTTP/1.1 bytes, so the path reaches the server exactly as
-/// written (an HTTP client would normalise `/../` and `/%2e%2e/` away before sending); the
-/// status and the body.
-fn raw_get(addr: std::net::SocketAddr, target: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).unwrap();
-    let answer = String::from_utf8_lossy(&answer).into_owned();
-    let status = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("{target}: not an HTTP answer: {answer:?}"));
-    (status, answer)
-}
+use crate::helpers::{Backend, raw_get, spawn_app_with};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_static_dir_is_served_at_the_root_beside_the_api() {

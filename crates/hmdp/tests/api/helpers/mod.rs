@@ -7,17 +7,19 @@
 
 mod app;
 mod database;
+mod images;
 mod seckill;
 
 pub use app::{
-    ADMIN_TOKEN, Backend, Resp, TestApp, spawn_app, spawn_app_with, spawn_with_config, test_config,
-    wait_until_up,
+    ADMIN_TOKEN, Backend, Resp, TestApp, raw_get, spawn_app, spawn_app_with, spawn_with_config,
+    test_config, wait_until_up,
 };
 pub use database::{CuttableProxy, SchemaDump, TestDatabase};
 pub use hmdp_testkit::{
     RedisCluster, RedisServer, free_port, mysql_server_url, redis_url, remove_keys, unique_prefix,
     wait_until,
 };
+pub use images::square_png;
 pub use seckill::{
     assert_same_orders, code_of, create_sale, db_buyers, db_count, db_order_ids, db_stock, drain,
     grab_raw, login_many, lose_voucher, order_id_of, redis_stock, wait_for_orders, worker_for,

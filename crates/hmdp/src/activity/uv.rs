@@ -1,0 +1,461 @@
+//! Unique visitors: a HyperLogLog per shop and day (`uv:shop:{<id>}:<yyyyMMdd>`) and one for
+//! the whole site (`uv:{site}:<yyyyMMdd>`: visitors of any shop page).
+//!
+//! A visitor is the logged-in user, else the client address (the TCP peer, as the rate limits
+//! use it: behind a reverse proxy every anonymous reader is the proxy). Recording a visit is on
+//! the hottest path, the cached `GET /shop/{id}`, so it does no Redis round trip: the visit
+//! goes into an in-memory buffer (sharded mutexes over sets, so a visitor re-reading a shop
+//! costs one hash lookup and nothing in Redis), and a background task sends the buffer every
+//! `HMDP_UV_FLUSH_MS` as pipelined `PFADD`s (one pipeline per Redis Cluster slot). The counts
+//! are therefore up to one flush interval late, and the visits of a process that dies without
+//! [`Activity::shutdown`] are lost (they are statistics, not orders).
+//!
+//! The buffer is bounded ([`BUFFER_CAP`] distinct visits): while Redis is away, failed
+//! batches are put back until the cap, and visits beyond it are dropped and counted
+//! (`hmdp_uv_visits_dropped_total`) instead of growing memory without limit.
+//!
+//! Counts are `PFCOUNT` over the days' keys, which is the size of their union (a visitor of
+//! three days counts once). The keys of one shop share its hash tag and the site's keys the tag
+//! `site`, so each count is one command in one slot. Every key written expires
+//! [`MAX_UV_DAYS`] + 2 days after its last write, so the oldest day a count can ask for is
+//! always still there and nothing older is kept.
+
+use std::{
+    collections::{HashMap, HashSet, hash_map::RandomState},
+    hash::BuildHasher,
+    net::IpAddr,
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+
+use chrono::{Days, NaiveDate};
+use futures_util::{StreamExt, TryStreamExt, stream};
+use tokio::sync::oneshot;
+
+use super::{Activity, ActivityError};
+use crate::{
+    domain::{ShopId, UserId},
+    kv::{Keys, RedisConn, key_slot},
+    metrics::{Counter, Gauge, Registry},
+};
+
+/// The most days one count may span (`days=1..=90`).
+pub const MAX_UV_DAYS: u32 = 90;
+
+/// Distinct (shop, day, visitor) entries the buffer holds at most; about 10 MB.
+pub(crate) const BUFFER_CAP: usize = 100_000;
+
+/// Mutexes the buffer is split over, so concurrent reads rarely wait for each other.
+const SHARDS: usize = 32;
+
+/// Members per `PFADD` and commands per pipeline.
+const PFADD_CHUNK: usize = 1_000;
+const PIPELINE_COMMANDS: usize = 500;
+
+/// Pipelines in flight at once during a flush (a cluster has one per slot).
+const CONCURRENT_PIPELINES: usize = 8;
+
+/// Who visited: the logged-in user, else the client address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Visitor {
+    User(UserId),
+    Addr(IpAddr),
+}
+
+impl Visitor {
+    /// The HyperLogLog member: `u:<id>` or `ip:<address>`, so a user id never equals an address.
+    pub fn member(self) -> String {
+        match self {
+            Visitor::User(id) => format!("u:{id}"),
+            Visitor::Addr(ip) => format!("ip:{ip}"),
+        }
+    }
+}
+
+/// The visit buffer's counters (`hmdp_uv_*`).
+#[derive(Debug, Default)]
+pub struct UvStats {
+    /// Distinct visits waiting for the next flush.
+    pub buffered: Gauge,
+    /// Visits sent to Redis.
+    pub flushed: Counter,
+    /// Visits dropped because the buffer was full (Redis away for long).
+    pub dropped: Counter,
+    /// Flushes that failed (their visits were put back).
+    pub flush_failures: Counter,
+}
+
+impl UvStats {
+    /// Adds the visitor-counting metrics to `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "hmdp_uv_buffered_visits",
+            "Distinct shop visits waiting in memory for the next flush to Redis",
+            self.buffered.clone(),
+        );
+        registry.register(
+            "hmdp_uv_visits_flushed",
+            "Distinct shop visits sent to Redis (PFADD)",
+            self.flushed.clone(),
+        );
+        registry.register(
+            "hmdp_uv_visits_dropped",
+            "Shop visits not counted because the buffer was full (Redis away for long)",
+            self.dropped.clone(),
+        );
+        registry.register(
+            "hmdp_uv_flush_failures",
+            "Visit flushes that failed; their visits were kept for the next one",
+            self.flush_failures.clone(),
+        );
+    }
+}
+
+/// A shop and a day.
+type Day = (i64, NaiveDate);
+
+/// One shard of the buffer: the visitors per shop and day.
+type Shard = HashMap<Day, HashSet<Visitor>>;
+
+/// The visits not yet in Redis: per (shop, day), the set of visitors.
+pub(crate) struct VisitBuffer {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+    cap: usize,
+    stats: UvStats,
+}
+
+impl VisitBuffer {
+    pub(crate) fn new(cap: usize) -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: RandomState::new(),
+            cap,
+            stats: UvStats::default(),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> &UvStats {
+        &self.stats
+    }
+
+    /// The shard of a (shop, visitor): spread by both, so one hot shop uses every shard, and one
+    /// visitor of one shop always lands in the same shard (no duplicates across shards).
+    fn shard(&self, shop: i64, visitor: Visitor) -> MutexGuard<'_, Shard> {
+        let i = self.hasher.hash_one((shop, visitor)) as usize % self.shards.len();
+        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes a visit; a repeat visit is free, a new one beyond the cap is dropped and counted.
+    pub(crate) fn record(&self, shop: i64, day: NaiveDate, visitor: Visitor) {
+        let mut map = self.shard(shop, visitor);
+        if map.get(&(shop, day)).is_some_and(|s| s.contains(&visitor)) {
+            return;
+        }
+        if self.stats.buffered.get() >= self.cap as i64 {
+            self.stats.dropped.inc();
+            return;
+        }
+        map.entry((shop, day)).or_default().insert(visitor);
+        self.stats.buffered.inc();
+    }
+
+    /// Empties the buffer: the visits per (shop, day).
+    fn take(&self) -> HashMap<Day, Vec<Visitor>> {
+        let mut out: HashMap<Day, Vec<Visitor>> = HashMap::new();
+        let mut taken = 0;
+        for shard in &*self.shards {
+            let map = std::mem::take(&mut *shard.lock().unwrap_or_else(|e| e.into_inner()));
+            for (day, visitors) in map {
+                taken += visitors.len();
+                out.entry(day).or_default().extend(visitors);
+            }
+        }
+        self.stats.buffered.dec_by(taken as i64);
+        out
+    }
+
+    /// Puts a batch that could not be sent back, up to the cap.
+    fn put_back(&self, batch: HashMap<Day, Vec<Visitor>>) {
+        for ((shop, day), visitors) in batch {
+            for v in visitors {
+                self.record(shop, day, v);
+            }
+        }
+    }
+
+    /// Sends everything buffered to Redis; on failure the visits stay for the next flush.
+    pub(crate) async fn flush(&self, redis: &RedisConn, keys: &Keys) {
+        let batch = self.take();
+        if batch.is_empty() {
+            return;
+        }
+        let visits: usize = batch.values().map(Vec::len).sum();
+        match send(&batch, redis, keys).await {
+            Ok(()) => {
+                self.stats.flushed.inc_by(visits as u64);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, visits, "could not send shop visits to Redis; keeping them for the next flush");
+                self.stats.flush_failures.inc();
+                self.put_back(batch);
+            }
+        }
+    }
+}
+
+/// How long a day's key lives after its last write: every day a count can span, plus a margin
+/// for time zones and late flushes.
+fn retention() -> Duration {
+    Duration::from_secs(u64::from(MAX_UV_DAYS + 2) * 24 * 3600)
+}
+
+/// `yyyyMMdd`, the day part of the UV keys.
+fn day_key(day: NaiveDate) -> String {
+    day.format("%Y%m%d").to_string()
+}
+
+/// Pipelines being built, one list per cluster slot (one list on a single node).
+#[derive(Default)]
+struct Pipelines {
+    by_slot: HashMap<u16, Vec<redis::Pipeline>>,
+}
+
+impl Pipelines {
+    fn add(&mut self, slot: u16, cmd: &redis::Cmd) {
+        let list = self.by_slot.entry(slot).or_default();
+        if list.last().is_none_or(|p| p.len() >= PIPELINE_COMMANDS) {
+            list.push(redis::pipe());
+        }
+        let pipe = list.last_mut().expect("just pushed");
+        pipe.add_command(cmd.clone()).ignore();
+    }
+
+    /// `PFADD key members…` in chunks, then the key's expiry.
+    fn pfadd(&mut self, cluster: bool, key: &str, members: &[String]) {
+        let slot = if cluster { key_slot(key) } else { 0 };
+        for chunk in members.chunks(PFADD_CHUNK) {
+            self.add(slot, redis::cmd("PFADD").arg(key).arg(chunk));
+        }
+        self.add(
+            slot,
+            redis::cmd("PEXPIRE")
+                .arg(key)
+                .arg(retention().as_millis() as u64),
+        );
+    }
+}
+
+/// Writes a batch: `PFADD` to each shop's day and to the site's day, pipelined.
+async fn send(
+    batch: &HashMap<Day, Vec<Visitor>>,
+    redis: &RedisConn,
+    keys: &Keys,
+) -> Result<(), redis::RedisError> {
+    let cluster = matches!(redis, RedisConn::Cluster(_));
+    let mut pipes = Pipelines::default();
+    let mut site: HashMap<NaiveDate, HashSet<Visitor>> = HashMap::new();
+    for (&(shop, day), visitors) in batch {
+        let members: Vec<String> = visitors.iter().map(|v| v.member()).collect();
+        pipes.pfadd(cluster, &keys.uv_shop(shop, &day_key(day)), &members);
+        site.entry(day)
+            .or_default()
+            .extend(visitors.iter().copied());
+    }
+    for (day, visitors) in site {
+        let members: Vec<String> = visitors.into_iter().map(Visitor::member).collect();
+        pipes.pfadd(cluster, &keys.uv_site(&day_key(day)), &members);
+    }
+    stream::iter(pipes.by_slot.into_values().flatten())
+        .map(|pipe| {
+            let mut redis = redis.clone();
+            async move { pipe.exec_async(&mut redis).await }
+        })
+        .buffer_unordered(CONCURRENT_PIPELINES)
+        .try_collect::<()>()
+        .await
+}
+
+/// The flush task: every `every` until `stop` fires (or its sender is dropped), then once more.
+pub(crate) async fn flush_every(
+    buffer: Arc<VisitBuffer>,
+    redis: RedisConn,
+    keys: Keys,
+    every: Duration,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => buffer.flush(&redis, &keys).await,
+            _ = &mut stop => break,
+        }
+    }
+    buffer.flush(&redis, &keys).await;
+}
+
+/// How shop reads record visits: the benchmark compares buffering with a `PFADD` per read and
+/// with no recording at all (feature `test-util`; the service always buffers).
+#[cfg(feature = "test-util")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum VisitMode {
+    /// In memory, flushed in batches (the service's way).
+    Buffered = 0,
+    /// `PFADD` to the shop's and the site's day before the read answers.
+    WriteThrough = 1,
+    /// Not recorded.
+    Off = 2,
+}
+
+impl Activity {
+    /// Counts a visit of `shop` today. No I/O: the visit is sent with the next flush.
+    pub fn record_visit(&self, shop: ShopId, visitor: Visitor) {
+        self.0.visits.record(shop.get(), self.today(), visitor);
+    }
+
+    /// What a shop read calls: [`Activity::record_visit`] (no I/O, ready at once), unless a
+    /// benchmark chose another [`VisitMode`].
+    pub async fn visit(&self, shop: ShopId, visitor: Visitor) {
+        #[cfg(feature = "test-util")]
+        match self.0.visit_mode.load(std::sync::atomic::Ordering::Relaxed) {
+            m if m == VisitMode::Off as u8 => return,
+            m if m == VisitMode::WriteThrough as u8 => {
+                let day = day_key(self.today());
+                let member = visitor.member();
+                let (mut a, mut b) = (self.0.redis.clone(), self.0.redis.clone());
+                let mut shop_cmd = redis::cmd("PFADD");
+                shop_cmd
+                    .arg(self.0.keys.uv_shop(shop.get(), &day))
+                    .arg(&member);
+                let mut site_cmd = redis::cmd("PFADD");
+                site_cmd.arg(self.0.keys.uv_site(&day)).arg(&member);
+                let (x, y) = tokio::join!(shop_cmd.exec_async(&mut a), site_cmd.exec_async(&mut b));
+                if let Err(e) = x.and(y) {
+                    tracing::warn!(error = %e, "PFADD of a visit failed");
+                }
+                return;
+            }
+            _ => {}
+        }
+        self.record_visit(shop, visitor);
+    }
+
+    /// Chooses how shop reads record visits (benchmarks).
+    #[cfg(feature = "test-util")]
+    pub fn set_visit_mode(&self, mode: VisitMode) {
+        self.0
+            .visit_mode
+            .store(mode as u8, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Distinct visitors of `shop` over the last `days` days (1 = today), `1..=MAX_UV_DAYS`.
+    pub async fn shop_uv(&self, shop: ShopId, days: u32) -> Result<u64, ActivityError> {
+        let keys = self
+            .last_days(days)
+            .map(|d| self.0.keys.uv_shop(shop.get(), &d));
+        self.pfcount(keys.collect()).await
+    }
+
+    /// Distinct visitors of any shop page over the last `days` days (1 = today).
+    pub async fn site_uv(&self, days: u32) -> Result<u64, ActivityError> {
+        let keys = self.last_days(days).map(|d| self.0.keys.uv_site(&d));
+        self.pfcount(keys.collect()).await
+    }
+
+    /// Sends the buffered visits now (tests and benchmarks; the flush task does it anyway).
+    pub async fn flush_visits(&self) {
+        self.0.visits.flush(&self.0.redis, &self.0.keys).await;
+    }
+
+    /// `yyyyMMdd` of today and the `days - 1` days before it.
+    fn last_days(&self, days: u32) -> impl Iterator<Item = String> {
+        let today = self.today();
+        (0..days.clamp(1, MAX_UV_DAYS)).filter_map(move |back| {
+            today
+                .checked_sub_days(Days::new(u64::from(back)))
+                .map(day_key)
+        })
+    }
+
+    async fn pfcount(&self, keys: Vec<String>) -> Result<u64, ActivityError> {
+        let mut redis = self.0.redis.clone();
+        Ok(redis::cmd("PFCOUNT")
+            .arg(keys)
+            .query_async(&mut redis)
+            .await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn day(s: &str) -> NaiveDate {
+        NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap()
+    }
+
+    fn user(id: i64) -> Visitor {
+        Visitor::User(UserId::new(id).unwrap())
+    }
+
+    #[test]
+    fn repeat_visits_are_buffered_once() {
+        let b = VisitBuffer::new(100);
+        let d = day("2024-05-01");
+        for _ in 0..3 {
+            b.record(1, d, user(7));
+        }
+        b.record(1, d, Visitor::Addr("192.0.2.1".parse().unwrap()));
+        b.record(2, d, user(7));
+        b.record(1, day("2024-05-02"), user(7));
+        assert_eq!(b.stats().buffered.get(), 4);
+        let batch = b.take();
+        assert_eq!(batch[&(1, d)].len(), 2);
+        assert_eq!(batch[&(2, d)], vec![user(7)]);
+        assert_eq!(b.stats().buffered.get(), 0, "taking empties the buffer");
+        assert!(b.take().is_empty());
+    }
+
+    #[test]
+    fn a_full_buffer_drops_new_visits_and_counts_them() {
+        let b = VisitBuffer::new(10);
+        let d = day("2024-05-01");
+        for id in 1..=15 {
+            b.record(1, d, user(id));
+        }
+        assert_eq!(b.stats().buffered.get(), 10);
+        assert_eq!(b.stats().dropped.get(), 5);
+        // A visitor already buffered is not a drop.
+        b.record(1, d, user(1));
+        assert_eq!(b.stats().dropped.get(), 5);
+        // A failed batch goes back, but never beyond the cap.
+        let batch = b.take();
+        b.record(9, d, user(99));
+        b.put_back(batch);
+        assert_eq!(b.stats().buffered.get(), 10);
+        assert_eq!(b.stats().dropped.get(), 6);
+    }
+
+    #[test]
+    fn members_keep_users_and_addresses_apart() {
+        assert_eq!(user(42).member(), "u:42");
+        assert_eq!(Visitor::Addr("::1".parse().unwrap()).member(), "ip:::1");
+        assert_eq!(day_key(day("2024-01-09")), "20240109");
+    }
+
+    #[test]
+    fn one_cluster_slot_per_pipeline() {
+        let keys = Keys::new("p:");
+        let mut pipes = Pipelines::default();
+        let members: Vec<String> = (0..2_500).map(|i| format!("u:{i}")).collect();
+        pipes.pfadd(true, &keys.uv_shop(1, "20240501"), &members);
+        pipes.pfadd(true, &keys.uv_shop(1, "20240502"), &members[..1]);
+        pipes.pfadd(true, &keys.uv_site("20240501"), &members[..1]);
+        assert_eq!(pipes.by_slot.len(), 2, "one shop's days share a slot");
+        let shop = &pipes.by_slot[&key_slot(&keys.uv_shop(1, "x"))];
+        // 3 chunks + PEXPIRE for the first day, PFADD + PEXPIRE for the second.
+        assert_eq!(shop.iter().map(redis::Pipeline::len).sum::<usize>(), 6);
+    }
+}

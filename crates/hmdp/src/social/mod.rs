@@ -1,0 +1,176 @@
+//! Notes, likes, follows and the followers' feed (the course's ZSET and SET chapters).
+//!
+//! - [`blogs`]: notes are sanitised on write (the pages render `content` as raw HTML) and shown
+//!   with their author and whether the viewer likes them.
+//! - [`likes`]: one Lua script decides a toggle, and `tb_blog.liked` follows the set's size
+//!   under the note's row lock, so racing clicks never double-count.
+//! - [`follows`]: `tb_follow` is the truth; `follows:{userId}` is a copy that carries a marker
+//!   member, so a lost set is rebuilt instead of read as "follows nobody".
+//! - [`feed`]: push to followers' inboxes, or, past `HMDP_FEED_PUSH_MAX_FOLLOWERS`, pull from
+//!   the author's outbox at read time; one scroll over both.
+//!
+//! Fan-outs to many followers run in the background; [`Social::shutdown`] waits for them.
+
+pub mod blogs;
+pub mod feed;
+pub mod follows;
+pub mod likes;
+mod scripts;
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicUsize, Ordering},
+};
+
+use futures_util::{StreamExt, TryStreamExt};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisResult};
+use tokio::sync::Notify;
+
+pub use blogs::{Blog, BlogInput};
+pub use feed::ScrollResult;
+pub use likes::LikeState;
+
+use crate::{
+    catalogue::{Catalogue, CatalogueError},
+    config::SocialSettings,
+    kv::{Keys, RedisConn},
+    storage::{Db, StorageError},
+};
+
+/// Errors of the social service.
+#[derive(Debug, thiserror::Error)]
+pub enum SocialError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error(transparent)]
+    Catalogue(#[from] CatalogueError),
+    /// No such note.
+    #[error("笔记不存在")]
+    BlogNotFound,
+    /// A note that breaks a rule; the message says which.
+    #[error("{0}")]
+    InvalidBlog(String),
+    /// No such user.
+    #[error("用户不存在 (no such user)")]
+    UserNotFound,
+    /// A user cannot follow themselves.
+    #[error("不能关注自己 (you cannot follow yourself)")]
+    FollowSelf,
+}
+
+/// How many commands go to Redis in one pipeline (single node), or at once (cluster).
+const BATCH: usize = 500;
+
+/// The social service: notes with likes, follows and the push/pull feed.
+#[derive(Clone)]
+pub struct Social {
+    db: Db,
+    redis: RedisConn,
+    keys: Keys,
+    settings: SocialSettings,
+    catalogue: Catalogue,
+    background: Arc<Background>,
+}
+
+impl Social {
+    pub fn new(
+        db: Db,
+        redis: RedisConn,
+        keys: Keys,
+        settings: SocialSettings,
+        catalogue: Catalogue,
+    ) -> Self {
+        Self {
+            db,
+            redis,
+            keys,
+            settings,
+            catalogue,
+            background: Arc::default(),
+        }
+    }
+
+    /// Finishes background work (fan-outs in flight) before the process exits.
+    pub async fn shutdown(&self) {
+        self.background.idle().await;
+    }
+
+    /// Fan-outs running in the background right now.
+    pub fn fan_outs_in_flight(&self) -> usize {
+        self.background.running.load(Ordering::Acquire)
+    }
+
+    fn conn(&self) -> RedisConn {
+        self.redis.clone()
+    }
+
+    /// Runs independent one-key commands and returns their replies in order: pipelined on a
+    /// single node, concurrently (each routed to its slot's node) on a cluster, where one
+    /// pipeline may not span slots.
+    async fn query_each<T: FromRedisValue + Send + 'static>(
+        &self,
+        cmds: Vec<Cmd>,
+    ) -> RedisResult<Vec<T>> {
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
+        match &self.redis {
+            RedisConn::Single(_) => {
+                let mut out = Vec::with_capacity(cmds.len());
+                for chunk in cmds.chunks(BATCH) {
+                    let mut pipe = Pipeline::with_capacity(chunk.len());
+                    for c in chunk {
+                        pipe.add_command(c.clone());
+                    }
+                    let replies: Vec<T> = pipe.query_async(&mut self.conn()).await?;
+                    out.extend(replies);
+                }
+                Ok(out)
+            }
+            RedisConn::Cluster(_) => {
+                futures_util::stream::iter(cmds)
+                    .map(|c| {
+                        let mut conn = self.conn();
+                        async move { c.query_async::<T>(&mut conn).await }
+                    })
+                    .buffered(BATCH)
+                    .try_collect()
+                    .await
+            }
+        }
+    }
+}
+
+/// Counts background tasks so that shutdown can wait for them.
+#[derive(Debug, Default)]
+struct Background {
+    running: AtomicUsize,
+    done: Notify,
+}
+
+impl Background {
+    fn spawn(self: &Arc<Self>, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.running.fetch_add(1, Ordering::AcqRel);
+        let me = self.clone();
+        tokio::spawn(async move {
+            task.await;
+            if me.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                me.done.notify_waiters();
+            }
+        });
+    }
+
+    async fn idle(&self) {
+        loop {
+            let done = self.done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if self.running.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            done.await;
+        }
+    }
+}

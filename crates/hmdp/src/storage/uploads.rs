@@ -1,0 +1,37 @@
+//! The two questions the photo clean-up asks `tb_blog`.
+//!
+//! A note can only use a photo uploaded before it was posted, so the upload records the newest
+//! note id of that moment and the clean-up looks only at notes after it: an index range on the
+//! primary key, then a `LIKE` over the few notes posted since, instead of a scan of every
+//! note's `images` for every photo.
+
+use sqlx::Row as _;
+
+use super::{Db, Result};
+
+/// The newest note id (0 when there are none).
+pub async fn newest_blog_id(db: &Db) -> Result<i64> {
+    let sql = "SELECT MAX(id) FROM tb_blog";
+    let id: Option<i64> = crate::on_pool!(db, pool => {
+        sqlx::query(sql).fetch_one(pool).await?.try_get_unchecked(0)?
+    });
+    Ok(id.unwrap_or(0))
+}
+
+/// True when a note newer than `after` lists `name` (`/blogs/…`) in its `images`.
+///
+/// `name` must hold no `LIKE` wildcard (`%`, `_`) nor backslash; photo names never do.
+pub async fn is_referenced(db: &Db, name: &str, after: i64) -> Result<bool> {
+    debug_assert!(!name.contains(['%', '_', '\\']), "{name}");
+    let sql = "SELECT 1 FROM tb_blog WHERE id > ? AND images LIKE ? LIMIT 1";
+    let pattern = format!("%{name}%");
+    let found = crate::on_pool!(db, pool => {
+        sqlx::query(sql)
+            .bind(after)
+            .bind(&pattern)
+            .fetch_optional(pool)
+            .await?
+            .is_some()
+    });
+    Ok(found)
+}

@@ -1,0 +1,494 @@
+//! Note photos: upload, delete, serve, and clean up the ones no note uses.
+//!
+//! A photo is judged by its first bytes (JPEG, PNG, GIF or WebP), written to a `.part` file
+//! beside its final place and renamed, so a half-written file is never served. Its name
+//! ([`PhotoName`]) is the original's `/blogs/{d1}/{d2}/{uuid}.{ext}`, the extension taken from
+//! the content. Redis keeps who uploaded it (`upload:{name}`) and queues the name by upload
+//! time (`upload:pending`): only the uploader may delete it, and a background task deletes the
+//! queued photos that no note lists once `HMDP_UPLOAD_GRACE_SECS` have passed
+//! ([`Uploads::sweep_once`]). A photo a note uses leaves the queue for good, so a sweep only
+//! looks at the photos uploaded since the one before.
+//!
+//! The folder must be shared by every instance (or there is one instance): any instance's
+//! sweep deletes the files of photos uploaded through another. A Redis that loses its data
+//! forgets the queue: those photos are then kept, never deleted wrongly. A note posted in the
+//! very moment its photo's grace runs out may lose the photo to a sweep running beside it.
+
+mod name;
+
+use std::{
+    io,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex, Weak},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use axum::body::Bytes;
+use futures_util::{Stream, StreamExt};
+use redis::AsyncCommands;
+use tokio::{io::AsyncWriteExt, sync::watch, task::JoinHandle};
+
+pub use name::{ImageKind, InvalidName, PhotoName};
+
+use crate::{
+    config::SocialSettings,
+    domain::UserId,
+    kv::{Keys, RedisConn},
+    storage::{self, Db, StorageError},
+};
+
+/// Errors of the photo store.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    /// The content is not a JPEG, PNG, GIF or WebP image.
+    #[error("not an image (JPEG, PNG, GIF or WebP, judged by its content)")]
+    NotAnImage,
+    /// The photo is larger than `HMDP_UPLOAD_MAX_BYTES`.
+    #[error("photo larger than {max} bytes")]
+    TooLarge { max: usize },
+    /// The request body could not be read as an upload.
+    #[error("unreadable upload: {0}")]
+    BadBody(String),
+    /// Not a name this service hands out.
+    #[error(transparent)]
+    InvalidName(#[from] InvalidName),
+    /// Someone else uploaded this photo, or a note already uses it.
+    #[error("this photo is not the caller's to delete")]
+    NotYours,
+    #[error("photo file operation failed: {0}")]
+    Io(#[from] io::Error),
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The upload folder cannot be created or resolved.
+    #[error("cannot use the upload folder {path}: {source}")]
+    Folder { path: PathBuf, source: io::Error },
+    /// The upload folder would be served as static files, past every check of this module.
+    #[error(
+        "HMDP_UPLOAD_DIR ({upload}) is inside HMDP_STATIC_DIR ({static_dir}); choose an upload \
+         folder outside the static files (photos are served at /imgs/blogs/ from it, then from \
+         the static folder)"
+    )]
+    InsideStaticDir {
+        upload: PathBuf,
+        static_dir: PathBuf,
+    },
+}
+
+/// What one clean-up did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Photos no note used, deleted.
+    pub deleted: u64,
+    /// Photos a note uses: kept for good.
+    pub kept: u64,
+    /// Queued photos whose file was already gone (deleted by the uploader, or never written).
+    pub missing: u64,
+}
+
+/// The photo store. Cheap to clone.
+#[derive(Clone)]
+pub struct Uploads {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Canonical, so no symbolic link above it changes what the checks below it mean.
+    dir: PathBuf,
+    db: Db,
+    redis: RedisConn,
+    keys: Keys,
+    max_bytes: usize,
+    grace: Duration,
+    stop: watch::Sender<bool>,
+    sweeper: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Queue entries decided per Redis round trip of a sweep.
+const SWEEP_BATCH: usize = 100;
+
+impl Uploads {
+    /// Creates the folder (`dir/blogs`) and starts the clean-up task (so: inside a Tokio
+    /// runtime). Refuses a `dir` inside `static_dir`, which would serve uploads (and `.part`
+    /// files) unchecked.
+    pub fn new(
+        dir: PathBuf,
+        static_dir: Option<&Path>,
+        db: Db,
+        redis: RedisConn,
+        keys: Keys,
+        settings: SocialSettings,
+    ) -> Result<Self, UploadError> {
+        let blogs = dir.join("blogs");
+        let folder_error = |source| UploadError::Folder {
+            path: dir.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&blogs).map_err(folder_error)?;
+        let dir = dir.canonicalize().map_err(folder_error)?;
+        if let Some(static_dir) = static_dir {
+            let static_dir = static_dir
+                .canonicalize()
+                .or_else(|_| std::path::absolute(static_dir))
+                .unwrap_or_else(|_| static_dir.to_owned());
+            if dir.starts_with(&static_dir) {
+                return Err(UploadError::InsideStaticDir {
+                    upload: dir,
+                    static_dir,
+                });
+            }
+        }
+        let (stop, stopped) = watch::channel(false);
+        let grace = settings.upload_grace;
+        let inner = Arc::new(Inner {
+            dir,
+            db,
+            redis,
+            keys,
+            max_bytes: settings.upload_max_bytes,
+            grace,
+            stop,
+            sweeper: Mutex::new(None),
+        });
+        let task = tokio::spawn(sweep_forever(
+            Arc::downgrade(&inner),
+            stopped,
+            sweep_period(grace),
+        ));
+        *inner.sweeper.lock().expect("not poisoned") = Some(task);
+        Ok(Self { inner })
+    }
+
+    /// The (canonical) upload folder; photos are below it at [`PhotoName::relative_path`].
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The largest photo accepted, in bytes.
+    pub fn max_bytes(&self) -> usize {
+        self.inner.max_bytes
+    }
+
+    /// Stores the photo read from `body` for `user` and returns its name.
+    ///
+    /// The first bytes decide the kind (anything else is refused before a file is created);
+    /// more than [`Uploads::max_bytes`] is refused while reading.
+    pub async fn store<S>(&self, user: UserId, body: S) -> Result<PhotoName, UploadError>
+    where
+        S: Stream<Item = Result<Bytes, UploadError>>,
+    {
+        let mut body = std::pin::pin!(body);
+        let mut first = Vec::new();
+        let mut len = 0;
+        while len < ImageKind::SNIFF_LEN {
+            let Some(chunk) = body.next().await else {
+                break;
+            };
+            let chunk = chunk?;
+            len += chunk.len();
+            self.check_size(len)?;
+            first.push(chunk);
+        }
+        let head: Vec<u8> = first
+            .iter()
+            .flat_map(|c| c.iter().copied())
+            .take(ImageKind::SNIFF_LEN)
+            .collect();
+        let kind = ImageKind::sniff(&head).ok_or(UploadError::NotAnImage)?;
+        let name = PhotoName::generate(kind);
+        let after = storage::uploads::newest_blog_id(&self.inner.db).await?;
+        self.record(user, &name, after).await?;
+        let written = self.write(&name, first, body, len).await;
+        if written.is_err()
+            && let Err(e) = self.forget(&name).await
+        {
+            tracing::warn!(error = %e, %name, "could not drop the record of a failed upload");
+        }
+        written.map(|()| name)
+    }
+
+    /// Deletes a photo of `user`'s; `raw` is the name with or without `/imgs`.
+    ///
+    /// A name nobody has a record of is refused when its file exists (a photo a note uses, or
+    /// one of another instance's) and accepted when it does not (already deleted, as the
+    /// original, whose delete of a missing file succeeds).
+    pub async fn delete(&self, user: UserId, raw: &str) -> Result<(), UploadError> {
+        let name = PhotoName::parse(raw)?;
+        let mut redis = self.inner.redis.clone();
+        let owner: Option<i64> = redis
+            .hget(self.inner.keys.upload(name.as_str()), "user")
+            .await?;
+        match owner {
+            Some(owner) if owner == user.get() => {
+                self.remove_files(&name).await?;
+                self.forget(&name).await?;
+                Ok(())
+            }
+            Some(_) => Err(UploadError::NotYours),
+            None if self.locate(&name).await?.is_some() => Err(UploadError::NotYours),
+            None => Ok(()),
+        }
+    }
+
+    /// The file of a photo, when it is a regular file below real folders (no symbolic link
+    /// is followed).
+    pub async fn locate(&self, name: &PhotoName) -> io::Result<Option<PathBuf>> {
+        let Some(folder) = self.folder_of(name).await? else {
+            return Ok(None);
+        };
+        let path = folder.join(name.file_name());
+        match tokio::fs::symlink_metadata(&path).await {
+            Ok(m) if m.is_file() => Ok(Some(path)),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes the queued photos uploaded more than the grace period before `now` that no
+    /// note lists, and drops the used ones from the queue. The background task calls it
+    /// periodically; tests call it with a `now` of their choosing.
+    pub async fn sweep_once(&self, now: SystemTime) -> Result<SweepReport, UploadError> {
+        let cutoff = epoch_ms(now.checked_sub(self.inner.grace).unwrap_or(UNIX_EPOCH));
+        let pending = self.inner.keys.upload_pending();
+        let mut redis = self.inner.redis.clone();
+        let mut report = SweepReport::default();
+        loop {
+            let members: Vec<String> = redis
+                .zrangebyscore_limit(&pending, "-inf", cutoff, 0, SWEEP_BATCH as isize)
+                .await?;
+            for member in &members {
+                let Ok(name) = PhotoName::parse(member) else {
+                    let _: () = redis.zrem(&pending, member).await?;
+                    continue;
+                };
+                let after: Option<i64> = redis
+                    .hget(self.inner.keys.upload(name.as_str()), "after")
+                    .await?;
+                // Without the record (expired), every note is looked at.
+                let used = storage::uploads::is_referenced(
+                    &self.inner.db,
+                    name.as_str(),
+                    after.unwrap_or(0),
+                )
+                .await?;
+                if used {
+                    report.kept += 1;
+                } else if self.remove_files(&name).await? {
+                    report.deleted += 1;
+                } else {
+                    report.missing += 1;
+                }
+                self.forget(&name).await?;
+            }
+            if members.len() < SWEEP_BATCH || *self.inner.stop.borrow() {
+                return Ok(report);
+            }
+        }
+    }
+
+    /// Stops the clean-up task (letting a sweep in progress finish its batch).
+    pub async fn shutdown(&self) {
+        self.inner.stop.send_replace(true);
+        let task = self.inner.sweeper.lock().expect("not poisoned").take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+
+    fn check_size(&self, len: usize) -> Result<(), UploadError> {
+        if len > self.inner.max_bytes {
+            Err(UploadError::TooLarge {
+                max: self.inner.max_bytes,
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Queues the name, then records the uploader (in this order: a failure between the two
+    /// leaves a photo the sweep still visits).
+    async fn record(&self, user: UserId, name: &PhotoName, after: i64) -> Result<(), UploadError> {
+        let now = epoch_ms(SystemTime::now());
+        let key = self.inner.keys.upload(name.as_str());
+        // Only a backstop: the sweep deletes the record once it has decided the photo.
+        let ttl = self.inner.grace * 2 + Duration::from_secs(3600);
+        let mut redis = self.inner.redis.clone();
+        let _: () = redis
+            .zadd(self.inner.keys.upload_pending(), name.as_str(), now)
+            .await?;
+        let _: () = redis::pipe()
+            .hset_multiple(&key, &[("user", user.get()), ("at", now), ("after", after)])
+            .ignore()
+            .pexpire(&key, ttl.as_millis() as i64)
+            .ignore()
+            .query_async(&mut redis)
+            .await?;
+        Ok(())
+    }
+
+    /// Drops the queue entry and the record of a photo.
+    async fn forget(&self, name: &PhotoName) -> Result<(), redis::RedisError> {
+        let mut redis = self.inner.redis.clone();
+        let _: () = redis
+            .zrem(self.inner.keys.upload_pending(), name.as_str())
+            .await?;
+        redis.del(self.inner.keys.upload(name.as_str())).await
+    }
+
+    /// Writes `first` and the rest of `body` to the `.part` file, then renames it into place.
+    async fn write<S>(
+        &self,
+        name: &PhotoName,
+        first: Vec<Bytes>,
+        mut body: std::pin::Pin<&mut S>,
+        mut len: usize,
+    ) -> Result<(), UploadError>
+    where
+        S: Stream<Item = Result<Bytes, UploadError>>,
+    {
+        let folder = self.inner.dir.join(
+            name.relative_path()
+                .parent()
+                .expect("a photo name has folders"),
+        );
+        tokio::fs::create_dir_all(&folder).await?;
+        let part_path = folder.join(name.part_file_name());
+        let mut part = PartFile(Some(part_path.clone()));
+        let mut file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&part_path)
+            .await?;
+        for chunk in first {
+            file.write_all(&chunk).await?;
+        }
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk?;
+            len += chunk.len();
+            self.check_size(len)?;
+            file.write_all(&chunk).await?;
+        }
+        file.flush().await?;
+        file.sync_all().await?;
+        drop(file);
+        tokio::fs::rename(&part_path, folder.join(name.file_name())).await?;
+        part.0 = None;
+        Ok(())
+    }
+
+    /// The photo's folder, when every folder from the upload folder down is a real one.
+    async fn folder_of(&self, name: &PhotoName) -> io::Result<Option<PathBuf>> {
+        let mut path = self.inner.dir.clone();
+        for folder in name.folders() {
+            path.push(folder);
+            match tokio::fs::symlink_metadata(&path).await {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Some(path))
+    }
+
+    /// Removes a photo's file and a `.part` left by an interrupted upload; true when the
+    /// photo's file was there. A symbolic link in its place is removed, never followed.
+    async fn remove_files(&self, name: &PhotoName) -> io::Result<bool> {
+        let Some(folder) = self.folder_of(name).await? else {
+            return Ok(false);
+        };
+        remove_if_present(&folder.join(name.part_file_name())).await?;
+        remove_if_present(&folder.join(name.file_name())).await
+    }
+}
+
+/// A `.part` file, removed when dropped: an upload that fails or whose request goes away
+/// leaves nothing behind.
+/// `None` once renamed into place.
+struct PartFile(Option<PathBuf>);
+
+impl Drop for PartFile {
+    fn drop(&mut self) {
+        if let Some(path) = &self.0
+            && let Err(e) = std::fs::remove_file(path)
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(error = %e, path = %path.display(), "could not remove a partial upload");
+        }
+    }
+}
+
+async fn remove_if_present(path: &Path) -> io::Result<bool> {
+    match tokio::fs::remove_file(path).await {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// How often the background task sweeps: a quarter of the grace period, between a minute and
+/// an hour (a photo lives at most that much longer than its grace).
+fn sweep_period(grace: Duration) -> Duration {
+    (grace / 4).clamp(Duration::from_secs(60), Duration::from_secs(3600))
+}
+
+async fn sweep_forever(inner: Weak<Inner>, mut stop: watch::Receiver<bool>, period: Duration) {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            changed = stop.changed() => {
+                // Stopped, or every handle dropped.
+                if changed.is_err() || *stop.borrow() {
+                    return;
+                }
+                continue;
+            }
+            _ = ticks.tick() => {}
+        }
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        match (Uploads { inner }).sweep_once(SystemTime::now()).await {
+            Ok(r) if r != SweepReport::default() => tracing::info!(
+                deleted = r.deleted,
+                kept = r.kept,
+                missing = r.missing,
+                "photo clean-up"
+            ),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "photo clean-up failed; next try at the next sweep")
+            }
+        }
+    }
+}
+
+fn epoch_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweeps_come_between_a_minute_and_an_hour_apart() {
+        assert_eq!(
+            sweep_period(Duration::from_secs(1)),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            sweep_period(Duration::from_secs(24 * 3600)),
+            Duration::from_secs(3600)
+        );
+        assert_eq!(
+            sweep_period(Duration::from_secs(1200)),
+            Duration::from_secs(300)
+        );
+    }
+}
