@@ -118,6 +118,23 @@ error_codes! {
     VoucherNotFound => ("voucher_not_found", OK),
     /// No such order of this user.
     OrderNotFound => ("order_not_found", OK),
+    /// No such note ("笔记不存在").
+    BlogNotFound => ("blog_not_found", OK),
+    /// A note that breaks a rule: empty or too long title or content, too many photos, an
+    /// unknown shop.
+    InvalidBlog => ("invalid_blog", OK),
+    /// No such user.
+    UserNotFound => ("user_not_found", OK),
+    /// Following oneself.
+    FollowSelf => ("follow_self", OK),
+    /// An upload that is not an image (judged by its content).
+    NotAnImage => ("not_an_image", OK),
+    /// A photo name that is not one this service hands out ("错误的文件名称").
+    InvalidFileName => ("invalid_file_name", OK),
+    /// Deleting a photo someone else uploaded.
+    NotYourFile => ("not_your_file", OK),
+    /// An upload that is not `multipart/form-data`.
+    UnsupportedMediaType => ("unsupported_media_type", UNSUPPORTED_MEDIA_TYPE),
     /// Malformed input: bad JSON, a missing field, a wrong type, a bad path or query value.
     InvalidRequest => ("invalid_request", BAD_REQUEST),
     /// No or expired login on a route that needs one.
@@ -222,6 +239,13 @@ impl IntoResponse for ApiError {
             }),
         )
             .into_response();
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            // The rest of the body was never read, so the connection cannot carry another
+            // request. Saying so keeps clients from reusing it and racing the server's close.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         if let Some(after) = self.retry_after {
             let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
             if let Ok(v) = HeaderValue::from_str(&secs.max(1).to_string()) {
@@ -284,6 +308,14 @@ impl From<redis::RedisError> for ApiError {
             ApiError::unavailable("redis", e)
         } else {
             ApiError::internal(e)
+        }
+    }
+}
+
+impl From<crate::activity::ActivityError> for ApiError {
+    fn from(e: crate::activity::ActivityError) -> Self {
+        match e {
+            crate::activity::ActivityError::Redis(r) => r.into(),
         }
     }
 }
