@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Runs the whole hmdp test suite against real Redis and MariaDB.
+# Runs the whole hmdp test suite against real Redis, MariaDB and RabbitMQ.
 #
 #   scripts/test.sh            # everything (what CI runs)
 #   scripts/test.sh -p hmdp    # extra arguments go to `cargo test`
 #
 # It makes sure what the tests need is there first: installs redis-server, mariadb-server,
-# chromium + chromium-driver, and python3 + python3-venv + curl (for the fuzzing) with apt-get
-# when missing (as root, or through sudo), starts the servers when they are not running, and
-# creates a MariaDB account for the tests. Override the targets with HMDP_TEST_REDIS_URL and
-# HMDP_TEST_MYSQL_URL to use servers of your own.
+# rabbitmq-server, chromium + chromium-driver, and python3 + python3-venv + curl (for the
+# fuzzing) with apt-get when missing (as root, or through sudo), starts the servers when they
+# are not running, and creates a MariaDB account for the tests. Override the targets with
+# HMDP_TEST_REDIS_URL, HMDP_TEST_MYSQL_URL and HMDP_TEST_AMQP_URL to use servers of your own.
+# The RabbitMQ tests make a throw-away vhost each with rabbitmqctl (as root or the rabbitmq
+# user); HMDP_TEST_RABBITMQCTL names another command for that (e.g. one in a container).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +21,10 @@ need_install=()
 command -v redis-server >/dev/null || need_install+=(redis-server)
 command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || need_install+=(mariadb-server)
 command -v mariadb >/dev/null || need_install+=(mariadb-client)
+# The order transport's tests: a real broker, and rabbitmqctl for a vhost per test.
+if [ -z "${HMDP_TEST_AMQP_URL:-}" ]; then
+  command -v rabbitmqctl >/dev/null || [ -x /usr/sbin/rabbitmqctl ] || need_install+=(rabbitmq-server)
+fi
 # The UI test drives Debian's headless Chromium over WebDriver (no browser downloads).
 command -v chromium >/dev/null || need_install+=(chromium)
 command -v chromedriver >/dev/null || need_install+=(chromium-driver)
@@ -68,8 +74,33 @@ if [ -z "${HMDP_TEST_MYSQL_URL:-}" ]; then
   fi
 fi
 
+# RabbitMQ on 127.0.0.1:5672 unless HMDP_TEST_AMQP_URL points elsewhere. Debian's package
+# starts the broker on install where an init system runs; otherwise start it here.
+amqp_listening() { (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; }
+if [ -z "${HMDP_TEST_AMQP_URL:-}" ]; then
+  PATH="$PATH:/usr/sbin"
+  if ! as_root rabbitmqctl -q status >/dev/null 2>&1 || ! amqp_listening; then
+    if as_root service rabbitmq-server start >/dev/null 2>&1; then
+      log "started rabbitmq-server (service rabbitmq-server start)"
+    else
+      log "starting rabbitmq-server -detached (no init system)"
+      as_root rabbitmq-server -detached ||
+        { log "cannot start RabbitMQ: run as root or with sudo, or set HMDP_TEST_AMQP_URL"; exit 1; }
+    fi
+    # await_startup fails at once while the node is not up at all: retry until a deadline.
+    deadline=$((SECONDS + 120))
+    until as_root rabbitmqctl -q await_startup --timeout 60 >/dev/null 2>&1; do
+      [ $SECONDS -lt $deadline ] || { log "RabbitMQ did not finish starting within 120 s"; exit 1; }
+      sleep 1
+    done
+    log "rabbitmq-server is up"
+  fi
+  amqp_listening || { log "RabbitMQ is not listening on 127.0.0.1:5672"; exit 1; }
+fi
+
 command -v cargo >/dev/null || { log "cargo is missing: install Rust from https://rustup.rs"; exit 1; }
-log "redis=${HMDP_TEST_REDIS_URL:-redis://127.0.0.1:6379} mysql=${HMDP_TEST_MYSQL_URL%%:*}://…"
+amqp_target=${HMDP_TEST_AMQP_URL:-127.0.0.1:5672}
+log "redis=${HMDP_TEST_REDIS_URL:-redis://127.0.0.1:6379} mysql=${HMDP_TEST_MYSQL_URL%%:*}://… amqp=${amqp_target##*@}"
 # The compatibility tests always load the repository's own fixture of the original schema; the
 # original hmdp.sql is loaded too when HMDP_ORIGINAL_SQL names it or it lies in shared/data/
 # beside the checkout (never required).
