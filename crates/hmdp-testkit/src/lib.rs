@@ -1,15 +1,19 @@
 //! Test support shared by the hmdp crates, used only as a dev-dependency.
 //!
 //! Every integration test suite in the workspace runs against real servers (Redis is never
-//! mocked): the shared ones named by `HMDP_TEST_REDIS_URL` and `HMDP_TEST_MYSQL_URL`, or private
-//! `redis-server` processes a test starts, stops, freezes or joins into a cluster. What those
-//! suites have in common lives here once; what only one crate needs stays in its own tests.
+//! mocked): the shared ones named by `HMDP_TEST_REDIS_URL`, `HMDP_TEST_MYSQL_URL` and
+//! `HMDP_TEST_AMQP_URL`, private `redis-server` processes a test starts, stops, freezes or joins
+//! into a cluster, a RabbitMQ vhost of a test's own, or a proxy in front of the broker that a
+//! test cuts. What those suites have in common lives here once; what only one crate needs stays
+//! in its own tests.
 
+mod amqp;
 mod keys;
 mod server;
 
 use std::{net::TcpListener, time::Duration};
 
+pub use amqp::{AmqpVhost, CuttableProxy, amqp_socket_addr, amqp_url};
 pub use keys::{KeyPrefix, remove_keys, unique_prefix};
 pub use server::{RedisCluster, RedisServer};
 
