@@ -230,7 +230,10 @@ async fn bad_input_gets_a_clear_error(backend: Backend) {
     let huge = format!("{{\"phone\":\"{}\"}}", "1".repeat(200_000));
     let r = app.send(raw_owned(&app, huge)).await;
     assert_eq!((r.status, r.code()), (413, "payload_too_large"));
-    assert_eq!(r.headers["connection"], "close", "the unread body ends the connection");
+    assert_eq!(
+        r.headers["connection"], "close",
+        "the unread body ends the connection"
+    );
 
     // Unknown ids and routes.
     let token = app.login("13812345678").await;
