@@ -10,6 +10,9 @@
 //! Fault tests need a broker that goes away without stopping the shared one: [`CuttableProxy`]
 //! forwards a local port to it and can drop every connection and refuse new ones until it is
 //! restored, on the same port, so a client configured with the proxy's URL reconnects to it.
+//! Tests about what a restarted broker keeps use a private node, [`RabbitNode`].
+
+mod node;
 
 use std::{
     collections::HashMap,
@@ -26,6 +29,8 @@ use std::{
 use tokio::{io::AsyncWriteExt, net::TcpStream, task::JoinHandle};
 
 use crate::free_port;
+
+pub use node::RabbitNode;
 
 /// The shared test broker, without a vhost: `HMDP_TEST_AMQP_URL`, default
 /// `amqp://guest:guest@127.0.0.1:5672`.

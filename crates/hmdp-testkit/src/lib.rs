@@ -3,8 +3,8 @@
 //! Every integration test suite in the workspace runs against real servers (Redis is never
 //! mocked): the shared ones named by `HMDP_TEST_REDIS_URL`, `HMDP_TEST_MYSQL_URL` and
 //! `HMDP_TEST_AMQP_URL`, private `redis-server` processes a test starts, stops, freezes or joins
-//! into a cluster, a RabbitMQ vhost of a test's own, or a proxy in front of the broker that a
-//! test cuts. What those suites have in common lives here once; what only one crate needs stays
+//! into a cluster, a RabbitMQ vhost of a test's own, a proxy in front of the broker that a
+//! test cuts, or a private RabbitMQ node it restarts. What those suites have in common lives here once; what only one crate needs stays
 //! in its own tests.
 
 mod amqp;
@@ -13,7 +13,7 @@ mod server;
 
 use std::{net::TcpListener, time::Duration};
 
-pub use amqp::{AmqpVhost, CuttableProxy, amqp_socket_addr, amqp_url};
+pub use amqp::{AmqpVhost, CuttableProxy, RabbitNode, amqp_socket_addr, amqp_url};
 pub use keys::{KeyPrefix, remove_keys, unique_prefix};
 pub use server::{RedisCluster, RedisServer};
 

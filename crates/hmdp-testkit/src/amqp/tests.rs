@@ -181,6 +181,35 @@ async fn the_proxy_in_front_of_the_broker() {
     assert!(idle.is_err(), "the restored connection closed: {idle:?}");
 }
 
+#[tokio::test]
+async fn a_private_node_restarts_and_survives_a_kill() {
+    let started = std::time::Instant::now();
+    let mut node = RabbitNode::start().await;
+    eprintln!("started {} in {:?}", node.node_name(), started.elapsed());
+    assert_eq!(
+        node.url(),
+        format!("amqp://guest:guest@127.0.0.1:{}", node.port())
+    );
+    assert_eq!(amqp_socket_addr(&node.url()), node.addr());
+    let mut open = open_vhost_as(&node.url(), node.addr(), "/").await.unwrap();
+
+    let restarted = std::time::Instant::now();
+    node.restart().await;
+    eprintln!("restarted in {:?}", restarted.elapsed());
+    assert_closed(&mut open).await;
+    let mut open = open_vhost_as(&node.url(), node.addr(), "/").await.unwrap();
+
+    node.kill();
+    assert!(!node.is_running());
+    assert_closed(&mut open).await;
+    assert!(open_vhost_as(&node.url(), node.addr(), "/").await.is_err());
+    let after_kill = std::time::Instant::now();
+    node.restart().await;
+    eprintln!("started after a kill in {:?}", after_kill.elapsed());
+    assert!(node.is_running());
+    open_vhost_as(&node.url(), node.addr(), "/").await.unwrap();
+}
+
 /// The pid of a process that has exited and been reaped.
 fn dead_pid() -> u32 {
     let mut child = std::process::Command::new("true").spawn().unwrap();
@@ -232,8 +261,12 @@ async fn assert_closed(stream: &mut TcpStream) {
 /// Connects to `addr` and opens `vhost` as the user of [`amqp_url`], in raw AMQP 0-9-1; the
 /// open connection, or what went wrong (a refused connect, the broker's Connection.Close).
 async fn open_vhost(addr: SocketAddr, vhost: &str) -> Result<TcpStream, String> {
-    let base = amqp_url();
-    let url = Url::split(&base);
+    open_vhost_as(&amqp_url(), addr, vhost).await
+}
+
+/// [`open_vhost`] as the user of `url`.
+async fn open_vhost_as(url: &str, addr: SocketAddr, vhost: &str) -> Result<TcpStream, String> {
+    let url = Url::split(url);
     let user = url.user();
     let password = url
         .userinfo
