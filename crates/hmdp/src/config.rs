@@ -100,6 +100,15 @@ pub enum SeckillMode {
     Sync,
 }
 
+/// How accepted flash-sale orders travel to the database writer (`HMDP_ORDER_TRANSPORT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderTransport {
+    /// The worker reads the Redis order streams itself.
+    Stream,
+    /// A relay moves the stream entries to RabbitMQ; the worker consumes the queue.
+    RabbitMq,
+}
+
 /// How order ids are drawn (`HMDP_ID_MODE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdMode {
@@ -148,6 +157,7 @@ names!(ShopCacheStrategy {
     "aside" => ShopCacheStrategy::Aside,
 });
 names!(SeckillMode { "async" => SeckillMode::Async, "sync" => SeckillMode::Sync });
+names!(OrderTransport { "stream" => OrderTransport::Stream, "rabbitmq" => OrderTransport::RabbitMq });
 names!(IdMode { "compatible" => IdMode::Compatible, "segment" => IdMode::Segment });
 
 /// A secret string that never shows up in `Debug`/`Display` output or logs.
@@ -173,6 +183,8 @@ impl fmt::Debug for Secret {
 
 /// The default Redis URL, used when `HMDP_REDIS_URL` is unset.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+/// The RabbitMQ of `HMDP_AMQP_URL` when unset: a local broker's default account and vhost.
+pub const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
 /// The default `HMDP_DATA_DIR`.
 const DEFAULT_DATA_DIR: &str = "data";
@@ -393,6 +405,16 @@ settings! {
         /// `hmdp worker` only: serve its `/metrics` and `/health` on this address (no port when
         /// unset)
         HMDP_WORKER_LISTEN listen: Option<SocketAddr> = None;
+        /// how accepted orders reach the database: `stream` (the worker reads the Redis order
+        /// streams) or `rabbitmq` (a relay publishes them to the exchange `hmdianping.direct`,
+        /// routing key `direct.seckill`, with publisher confirms; the worker consumes
+        /// `direct.seckill.queue`). Either way the grab appends to the stream first
+        HMDP_ORDER_TRANSPORT transport: OrderTransport = OrderTransport::Stream;
+        /// RabbitMQ for `HMDP_ORDER_TRANSPORT=rabbitmq`; the path is the vhost (`%2f` is `/`)
+        HMDP_AMQP_URL amqp_url: String as Url = DEFAULT_AMQP_URL.to_owned(), check amqp_scheme();
+        /// the relay retries a batch the broker has not confirmed within this long
+        HMDP_AMQP_CONFIRM_TIMEOUT_MS confirm_timeout: Duration as Millis = Duration::from_secs(5),
+            check at_least(1);
         /// order ids: `compatible` (one `INCR` each, the original) or `segment` (blocks reserved
         /// with `INCRBY`)
         HMDP_ID_MODE id_mode: IdMode = IdMode::Segment;
@@ -667,7 +689,8 @@ macro_rules! setting {
 }
 
 setting!(as written: u32, u64, usize, f64, bool, String, SocketAddr);
-setting!(as written: ManagedRedis, AppendFsync, LogFormat, ShopCacheStrategy, SeckillMode, IdMode);
+setting!(as written: ManagedRedis, AppendFsync, LogFormat, ShopCacheStrategy, SeckillMode, IdMode,
+    OrderTransport);
 setting!(as written: TimeZone);
 setting! {
     Plain: PathBuf = PathBuf, |raw| raw, |v| Some(v.display().to_string());
@@ -721,6 +744,13 @@ fn no_braces() -> impl Fn(&String) -> Result<(), String> {
     ensure("must not contain '{' or '}'".into(), |v: &String| {
         !v.contains(['{', '}'])
     })
+}
+
+fn amqp_scheme() -> impl Fn(&String) -> Result<(), String> {
+    ensure(
+        "must be an `amqp://` or `amqps://` URL".into(),
+        |v: &String| v.starts_with("amqp://") || v.starts_with("amqps://"),
+    )
 }
 
 /// Replaces the password of every `scheme://user:password@host` part with `***`.

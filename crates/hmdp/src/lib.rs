@@ -15,7 +15,9 @@
 //! - [`order_stream`]: the contract between the flash sale and the worker: entry fields, the
 //!   consumer group, pending records, the shard-count guard, stream gauges.
 //! - [`seckill`]: the flash sale: one Lua script decides, a stream carries the order.
-//! - [`worker`]: the consumer group that writes accepted orders into the database.
+//! - [`worker`]: the consumer group that writes accepted orders into the database, or relays
+//!   them to RabbitMQ and consumes its queue.
+//! - [`amqp`]: the RabbitMQ topology, order message and confirmed publisher.
 //! - [`social`]: notes, likes (ZSET), follows (SET) and the followers' feed (push/pull).
 //! - [`activity`]: sign-in (BITMAP) and unique visitors (HyperLogLog).
 //! - [`uploads`]: note photos on disk.
@@ -24,6 +26,7 @@
 //! - [`startup`]: wiring it all together; [`cli`]: the `hmdp` command.
 
 pub mod activity;
+pub mod amqp;
 pub mod auth;
 pub mod catalogue;
 pub mod cli;

@@ -147,6 +147,9 @@ impl Application {
                 config.seckill.consumer.clone(),
             )
         });
+        if let Some(w) = &worker {
+            check_broker(w, &config).await?;
+        }
         let http_metrics = Arc::new(crate::http::HttpMetrics::default());
         let stream_metrics = StreamMetrics::default();
         let mut registry = Registry::default();
@@ -156,6 +159,9 @@ impl Application {
         registry.register_collector(Box::new(LockCollector(locks.clone())));
         if let Some(w) = &worker {
             w.stats().register(&mut registry);
+            if w.uses_rabbitmq() {
+                w.amqp_stats().register(&mut registry);
+            }
         }
         stream_metrics.register(&mut registry);
         let social = crate::social::Social::new(
@@ -188,6 +194,10 @@ impl Application {
             activity,
             uploads,
             worker: worker.as_ref().map(|w| w.stats().clone()),
+            broker: worker
+                .as_ref()
+                .filter(|w| w.uses_rabbitmq())
+                .map(|w| w.amqp_stats().clone()),
             http_metrics,
             metrics: Arc::new(registry),
             stream_metrics,
@@ -334,18 +344,23 @@ pub async fn run_worker_with(
         .check_shards()
         .await
         .context("the order worker cannot start")?;
+    check_broker(&worker, &config).await?;
     let endpoint = match listener {
         Some(listener) => {
             let addr = listener.local_addr()?;
             let stream_metrics = StreamMetrics::default();
             let mut metrics = Registry::default();
             worker.stats().register(&mut metrics);
+            if worker.uses_rabbitmq() {
+                worker.amqp_stats().register(&mut metrics);
+            }
             stream_metrics.register(&mut metrics);
             let app = http::worker_app(http::WorkerEndpoint {
                 db: db.clone(),
                 redis,
                 keys,
                 shards: config.seckill.shards,
+                broker: worker.uses_rabbitmq().then(|| worker.amqp_stats().clone()),
                 metrics,
                 stream_metrics,
             });
@@ -378,6 +393,21 @@ pub async fn run_worker_with(
         }
     }
     db.close().await;
+    Ok(())
+}
+
+/// With `HMDP_ORDER_TRANSPORT=rabbitmq`, connects once and declares the topology, so a wrong
+/// URL, refused credentials or a conflicting queue stop the start with one line.
+async fn check_broker(worker: &OrderWorker, config: &Config) -> anyhow::Result<()> {
+    if worker.uses_rabbitmq() {
+        let url = &config.seckill.amqp_url;
+        crate::amqp::check(url).await.with_context(|| {
+            format!(
+                "cannot use RabbitMQ at {} (HMDP_AMQP_URL)",
+                crate::config::redact_url(url)
+            )
+        })?;
+    }
     Ok(())
 }
 

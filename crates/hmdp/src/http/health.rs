@@ -1,4 +1,8 @@
-//! `GET /health`: is the service able to serve? Checks Redis and the database.
+//! `GET /health`: is the service able to serve? Checks Redis and the database; with
+//! `HMDP_ORDER_TRANSPORT=rabbitmq` it also says whether the worker is connected to the broker.
+//! A broker away does not make the answer a 503: grabs are still decided and wait in the
+//! stream, so the instance should stay in rotation; alert on `broker` (or
+//! `hmdp_amqp_*_connected`) instead.
 
 use std::time::Duration;
 
@@ -25,6 +29,9 @@ struct Health {
     status: &'static str,
     redis: &'static str,
     database: &'static str,
+    /// `ok` or `down`; only with `HMDP_ORDER_TRANSPORT=rabbitmq` where the worker runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    broker: Option<&'static str>,
 }
 
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -32,12 +39,16 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 /// Redis and database health.
 #[utoipa::path(get, path = "/health", tag = "ops", responses((status = OK, body = Health)))]
 async fn health(State(state): State<AppState>) -> Response {
-    check(&state.redis, &state.db).await
+    check(&state.redis, &state.db, state.broker.as_deref()).await
 }
 
 /// Pings Redis and the database (each within [`CHECK_TIMEOUT`]): 200 with `status: ok`, or 503
 /// in the envelope saying which one is down. Also the standalone worker's `/health`.
-pub(crate) async fn check(redis: &RedisConn, db: &Db) -> Response {
+pub(crate) async fn check(
+    redis: &RedisConn,
+    db: &Db,
+    broker: Option<&crate::amqp::AmqpStats>,
+) -> Response {
     let (redis, db) = tokio::join!(
         tokio::time::timeout(CHECK_TIMEOUT, redis.ping()),
         tokio::time::timeout(CHECK_TIMEOUT, db.ping()),
@@ -55,6 +66,7 @@ pub(crate) async fn check(redis: &RedisConn, db: &Db) -> Response {
         status: if healthy { "ok" } else { "degraded" },
         redis: if redis_ok { "ok" } else { "down" },
         database: if db_ok { "ok" } else { "down" },
+        broker: broker.map(|b| if b.connected() { "ok" } else { "down" }),
     };
     let status = if healthy {
         StatusCode::OK

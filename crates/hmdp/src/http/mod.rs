@@ -114,6 +114,8 @@ pub struct AppStateInner {
     pub stream_metrics: crate::order_stream::StreamMetrics,
     /// The embedded order worker's counters, when it runs in this process.
     pub worker: Option<Arc<crate::worker::WorkerStats>>,
+    /// Its RabbitMQ relay and consumer, with `HMDP_ORDER_TRANSPORT=rabbitmq` (`/health`).
+    pub broker: Option<Arc<crate::amqp::AmqpStats>>,
     pub admin_token: Arc<Secret>,
     pub config: Arc<Config>,
 }

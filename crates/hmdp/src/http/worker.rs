@@ -30,6 +30,8 @@ pub struct WorkerEndpoint {
     pub keys: Keys,
     /// How many order streams there are (`HMDP_SECKILL_SHARDS`).
     pub shards: u32,
+    /// The RabbitMQ relay and consumer, with `HMDP_ORDER_TRANSPORT=rabbitmq`.
+    pub broker: Option<Arc<crate::amqp::AmqpStats>>,
     /// The worker's metrics ([`crate::worker::WorkerStats::register`]) and `stream_metrics`.
     pub metrics: Registry,
     /// The order stream gauges, registered in `metrics`, read at each scrape.
@@ -53,5 +55,5 @@ async fn worker_metrics(State(ep): State<Arc<WorkerEndpoint>>) -> Response {
 }
 
 async fn worker_health(State(ep): State<Arc<WorkerEndpoint>>) -> Response {
-    health::check(&ep.redis, &ep.db).await
+    health::check(&ep.redis, &ep.db, ep.broker.as_deref()).await
 }

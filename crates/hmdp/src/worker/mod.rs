@@ -3,7 +3,12 @@
 //! idempotent transaction, acknowledged only after the commit. Several workers (tasks or
 //! processes) can share a stream. README, "The flash sale, and what survives what", lists
 //! the failures it survives and how.
+//!
+//! With `HMDP_ORDER_TRANSPORT=rabbitmq` the same shard loops relay the entries to RabbitMQ
+//! instead (acknowledged after the broker's confirm), and a queue consumer (`consume.rs`)
+//! writes the queue into the database with the same batches, stock guard and order statuses.
 
+mod consume;
 mod housekeeping;
 mod read;
 mod run;
@@ -25,7 +30,8 @@ pub use crate::order_stream::GROUP;
 pub use stats::{BATCH_SIZE_BUCKETS, WRITE_SECONDS_BUCKETS, WorkerStats};
 
 use crate::{
-    config::SeckillSettings,
+    amqp::{AmqpStats, PublishError, Publisher},
+    config::{OrderTransport, SeckillSettings},
     kv::{Keys, RedisConn},
     order_stream::{self, ShardCountMismatch},
     storage::{Db, StorageError},
@@ -45,6 +51,9 @@ pub struct OrderWorker {
     consumer_expiry: Duration,
     /// Where the next `XAUTOCLAIM` of each shard continues.
     claim_cursors: Arc<Mutex<HashMap<u32, String>>>,
+    /// With `HMDP_ORDER_TRANSPORT=rabbitmq`: the shard loops publish here instead of writing.
+    publisher: Option<Arc<Publisher>>,
+    amqp: Arc<AmqpStats>,
 }
 
 /// What one step of a shard loop did.
@@ -62,15 +71,25 @@ pub enum WorkerError {
     Redis(#[from] redis::RedisError),
     #[error("database: {0}")]
     Storage(#[from] StorageError),
-    /// The database is away or briefly refusing; `entries` (delivered to this consumer, not
-    /// written) are to be retried as they are, without reading them again.
-    #[error("database unavailable ({} orders held for a retry): {source}", entries.len())]
+    /// The database (or, relaying, the broker) is away or briefly refusing; `entries`
+    /// (delivered to this consumer, not written) are to be retried as they are, without
+    /// reading them again.
+    #[error("{} orders held for a retry: {source}", entries.len())]
     Stalled {
         entries: Vec<StreamId>,
-        source: StorageError,
+        source: Held,
     },
     #[error(transparent)]
     Shards(#[from] ShardCountMismatch),
+}
+
+/// Why orders are held for a retry.
+#[derive(Debug, thiserror::Error)]
+pub enum Held {
+    #[error("database unavailable: {0}")]
+    Database(StorageError),
+    #[error("not confirmed by RabbitMQ: {0}")]
+    Broker(PublishError),
 }
 
 /// Default of [`OrderWorker::with_dead_letter_after`].
@@ -105,7 +124,18 @@ impl OrderWorker {
                 &uuid::Uuid::new_v4().simple().to_string()[..8]
             )
         });
+        let amqp = Arc::new(AmqpStats::default());
+        let publisher = (settings.transport == OrderTransport::RabbitMq).then(|| {
+            Arc::new(Publisher::new(
+                &settings.amqp_url,
+                &format!("hmdp relay {consumer}"),
+                settings.confirm_timeout,
+                amqp.clone(),
+            ))
+        });
         Self {
+            publisher,
+            amqp,
             db,
             redis,
             redis_url,
@@ -134,6 +164,16 @@ impl OrderWorker {
 
     pub fn stats(&self) -> &Arc<WorkerStats> {
         &self.stats
+    }
+
+    /// The RabbitMQ relay's and consumer's counters (all zero with the stream transport).
+    pub fn amqp_stats(&self) -> &Arc<AmqpStats> {
+        &self.amqp
+    }
+
+    /// Whether orders travel through RabbitMQ (`HMDP_ORDER_TRANSPORT=rabbitmq`).
+    pub fn uses_rabbitmq(&self) -> bool {
+        self.publisher.is_some()
     }
 
     pub fn consumer(&self) -> &str {
@@ -181,12 +221,20 @@ impl OrderWorker {
                 let rx = rx.clone();
                 tasks.push(tokio::spawn(async move { me.run_shard(shard, rx).await }));
             }
-            tracing::info!(consumer = %self.consumer, shards = self.settings.shards, "order worker started");
+            if self.publisher.is_some() {
+                let me = self.clone();
+                let rx = rx.clone();
+                tasks.push(tokio::spawn(async move { me.consume_until(rx).await }));
+            }
+            tracing::info!(consumer = %self.consumer, shards = self.settings.shards, transport = %self.settings.transport, "order worker started");
         }
         shutdown.await;
         let _ = tx.send(true);
         for t in tasks {
             let _ = t.await;
+        }
+        if let Some(p) = &self.publisher {
+            p.close().await;
         }
         tracing::info!("order worker stopped");
     }

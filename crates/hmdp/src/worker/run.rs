@@ -10,8 +10,8 @@ use tokio::sync::watch;
 use super::{OrderWorker, Step, WorkerError};
 use crate::kv::RedisConn;
 
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
+pub(super) const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const TRIM_EVERY: Duration = Duration::from_secs(1);
 /// How long a read waits for new entries.
 const BLOCK: Duration = Duration::from_millis(1000);
@@ -166,7 +166,7 @@ impl<'w> ShardLoop<'w> {
                 false
             }
             Err(WorkerError::Stalled { entries, source }) => {
-                tracing::warn!(error = %source, shard, orders = entries.len(), retry_in = ?self.backoff, "database unavailable; holding the orders for a retry");
+                tracing::warn!(error = %source, shard, orders = entries.len(), retry_in = ?self.backoff, "holding the orders for a retry");
                 self.stalled = entries;
                 self.back_off().await
             }
@@ -219,7 +219,7 @@ impl<'w> ShardLoop<'w> {
 }
 
 /// Sleeps for `d`; true if asked to stop meanwhile.
-async fn sleep_or_stop(stop: &mut watch::Receiver<bool>, d: Duration) -> bool {
+pub(super) async fn sleep_or_stop(stop: &mut watch::Receiver<bool>, d: Duration) -> bool {
     let stopped = tokio::select! {
         _ = tokio::time::sleep(d) => false,
         _ = stop.wait_for(|s| *s) => true,

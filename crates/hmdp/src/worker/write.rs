@@ -1,19 +1,117 @@
-//! Writing entries: one transaction per batch, then the acknowledgement; an entry that cannot
-//! be written is retried later or, once it has failed long enough, dead-lettered.
+//! Writing orders: one transaction per batch ([`OrderWorker::write_orders`], the same for the
+//! stream and for the RabbitMQ queue), then settling each source's entries. A stream entry is
+//! acknowledged after the commit, retried later, or dead-lettered; with
+//! `HMDP_ORDER_TRANSPORT=rabbitmq` the stream is only relayed here, to the broker.
 
 use std::time::{Duration, Instant};
 
 use redis::streams::StreamId;
 
-use super::{GROUP, OrderWorker, Step, WorkerError, scripts::RECORD_FAILURE};
+use super::{GROUP, Held, OrderWorker, Step, WorkerError, scripts::RECORD_FAILURE};
 use crate::{
     kv::RedisConn,
     order_stream::{self, PendingRecord},
-    storage::orders::{self, BatchError, BatchOutcome, NewOrder},
+    storage::{
+        StorageError,
+        orders::{self, BatchError, BatchOutcome, NewOrder},
+    },
 };
 
+/// What became of a batch of orders, each beside its source `T` (a stream entry, a delivery).
+pub(super) struct Written<T> {
+    /// In the database now: inserted, or there already.
+    pub done: Vec<(T, NewOrder)>,
+    /// Collided with another order in the database: never to be written.
+    pub conflicts: Vec<(T, NewOrder, String)>,
+    /// Refused for another reason: retried later, given up on after enough failures.
+    pub failed: Vec<(T, NewOrder, String)>,
+    /// Not written because the database is away or briefly refusing (`outage`): to be
+    /// retried as they are.
+    pub held: Vec<(T, NewOrder)>,
+    pub outage: Option<StorageError>,
+}
+
+impl<T> Default for Written<T> {
+    fn default() -> Self {
+        Self {
+            done: Vec::new(),
+            conflicts: Vec::new(),
+            failed: Vec::new(),
+            held: Vec::new(),
+            outage: None,
+        }
+    }
+}
+
 impl OrderWorker {
-    /// Writes entries in one transaction and acknowledges them after the commit.
+    /// Writes orders in one idempotent transaction; if the database refuses the batch for a
+    /// reason other than an outage, writes them one by one to find the culprits.
+    pub(super) async fn write_orders<T>(&self, items: Vec<(T, NewOrder)>) -> Written<T> {
+        let mut written = Written::default();
+        if items.is_empty() {
+            return written;
+        }
+        let orders: Vec<NewOrder> = items.iter().map(|(_, o)| *o).collect();
+        let started = Instant::now();
+        match orders::write_order_batch(&self.db, &orders).await {
+            Ok(outcome) => {
+                self.stats
+                    .write_seconds
+                    .observe(started.elapsed().as_secs_f64());
+                self.stats.batches.inc();
+                self.stats.batch_size.observe(orders.len() as f64);
+                self.sort_out(&mut written, items, outcome);
+            }
+            Err(BatchError::Storage(e)) if e.is_unavailable() => {
+                self.stats.db_outages.inc();
+                written.held = items;
+                written.outage = Some(e);
+            }
+            Err(first) => {
+                tracing::warn!(error = ?first, "batch refused; writing its orders one by one");
+                let mut rest = items.into_iter();
+                while let Some((source, order)) = rest.next() {
+                    match orders::write_order_batch(&self.db, std::slice::from_ref(&order)).await {
+                        Ok(outcome) => self.sort_out(&mut written, vec![(source, order)], outcome),
+                        Err(BatchError::Storage(e)) if e.is_unavailable() => {
+                            self.stats.db_outages.inc();
+                            written.held.push((source, order));
+                            written.held.extend(rest);
+                            written.outage = Some(e);
+                            break;
+                        }
+                        Err(err) => written.failed.push((source, order, format!("{err:?}"))),
+                    }
+                }
+            }
+        }
+        written
+    }
+
+    /// After a commit: counts, and tells the conflicts from the rest.
+    fn sort_out<T>(&self, into: &mut Written<T>, batch: Vec<(T, NewOrder)>, outcome: BatchOutcome) {
+        self.stats.persisted.inc_by(outcome.inserted);
+        self.stats.already_written.inc_by(outcome.already_written);
+        for (source, order) in batch {
+            match outcome.conflicts.iter().find(|(o, _)| *o == order) {
+                Some((_, conflict)) => {
+                    self.stats.conflicts.inc();
+                    tracing::error!(
+                        order = order.id,
+                        user = order.user_id,
+                        voucher = order.voucher_id,
+                        %conflict,
+                        "accepted order collides with another order in the database; not written"
+                    );
+                    into.conflicts.push((source, order, conflict.to_string()));
+                }
+                None => into.done.push((source, order)),
+            }
+        }
+    }
+
+    /// Writes stream entries (or relays them to RabbitMQ) and settles them: acknowledged after
+    /// the commit (or the broker's confirm), dead-lettered, or left for a retry.
     pub(super) async fn write(
         &self,
         shard: u32,
@@ -34,75 +132,35 @@ impl OrderWorker {
         if good.is_empty() {
             return Ok(Step::Wrote(handled));
         }
-        let orders: Vec<NewOrder> = good.iter().map(|(_, o)| *o).collect();
-        let started = Instant::now();
-        match orders::write_order_batch(&self.db, &orders).await {
-            Ok(outcome) => {
-                self.stats
-                    .write_seconds
-                    .observe(started.elapsed().as_secs_f64());
-                self.stats.batches.inc();
-                self.stats.batch_size.observe(orders.len() as f64);
-                self.settle(shard, &good, outcome).await?;
-                Ok(Step::Wrote(handled))
-            }
-            Err(BatchError::Storage(e)) if e.is_unavailable() => {
-                self.stats.db_outages.inc();
-                Err(WorkerError::Stalled {
+        if let Some(publisher) = &self.publisher {
+            let orders: Vec<NewOrder> = good.iter().map(|(_, o)| *o).collect();
+            return match publisher.publish(&orders).await {
+                // The pending records stay: the queue's consumer removes them after its commit.
+                Ok(()) => {
+                    self.ack(shard, &good, false).await?;
+                    Ok(Step::Wrote(handled))
+                }
+                Err(e) => Err(WorkerError::Stalled {
                     entries: good.into_iter().map(|(e, _)| e).collect(),
-                    source: e,
-                })
-            }
-            Err(first) => {
-                tracing::warn!(error = ?first, shard, "batch refused; writing its orders one by one");
-                let mut rest = good.into_iter();
-                while let Some((entry, order)) = rest.next() {
-                    match orders::write_order_batch(&self.db, std::slice::from_ref(&order)).await {
-                        Ok(outcome) => {
-                            self.settle(shard, &[(entry, order)], outcome).await?;
-                        }
-                        Err(BatchError::Storage(e)) if e.is_unavailable() => {
-                            self.stats.db_outages.inc();
-                            let mut entries = vec![entry];
-                            entries.extend(rest.map(|(e, _)| e));
-                            return Err(WorkerError::Stalled { entries, source: e });
-                        }
-                        Err(err) => self.failed(shard, &entry, &format!("{err:?}")).await?,
-                    }
-                }
-                Ok(Step::Wrote(handled))
-            }
+                    source: Held::Broker(e),
+                }),
+            };
         }
-    }
-
-    /// After a commit: counts, dead-letters the conflicts, acknowledges the rest.
-    async fn settle(
-        &self,
-        shard: u32,
-        batch: &[(StreamId, NewOrder)],
-        outcome: BatchOutcome,
-    ) -> Result<(), WorkerError> {
-        self.stats.persisted.inc_by(outcome.inserted);
-        self.stats.already_written.inc_by(outcome.already_written);
-        let mut acked: Vec<&(StreamId, NewOrder)> = Vec::with_capacity(batch.len());
-        for item in batch {
-            match outcome.conflicts.iter().find(|(o, _)| *o == item.1) {
-                Some((order, conflict)) => {
-                    self.stats.conflicts.inc();
-                    tracing::error!(
-                        order = order.id,
-                        user = order.user_id,
-                        voucher = order.voucher_id,
-                        %conflict,
-                        "accepted order collides with another order in the database; not written"
-                    );
-                    self.dead_letter(shard, &item.0, &conflict.to_string())
-                        .await?;
-                }
-                None => acked.push(item),
-            }
+        let written = self.write_orders(good).await;
+        for (entry, _, conflict) in &written.conflicts {
+            self.dead_letter(shard, entry, conflict).await?;
         }
-        self.ack(shard, &acked).await
+        self.ack(shard, &written.done, true).await?;
+        for (entry, _, error) in &written.failed {
+            self.failed(shard, entry, error).await?;
+        }
+        match written.outage {
+            Some(source) => Err(WorkerError::Stalled {
+                entries: written.held.into_iter().map(|(e, _)| e).collect(),
+                source: Held::Database(source),
+            }),
+            None => Ok(Step::Wrote(handled)),
+        }
     }
 
     /// Records a failed write of one entry; dead-letters it when it has failed often enough
@@ -127,7 +185,14 @@ impl OrderWorker {
         }
     }
 
-    async fn ack(&self, shard: u32, items: &[&(StreamId, NewOrder)]) -> Result<(), WorkerError> {
+    /// Acknowledges entries (and forgets their failures); with `written`, also deletes their
+    /// pending records, which the status query no longer needs.
+    async fn ack(
+        &self,
+        shard: u32,
+        items: &[(StreamId, NewOrder)],
+        written: bool,
+    ) -> Result<(), WorkerError> {
         if items.is_empty() {
             return Ok(());
         }
@@ -150,12 +215,11 @@ impl OrderWorker {
         // time took ~13 ms of every 200-order batch under load: see BENCHMARKS.md.) The
         // pending keys live in other slots than the stream; on a cluster a pipeline must stay
         // in one slot, so there the `DEL` goes on its own and redis-rs splits it by slot.
-        let mut del = redis::cmd("DEL");
-        for (_, o) in items {
-            del.arg(self.keys.seckill_pending(o.id));
-        }
+        let del = self.forget_pending(items.iter().map(|(_, o)| o));
         let mut redis = self.redis.clone();
-        if matches!(redis, RedisConn::Cluster(_)) {
+        if !written {
+            let _: () = pipe.query_async(&mut redis).await?;
+        } else if matches!(redis, RedisConn::Cluster(_)) {
             let _: () = pipe.query_async(&mut redis).await?;
             let _: i64 = del.query_async(&mut redis).await?;
         } else {
@@ -163,6 +227,28 @@ impl OrderWorker {
             let _: () = pipe.query_async(&mut redis).await?;
         }
         Ok(())
+    }
+
+    /// One `DEL` of the pending records of written orders.
+    pub(super) fn forget_pending<'a>(
+        &self,
+        orders: impl Iterator<Item = &'a NewOrder>,
+    ) -> redis::Cmd {
+        let mut del = redis::cmd("DEL");
+        for o in orders {
+            del.arg(self.keys.seckill_pending(o.id));
+        }
+        del
+    }
+
+    /// Marks an order `failed` for the status query: the worker gave up on it.
+    pub(super) async fn mark_failed(&self, order: &NewOrder) -> redis::RedisResult<()> {
+        let record = PendingRecord {
+            user_id: order.user_id,
+            voucher_id: order.voucher_id,
+            failed: true,
+        };
+        order_stream::write_pending(&self.redis, &self.keys, order.id, record).await
     }
 
     /// Moves an entry to the shard's dead-letter stream (with `origin` and `reason`) and marks
@@ -176,12 +262,7 @@ impl OrderWorker {
         // The status first: should the move below not happen, the entry is retried, and a
         // written order shows `created` whatever its pending record says.
         if let Some(order) = order_stream::parse(entry) {
-            let record = PendingRecord {
-                user_id: order.user_id,
-                voucher_id: order.voucher_id,
-                failed: true,
-            };
-            order_stream::write_pending(&self.redis, &self.keys, order.id, record).await?;
+            self.mark_failed(&order).await?;
         }
         let mut cmd = redis::cmd("XADD");
         cmd.arg(self.keys.seckill_dead_letters(shard)).arg("*");

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::helpers::{Backend, CuttableProxy, RedisServer, create_sale, free_port, spawn_app_with};
+use crate::helpers::{Backend, RedisServer, create_sale, free_port, spawn_app_with};
 
 /// A generous bound for "fast": far above a loaded CI machine's scheduling noise, far below
 /// the 10 s request timeout that a request hanging on the dead Redis would run into.
@@ -97,12 +97,7 @@ async fn a_hung_redis_means_a_fast_timeout_in_the_envelope() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_database_going_away_loses_nothing() {
     let db = crate::helpers::TestDatabase::create().await;
-    let server = crate::helpers::mysql_server_url();
-    let hostport = server.rsplit('@').next().unwrap().to_owned();
-    let proxy = CuttableProxy::start(hostport.clone()).await;
-    let via_proxy = db
-        .url
-        .replace(&hostport, &format!("127.0.0.1:{}", proxy.port));
+    let (via_proxy, proxy) = crate::helpers::mysql_via_proxy(&db.url).await;
     let dir = tempfile::tempdir().unwrap();
     let config = crate::helpers::test_config(via_proxy, dir.path());
     let app = crate::helpers::spawn_with_config(config, Backend::MySql, Some(db), dir).await;
@@ -111,7 +106,7 @@ async fn the_database_going_away_loses_nothing() {
     // A code is requested, then the database goes away before the login.
     assert!(app.send_code("13912345678").await.success());
     let code = app.sms.last_code_for("13912345678").unwrap();
-    proxy.go_down();
+    proxy.cut();
 
     let r = app.login_with("13912345678", &code).await;
     assert_eq!((r.status, r.code()), (503, "unavailable"), "{r:?}");
@@ -124,7 +119,7 @@ async fn the_database_going_away_loses_nothing() {
     assert!(app.get("/api/user/me", Some(&token)).await.success());
 
     // The database returns: the same code still works, because nothing was consumed.
-    proxy.come_back();
+    proxy.restore();
     let started = Instant::now();
     loop {
         let r = app.login_with("13912345678", &code).await;

@@ -22,6 +22,7 @@ mod metrics;
 mod openapi;
 mod order_pipeline;
 mod pages;
+mod rabbitmq;
 mod seckill;
 mod shops;
 mod social;

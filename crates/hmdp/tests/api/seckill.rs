@@ -247,19 +247,12 @@ async fn a_worker_aborted_mid_batch_loses_and_duplicates_nothing() {
     }
     // A worker takes a batch and is aborted before it can write it: its database is made
     // unreachable (a proxy that refuses), so the batch stays delivered-but-unacknowledged.
-    let server = crate::helpers::mysql_server_url();
-    let hostport = server.rsplit('@').next().unwrap().to_owned();
-    let proxy = crate::helpers::CuttableProxy::start(hostport.clone()).await;
-    proxy.go_down();
+    let (url, proxy) = crate::helpers::mysql_via_proxy(&app.state.config.database_url).await;
+    proxy.cut();
     let unreachable = hmdp::storage::Db::MySql(
         sqlx::mysql::MySqlPoolOptions::new()
             .acquire_timeout(Duration::from_millis(300))
-            .connect_lazy(
-                &app.state
-                    .config
-                    .database_url
-                    .replace(&hostport, &format!("127.0.0.1:{}", proxy.port)),
-            )
+            .connect_lazy(&url)
             .unwrap(),
     );
     let s = &app.state;
@@ -347,23 +340,18 @@ async fn a_malformed_stream_entry_goes_to_the_dead_letters() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_database_going_away_while_orders_arrive_loses_nothing() {
     let app = Arc::new(spawn_app_with(Backend::MySql, |c| c.seckill.worker = false).await);
+    database_going_away_while_orders_arrive(app).await;
+}
+
+/// Orders arrive while the worker's database is away; it comes back and every accepted order
+/// is written once. `app` (on MariaDB) runs no worker of its own: the one here, on `app`'s
+/// settings (so also its order transport), reaches the database through a proxy that is cut.
+pub(crate) async fn database_going_away_while_orders_arrive(app: Arc<TestApp>) {
     let voucher = create_sale(&app, 200, -60, 3600).await;
     let tokens = login_many(&app, 200).await;
 
-    // The worker reaches the database through a proxy that we can cut.
-    let db_url = match &app.state.db {
-        hmdp::storage::Db::MySql(_) => app.state.config.database_url.clone(),
-        _ => unreachable!(),
-    };
-    let server = crate::helpers::mysql_server_url();
-    let hostport = server.rsplit('@').next().unwrap().to_owned();
-    let proxy = crate::helpers::CuttableProxy::start(hostport.clone()).await;
-    let worker_db = hmdp::storage::Db::connect(
-        &db_url.replace(&hostport, &format!("127.0.0.1:{}", proxy.port)),
-        2,
-    )
-    .await
-    .unwrap();
+    let (url, proxy) = crate::helpers::mysql_via_proxy(&app.state.config.database_url).await;
+    let worker_db = hmdp::storage::Db::connect(&url, 2).await.unwrap();
     let s = &app.state;
     let mut settings = s.config.seckill.clone();
     settings.batch = 20;
@@ -380,7 +368,7 @@ async fn the_database_going_away_while_orders_arrive_loses_nothing() {
             .clone()
             .run_until(tokio::time::sleep(Duration::from_secs(60))),
     );
-    proxy.go_down();
+    proxy.cut();
 
     let mut won = HashSet::new();
     for t in &tokens {
@@ -389,15 +377,17 @@ async fn the_database_going_away_while_orders_arrive_loses_nothing() {
                 .expect("accepted while the database is away"),
         );
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    crate::helpers::wait_until(Duration::from_secs(20), "the worker noticed", async || {
+        worker.stats().db_outages.get() > 0
+    })
+    .await;
     assert_eq!(
         db_order_ids(&app, voucher).await.len(),
         0,
         "nothing can be written yet"
     );
-    assert!(worker.stats().db_outages.get() > 0, "the worker noticed");
 
-    proxy.come_back();
+    proxy.restore();
     wait_for_orders(&app, voucher, 200).await;
     handle.abort();
     let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();

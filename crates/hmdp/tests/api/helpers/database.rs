@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use hmdp_testkit::mysql_server_url;
+use hmdp_testkit::{CuttableProxy, mysql_server_url};
 use sqlx::{Connection, Executor};
 
 /// A fresh, empty MariaDB database; dropped when the value is dropped.
@@ -60,58 +60,17 @@ fn run_blocking(f: impl std::future::Future<Output = ()> + Send + 'static) {
     .join();
 }
 
-/// A TCP proxy in front of MariaDB that can cut every connection and refuse new ones, to play
-/// "the database went away" without stopping the shared server.
-pub struct CuttableProxy {
-    pub port: u16,
-    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    cut: tokio::sync::watch::Sender<u64>,
-}
-
-impl CuttableProxy {
-    pub async fn start(upstream: String) -> Self {
-        use std::sync::{
-            Arc,
-            atomic::{AtomicBool, Ordering},
-        };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let up = Arc::new(AtomicBool::new(true));
-        let (cut, _) = tokio::sync::watch::channel(0u64);
-        let (up2, cut2) = (up.clone(), cut.clone());
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
-                    return;
-                };
-                if !up2.load(Ordering::SeqCst) {
-                    drop(inbound); // refused: closed at once
-                    continue;
-                }
-                let upstream = upstream.clone();
-                let mut cut_rx = cut2.subscribe();
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        _ = cut_rx.changed() => {}
-                    }
-                });
-            }
-        });
-        Self { port, up, cut }
-    }
-
-    pub fn go_down(&self) {
-        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
-        self.cut.send_modify(|n| *n += 1);
-    }
-
-    pub fn come_back(&self) {
-        self.up.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
+/// `url`, a database on the test MariaDB server, reached through a new [`CuttableProxy`].
+pub async fn mysql_via_proxy(url: &str) -> (String, CuttableProxy) {
+    let server = mysql_server_url();
+    let hostport = server.rsplit('@').next().unwrap().to_owned();
+    let target = std::net::ToSocketAddrs::to_socket_addrs(&hostport)
+        .ok()
+        .and_then(|mut a| a.next())
+        .unwrap_or_else(|| panic!("no address for {hostport}"));
+    let proxy = CuttableProxy::start(target).await;
+    let via = url.replace(&hostport, &proxy.addr().to_string());
+    (via, proxy)
 }
 
 /// A dump in the original project's schema, to load into a fresh database.

@@ -14,10 +14,10 @@ pub use app::{
     ADMIN_TOKEN, Backend, Resp, TestApp, raw_get, spawn_app, spawn_app_with, spawn_with_config,
     test_config, wait_until_up,
 };
-pub use database::{CuttableProxy, SchemaDump, TestDatabase};
+pub use database::{SchemaDump, TestDatabase, mysql_via_proxy};
 pub use hmdp_testkit::{
-    RedisCluster, RedisServer, free_port, mysql_server_url, redis_url, remove_keys, unique_prefix,
-    wait_until,
+    AmqpVhost, CuttableProxy, RedisCluster, RedisServer, free_port, redis_url, remove_keys,
+    unique_prefix, wait_until,
 };
 pub use images::square_png;
 pub use seckill::{

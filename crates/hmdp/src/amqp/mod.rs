@@ -1,0 +1,123 @@
+//! RabbitMQ for the order pipeline (`HMDP_ORDER_TRANSPORT=rabbitmq`).
+//!
+//! The course's last version of the flash sale hands accepted orders to RabbitMQ; this module
+//! holds what that takes, once: the names the course uses ([`topology`]), the message every
+//! order becomes ([`OrderMessage`]), a [`Publisher`] that reports success only once the
+//! broker has confirmed every message, and the counters and gauges an operator watches
+//! ([`AmqpStats`]). The grab still appends each order to its Redis stream first (the outbox);
+//! the worker ([`crate::worker`]) relays stream entries through the publisher and consumes the
+//! queue into the database. Nothing here knows the database or the streams.
+
+mod publisher;
+mod stats;
+pub mod topology;
+
+use std::time::Duration;
+
+use lapin::{Connection, ConnectionProperties};
+use serde::{Deserialize, Serialize};
+
+pub use publisher::{PublishError, Publisher};
+pub use stats::AmqpStats;
+
+use crate::storage::orders::NewOrder;
+
+/// How long opening a connection may take before it counts as "broker away".
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The body of an order message: `{"id": orderId, "userId": …, "voucherId": …}`, published with
+/// `content_type` `application/json` and `message_id` the order id, so any service that binds a
+/// queue to the exchange can read it (and drop a redelivered copy by its `message_id`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderMessage {
+    pub id: i64,
+    pub user_id: i64,
+    pub voucher_id: i64,
+}
+
+/// The `content_type` of an order message.
+pub const CONTENT_TYPE: &str = "application/json";
+
+impl OrderMessage {
+    /// The order a message body carries, if it is one: JSON with three positive ids.
+    pub fn parse(body: &[u8]) -> Option<NewOrder> {
+        let m: OrderMessage = serde_json::from_slice(body).ok()?;
+        (m.id > 0 && m.user_id > 0 && m.voucher_id > 0).then_some(NewOrder {
+            id: m.id,
+            user_id: m.user_id,
+            voucher_id: m.voucher_id,
+        })
+    }
+
+    /// The message body of an order.
+    pub fn body(order: &NewOrder) -> Vec<u8> {
+        serde_json::to_vec(&OrderMessage {
+            id: order.id,
+            user_id: order.user_id,
+            voucher_id: order.voucher_id,
+        })
+        .expect("three integers always serialise")
+    }
+}
+
+/// Errors talking to the broker. Every one of them means "try again later": the orders wait
+/// in the stream (relay) or in the queue (consumer) meanwhile.
+#[derive(Debug, thiserror::Error)]
+pub enum AmqpError {
+    #[error("RabbitMQ: {0}")]
+    Broker(#[from] lapin::Error),
+    #[error("RabbitMQ did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("RabbitMQ cancelled the consumer (the queue was deleted?)")]
+    Cancelled,
+}
+
+/// Opens a connection named `name` (shown in the broker's connection list), within
+/// [`CONNECT_TIMEOUT`].
+pub async fn connect(url: &str, name: &str) -> Result<Connection, AmqpError> {
+    let props = ConnectionProperties::default().with_connection_name(name.into());
+    tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(url, props))
+        .await
+        .map_err(|_| AmqpError::Timeout(CONNECT_TIMEOUT))?
+        .map_err(AmqpError::from)
+}
+
+/// Connects and declares the topology once: what `hmdp` runs at start-up with
+/// `HMDP_ORDER_TRANSPORT=rabbitmq`, so a wrong URL, bad credentials or a conflicting queue stop
+/// the start with one clear line instead of a worker that retries forever.
+pub async fn check(url: &str) -> Result<(), AmqpError> {
+    let conn = connect(url, "hmdp start-up check").await?;
+    let channel = conn.create_channel().await?;
+    let declared = topology::declare(&channel).await;
+    let _ = conn.close(200, "checked".into()).await;
+    declared.map_err(AmqpError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_body_is_the_courses_json_and_reads_back() {
+        let order = NewOrder {
+            id: 42,
+            user_id: 7,
+            voucher_id: 9,
+        };
+        let body = OrderMessage::body(&order);
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&body).unwrap(),
+            serde_json::json!({"id": 42, "userId": 7, "voucherId": 9})
+        );
+        assert_eq!(OrderMessage::parse(&body), Some(order));
+        for bad in [
+            &b"{}"[..],
+            b"not json",
+            br#"{"id":0,"userId":7,"voucherId":9}"#,
+            br#"{"id":"42","userId":7,"voucherId":9}"#,
+        ] {
+            assert_eq!(OrderMessage::parse(bad), None, "{bad:?}");
+        }
+    }
+}

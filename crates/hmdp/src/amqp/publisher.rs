@@ -1,0 +1,190 @@
+//! Publishing orders with publisher confirms: [`Publisher::publish`] returns `Ok` only once the
+//! broker has confirmed every message of the batch as routed and stored, so the relay can
+//! acknowledge the stream entries behind them. Anything else (the broker away, a nack, a
+//! returned message, no answer in time) is an error and the entries stay pending for a retry:
+//! a message may then reach the queue twice, never zero times. The consumer's insert is
+//! idempotent, and other services can drop copies by `message_id`.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering::Relaxed},
+    },
+    time::Duration,
+};
+
+use lapin::{
+    BasicProperties, Channel, Confirmation, Connection,
+    options::{BasicPublishOptions, ConfirmSelectOptions},
+};
+use tokio::sync::Mutex;
+
+use super::{AmqpError, AmqpStats, CONTENT_TYPE, OrderMessage, connect, topology};
+use crate::storage::orders::NewOrder;
+
+/// Why a batch was not confirmed. The batch is to be published again.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    #[error(transparent)]
+    Unavailable(#[from] AmqpError),
+    #[error("RabbitMQ returned {0} order messages as unroutable ({1})")]
+    Returned(usize, String),
+    #[error("RabbitMQ refused (nacked) {0} order messages")]
+    Nacked(usize),
+}
+
+impl From<lapin::Error> for PublishError {
+    fn from(e: lapin::Error) -> Self {
+        PublishError::Unavailable(AmqpError::Broker(e))
+    }
+}
+
+/// One connection with a confirm-mode channel, opened on first use and again after a failure.
+/// Shards publish on the same channel concurrently (lapin channels are thread-safe).
+pub struct Publisher {
+    url: String,
+    name: String,
+    confirm_timeout: Duration,
+    stats: Arc<AmqpStats>,
+    link: Mutex<Option<Link>>,
+    generations: AtomicU64,
+}
+
+struct Link {
+    generation: u64,
+    connection: Connection,
+    channel: Channel,
+}
+
+impl Publisher {
+    /// A publisher to the broker at `url`; `name` shows in the broker's connection list.
+    pub fn new(url: &str, name: &str, confirm_timeout: Duration, stats: Arc<AmqpStats>) -> Self {
+        Self {
+            url: url.to_owned(),
+            name: name.to_owned(),
+            confirm_timeout,
+            stats,
+            link: Mutex::new(None),
+            generations: AtomicU64::new(0),
+        }
+    }
+
+    /// Publishes one persistent, mandatory message per order to `hmdianping.direct` and waits
+    /// for the broker to confirm them all.
+    pub async fn publish(&self, orders: &[NewOrder]) -> Result<(), PublishError> {
+        if orders.is_empty() {
+            return Ok(());
+        }
+        let (generation, channel) = self.channel().await?;
+        let result =
+            match tokio::time::timeout(self.confirm_timeout, self.publish_on(&channel, orders))
+                .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(AmqpError::Timeout(self.confirm_timeout).into()),
+            };
+        match &result {
+            // A nack leaves the channel usable; anything else starts over on a new connection
+            // (a returned message means the queue is gone: declaring again brings it back).
+            Ok(()) | Err(PublishError::Nacked(_)) => {}
+            Err(_) => self.drop_link(generation).await,
+        }
+        result
+    }
+
+    async fn publish_on(&self, channel: &Channel, orders: &[NewOrder]) -> Result<(), PublishError> {
+        let mut confirms = Vec::with_capacity(orders.len());
+        for order in orders {
+            let properties = BasicProperties::default()
+                .with_delivery_mode(2) // persistent
+                .with_content_type(CONTENT_TYPE.into())
+                .with_message_id(order.id.to_string().into());
+            let confirm = channel
+                .basic_publish(
+                    topology::EXCHANGE.into(),
+                    topology::ROUTING_KEY.into(),
+                    BasicPublishOptions {
+                        mandatory: true,
+                        ..BasicPublishOptions::default()
+                    },
+                    &OrderMessage::body(order),
+                    properties,
+                )
+                .await?;
+            self.stats.published.inc();
+            confirms.push(confirm);
+        }
+        let (mut returned, mut nacked, mut why) = (0, 0, String::new());
+        for confirm in confirms {
+            match confirm.await? {
+                Confirmation::Ack(None) => {
+                    self.stats.confirmed.inc();
+                }
+                Confirmation::Ack(Some(message)) | Confirmation::Nack(Some(message)) => {
+                    self.stats.returned.inc();
+                    returned += 1;
+                    why = message.reply_text.to_string();
+                }
+                Confirmation::Nack(None) | Confirmation::NotRequested => {
+                    self.stats.nacked.inc();
+                    nacked += 1;
+                }
+            }
+        }
+        if returned > 0 {
+            Err(PublishError::Returned(returned, why))
+        } else if nacked > 0 {
+            Err(PublishError::Nacked(nacked))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The current channel, connecting (and declaring the topology) first if there is none.
+    async fn channel(&self) -> Result<(u64, Channel), PublishError> {
+        let mut link = self.link.lock().await;
+        if let Some(l) = link.as_ref()
+            && l.channel.status().connected()
+        {
+            return Ok((l.generation, l.channel.clone()));
+        }
+        let generation = self.generations.fetch_add(1, Relaxed);
+        *link = None;
+        self.stats.set_relay_up(false);
+        let connection = connect(&self.url, &self.name).await?;
+        let channel = connection.create_channel().await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        topology::declare(&channel).await?;
+        tracing::info!(name = %self.name, "order relay connected to RabbitMQ");
+        self.stats.set_relay_up(true);
+        *link = Some(Link {
+            generation,
+            connection,
+            channel: channel.clone(),
+        });
+        Ok((generation, channel))
+    }
+
+    /// Forgets the connection of `generation` (unless a newer one replaced it already).
+    async fn drop_link(&self, generation: u64) {
+        let mut link = self.link.lock().await;
+        if link.as_ref().is_some_and(|l| l.generation == generation) {
+            if let Some(l) = link.take() {
+                tokio::spawn(async move {
+                    let _ = l.connection.close(320, "reconnecting".into()).await;
+                });
+            }
+            self.stats.set_relay_up(false);
+        }
+    }
+
+    /// Closes the connection, if any (at shutdown).
+    pub async fn close(&self) {
+        if let Some(l) = self.link.lock().await.take() {
+            let _ = l.connection.close(200, "shutting down".into()).await;
+        }
+        self.stats.set_relay_up(false);
+    }
+}

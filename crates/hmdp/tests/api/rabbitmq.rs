@@ -1,0 +1,342 @@
+//! The order pipeline on RabbitMQ (`HMDP_ORDER_TRANSPORT=rabbitmq`) against the real broker:
+//! every accepted order is written once and seen by any queue bound to the exchange, through a
+//! killed worker process, a broker that is unreachable for a while and a database outage.
+//!
+//! Each test gets its own vhost (`hmdp_testkit::AmqpVhost`), so the course's fixed names
+//! (`hmdianping.direct`, `direct.seckill.queue`) never meet another test's.
+
+use std::{
+    collections::HashSet,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use futures_util::StreamExt;
+use hmdp::{
+    amqp::topology,
+    config::{Config, OrderTransport},
+};
+use hmdp_testkit::amqp_socket_addr;
+use lapin::{
+    BasicProperties, Connection, ConnectionProperties,
+    options::{BasicConsumeOptions, BasicPublishOptions, QueueBindOptions, QueueDeclareOptions},
+    types::FieldTable,
+};
+
+use crate::helpers::{
+    AmqpVhost, Backend, CuttableProxy, TestApp, assert_same_orders, create_sale, db_order_ids,
+    db_stock, grab_raw, login_many, order_id_of, spawn_app_with, wait_for_orders, wait_until,
+};
+
+/// The service on the vhost's broker, with the RabbitMQ transport and an impatient claim.
+async fn rabbit_app(backend: Backend, url: &str, adjust: impl FnOnce(&mut Config)) -> TestApp {
+    spawn_app_with(backend, |c| {
+        c.seckill.transport = OrderTransport::RabbitMq;
+        c.seckill.amqp_url = url.to_owned();
+        c.seckill.claim_idle = Duration::from_millis(500);
+        adjust(c)
+    })
+    .await
+}
+
+/// "Another service": its own queue bound to the exchange, collecting the order ids it sees
+/// and checking each message's properties.
+struct Listener {
+    _connection: Connection,
+    seen: Arc<std::sync::Mutex<Vec<i64>>>,
+}
+
+impl Listener {
+    async fn bind(url: &str) -> Self {
+        let connection = Connection::connect(url, ConnectionProperties::default())
+            .await
+            .unwrap();
+        let channel = connection.create_channel().await.unwrap();
+        // Whoever comes first declares the topology (idempotent): the service may not yet have.
+        topology::declare(&channel).await.unwrap();
+        let queue = channel
+            .queue_declare(
+                "".into(),
+                QueueDeclareOptions {
+                    exclusive: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        channel
+            .queue_bind(
+                queue.name().clone(),
+                topology::EXCHANGE.into(),
+                topology::ROUTING_KEY.into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        let mut consumer = channel
+            .basic_consume(
+                queue.name().clone(),
+                "other-service".into(),
+                BasicConsumeOptions {
+                    no_ack: true,
+                    ..BasicConsumeOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let into = seen.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(d)) = consumer.next().await {
+                let body: serde_json::Value = serde_json::from_slice(&d.data).unwrap();
+                let id = body["id"].as_i64().unwrap();
+                assert!(body["userId"].as_i64().unwrap() > 0, "{body}");
+                assert!(body["voucherId"].as_i64().unwrap() > 0, "{body}");
+                assert_eq!(
+                    d.properties.content_type().as_ref().map(|c| c.as_str()),
+                    Some("application/json")
+                );
+                assert_eq!(
+                    d.properties.message_id().as_ref().map(|m| m.to_string()),
+                    Some(id.to_string())
+                );
+                assert_eq!(*d.properties.delivery_mode(), Some(2), "persistent");
+                into.lock().unwrap().push(id);
+            }
+        });
+        Self {
+            _connection: connection,
+            seen,
+        }
+    }
+
+    /// The distinct order ids seen so far.
+    fn ids(&self) -> HashSet<i64> {
+        self.seen.lock().unwrap().iter().copied().collect()
+    }
+
+    async fn wait_for(&self, orders: &HashSet<i64>) {
+        wait_until(
+            Duration::from_secs(30),
+            "the bound queue saw every order",
+            async || orders.is_subset(&self.ids()),
+        )
+        .await;
+    }
+}
+
+async fn grab_all(app: &TestApp, voucher: i64, tokens: &[String]) -> HashSet<i64> {
+    let mut won = HashSet::new();
+    for t in tokens {
+        let (status, body) = grab_raw(app, voucher, t).await;
+        assert_eq!(status, 200, "{body}");
+        won.insert(order_id_of(&body).unwrap_or_else(|| panic!("accepted: {body}")));
+    }
+    won
+}
+
+async fn metric(app: &TestApp, name: &str) -> f64 {
+    let text = app
+        .client
+        .get(app.url("/metrics"))
+        .header("x-admin-token", crate::helpers::ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+}
+
+async fn sale_over_rabbitmq(backend: Backend) {
+    let vhost = AmqpVhost::create().await;
+    let app = Arc::new(rabbit_app(backend, &vhost.url(), |_| {}).await);
+    let listener = Listener::bind(&vhost.url()).await;
+    let voucher = create_sale(&app, 150, -60, 3600).await;
+    let tokens = login_many(&app, 160).await;
+    let won = grab_all(&app, voucher, &tokens[..150]).await;
+    let (status, body) = grab_raw(&app, voucher, &tokens[150]).await;
+    assert_eq!(status, 200);
+    assert!(order_id_of(&body).is_none(), "sold out: {body}");
+
+    wait_for_orders(&app, voucher, 150).await;
+    let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
+    assert_same_orders(&stored, &won);
+    assert_eq!(db_stock(&app, voucher).await, 0);
+    listener.wait_for(&won).await;
+
+    // The status query's pending records go once the orders are written, as with the stream.
+    let pending: Vec<String> = won
+        .iter()
+        .map(|id| format!("{}seckill:pending:{id}", app.prefix))
+        .collect();
+    let left: i64 = redis::AsyncCommands::exists(&mut app.redis().await, &pending)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "pending records left behind");
+    assert!(metric(&app, "hmdp_amqp_confirmed_total").await >= 150.0);
+    assert!(metric(&app, "hmdp_amqp_consumed_total").await >= 150.0);
+    assert_eq!(metric(&app, "hmdp_amqp_dead_lettered_total").await, 0.0);
+    let health = app.get("/health", None).await;
+    assert_eq!(health.body["data"]["broker"], "ok", "{health:?}");
+}
+
+crate::both_backends!(sale_over_rabbitmq);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_unreachable_for_a_while_delays_orders_and_loses_none() {
+    let vhost = AmqpVhost::create().await;
+    let proxy = CuttableProxy::start(amqp_socket_addr(&vhost.url())).await;
+    let app = Arc::new(rabbit_app(Backend::Sqlite, &proxy.via(&vhost.url()), |_| {}).await);
+    let listener = Listener::bind(&vhost.url()).await;
+    let voucher = create_sale(&app, 300, -60, 3600).await;
+    let tokens = login_many(&app, 300).await;
+    let mut won = grab_all(&app, voucher, &tokens[..100]).await;
+    wait_for_orders(&app, voucher, 100).await;
+
+    proxy.cut();
+    wait_until(
+        Duration::from_secs(20),
+        "health reports the broker down",
+        async || app.get("/health", None).await.body["data"]["broker"] == "down",
+    )
+    .await;
+    // Grabs are still decided; the orders wait in the stream.
+    won.extend(grab_all(&app, voucher, &tokens[100..]).await);
+    assert_eq!(db_order_ids(&app, voucher).await.len(), 100);
+
+    proxy.restore();
+    wait_for_orders(&app, voucher, 300).await;
+    let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
+    assert_same_orders(&stored, &won);
+    assert_eq!(db_stock(&app, voucher).await, 0);
+    listener.wait_for(&won).await;
+    wait_until(
+        Duration::from_secs(20),
+        "health reports the broker back",
+        async || app.get("/health", None).await.body["data"]["broker"] == "ok",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_process_loses_and_duplicates_nothing() {
+    let vhost = AmqpVhost::create().await;
+    let app =
+        Arc::new(rabbit_app(Backend::MySql, &vhost.url(), |c| c.seckill.worker = false).await);
+    let listener = Listener::bind(&vhost.url()).await;
+    let voucher = create_sale(&app, 600, -60, 3600).await;
+    let tokens = login_many(&app, 600).await;
+    let won = grab_all(&app, voucher, &tokens).await;
+    let dir = tempfile::tempdir().unwrap();
+    let spawn_worker = || {
+        app.binary(dir.path())
+            .arg("worker")
+            .env("HMDP_ORDER_TRANSPORT", "rabbitmq")
+            .env("HMDP_AMQP_URL", vhost.url())
+            .env("HMDP_WORKER_BATCH", "5")
+            .env("HMDP_WORKER_CLAIM_IDLE_MS", "300")
+            .spawn()
+            .unwrap()
+    };
+    let mut first = spawn_worker();
+    // Kill it -9 as soon as it has written something: it is relaying and consuming then.
+    let started = Instant::now();
+    while db_order_ids(&app, voucher).await.is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the worker process wrote nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let after_kill = db_order_ids(&app, voucher).await.len();
+    eprintln!("worker process killed after writing {after_kill} of 600 orders");
+    assert!(after_kill < 600, "killed mid-sale");
+
+    let mut second = spawn_worker();
+    wait_for_orders(&app, voucher, 600).await;
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
+    assert!(second.wait().unwrap().success(), "graceful stop on SIGTERM");
+    let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
+    assert_same_orders(&stored, &won);
+    assert_eq!(db_stock(&app, voucher).await, 0);
+    listener.wait_for(&won).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_going_away_while_orders_arrive_loses_nothing() {
+    let vhost = AmqpVhost::create().await;
+    let app = rabbit_app(Backend::MySql, &vhost.url(), |c| c.seckill.worker = false).await;
+    crate::seckill::database_going_away_while_orders_arrive(Arc::new(app)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_is_no_order_is_dead_lettered_and_the_rest_flow() {
+    let vhost = AmqpVhost::create().await;
+    let app = Arc::new(rabbit_app(Backend::Sqlite, &vhost.url(), |_| {}).await);
+    // Someone publishes junk to the exchange.
+    let connection = Connection::connect(&vhost.url(), ConnectionProperties::default())
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    channel
+        .basic_publish(
+            topology::EXCHANGE.into(),
+            topology::ROUTING_KEY.into(),
+            BasicPublishOptions::default(),
+            b"{\"id\": \"not a number\"}",
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap();
+    let voucher = create_sale(&app, 20, -60, 3600).await;
+    let tokens = login_many(&app, 20).await;
+    let won = grab_all(&app, voucher, &tokens).await;
+    wait_for_orders(&app, voucher, 20).await;
+    let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
+    assert_same_orders(&stored, &won);
+    wait_until(
+        Duration::from_secs(10),
+        "the junk is in the dead-letter queue",
+        async || {
+            hmdp::amqp::topology::depth(&channel, topology::DEAD_LETTER_QUEUE)
+                .await
+                .unwrap()
+                == 1
+        },
+    )
+    .await;
+    assert_eq!(metric(&app, "hmdp_amqp_dead_lettered_total").await, 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_broker_at_start_is_one_clear_line() {
+    let port = crate::helpers::free_port();
+    let config = {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = crate::helpers::test_config(
+            format!("sqlite://{}", dir.path().join("db.sqlite").display()),
+            dir.path(),
+        );
+        c.seckill.transport = OrderTransport::RabbitMq;
+        c.seckill.amqp_url = format!("amqp://guest:secret@127.0.0.1:{port}/%2f");
+        c
+    };
+    let err = match hmdp::startup::Application::build(config).await {
+        Ok(_) => panic!("started without a broker"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(err.contains("HMDP_AMQP_URL"), "{err}");
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    assert!(!err.contains("secret"), "the password is not shown: {err}");
+    assert!(!err.contains('\n'), "one line: {err}");
+}
