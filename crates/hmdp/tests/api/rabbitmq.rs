@@ -273,6 +273,32 @@ async fn a_killed_worker_process_loses_and_duplicates_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_restart_mid_sale_loses_and_duplicates_nothing() {
+    // A private node: restarting the shared broker would break every other test.
+    let mut node = hmdp_testkit::RabbitNode::start().await;
+    let url = format!("{}/%2f", node.url());
+    let app = Arc::new(rabbit_app(Backend::MySql, &url, |_| {}).await);
+    let voucher = create_sale(&app, 400, -60, 3600).await;
+    let tokens = login_many(&app, 400).await;
+    let mut won = grab_all(&app, voucher, &tokens[..150]).await;
+    wait_until(Duration::from_secs(20), "some orders written", async || {
+        !db_order_ids(&app, voucher).await.is_empty()
+    })
+    .await;
+    // The broker restarts while the rest of the buyers arrive.
+    let (app2, rest) = (app.clone(), tokens[150..].to_vec());
+    let grabbing = tokio::spawn(async move { grab_all(&app2, voucher, &rest).await });
+    node.restart().await;
+    won.extend(grabbing.await.unwrap());
+    assert_eq!(won.len(), 400);
+
+    wait_for_orders(&app, voucher, 400).await;
+    let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
+    assert_same_orders(&stored, &won);
+    assert_eq!(db_stock(&app, voucher).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_database_going_away_while_orders_arrive_loses_nothing() {
     let vhost = AmqpVhost::create().await;
     let app = rabbit_app(Backend::MySql, &vhost.url(), |c| c.seckill.worker = false).await;
