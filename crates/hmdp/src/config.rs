@@ -109,6 +109,29 @@ pub enum OrderTransport {
     RabbitMq,
 }
 
+/// Which halves of the RabbitMQ pipeline a worker runs (`HMDP_AMQP_ROLE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AmqpRole {
+    /// The relay (stream to exchange) and the consumer (queue to database).
+    Both,
+    /// Only the relay.
+    Relay,
+    /// Only the consumer.
+    Consumer,
+}
+
+impl AmqpRole {
+    /// Whether this worker relays the streams to the exchange.
+    pub fn relays(self) -> bool {
+        matches!(self, AmqpRole::Both | AmqpRole::Relay)
+    }
+
+    /// Whether this worker consumes the queue.
+    pub fn consumes(self) -> bool {
+        matches!(self, AmqpRole::Both | AmqpRole::Consumer)
+    }
+}
+
 /// How order ids are drawn (`HMDP_ID_MODE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdMode {
@@ -158,6 +181,7 @@ names!(ShopCacheStrategy {
 });
 names!(SeckillMode { "async" => SeckillMode::Async, "sync" => SeckillMode::Sync });
 names!(OrderTransport { "stream" => OrderTransport::Stream, "rabbitmq" => OrderTransport::RabbitMq });
+names!(AmqpRole { "both" => AmqpRole::Both, "relay" => AmqpRole::Relay, "consumer" => AmqpRole::Consumer });
 names!(IdMode { "compatible" => IdMode::Compatible, "segment" => IdMode::Segment });
 
 /// A secret string that never shows up in `Debug`/`Display` output or logs.
@@ -412,6 +436,9 @@ settings! {
         HMDP_ORDER_TRANSPORT transport: OrderTransport = OrderTransport::Stream;
         /// RabbitMQ for `HMDP_ORDER_TRANSPORT=rabbitmq`; the path is the vhost (`%2f` is `/`)
         HMDP_AMQP_URL amqp_url: String as Url = DEFAULT_AMQP_URL.to_owned(), check amqp_scheme();
+        /// with `rabbitmq`, what this worker runs: `both`, `relay` (stream to exchange) or
+        /// `consumer` (queue to database), to scale or isolate the halves
+        HMDP_AMQP_ROLE amqp_role: AmqpRole = AmqpRole::Both;
         /// the relay retries a batch the broker has not confirmed within this long
         HMDP_AMQP_CONFIRM_TIMEOUT_MS confirm_timeout: Duration as Millis = Duration::from_secs(5),
             check at_least(1);
@@ -690,7 +717,7 @@ macro_rules! setting {
 
 setting!(as written: u32, u64, usize, f64, bool, String, SocketAddr);
 setting!(as written: ManagedRedis, AppendFsync, LogFormat, ShopCacheStrategy, SeckillMode, IdMode,
-    OrderTransport);
+    OrderTransport, AmqpRole);
 setting!(as written: TimeZone);
 setting! {
     Plain: PathBuf = PathBuf, |raw| raw, |v| Some(v.display().to_string());

@@ -26,6 +26,9 @@ pub struct AmqpStats {
     pub queue_depth: Gauge,
     relay_up: AtomicBool,
     consumer_up: AtomicBool,
+    /// Which halves this process runs (the others do not count for [`AmqpStats::connected`]).
+    relays: AtomicBool,
+    consumes: AtomicBool,
     relay_gauge: Gauge,
     consumer_gauge: Gauge,
 }
@@ -43,9 +46,16 @@ impl AmqpStats {
         self.consumer_gauge.set(i64::from(up));
     }
 
-    /// Whether both the relay and the consumer are connected (what `/health` reports).
+    /// Records which halves of the pipeline this process runs.
+    pub fn set_role(&self, relays: bool, consumes: bool) {
+        self.relays.store(relays, Relaxed);
+        self.consumes.store(consumes, Relaxed);
+    }
+
+    /// Whether the halves this process runs are connected (what `/health` reports).
     pub fn connected(&self) -> bool {
-        self.relay_up.load(Relaxed) && self.consumer_up.load(Relaxed)
+        (!self.relays.load(Relaxed) || self.relay_up.load(Relaxed))
+            && (!self.consumes.load(Relaxed) || self.consumer_up.load(Relaxed))
     }
 
     /// Adds the metrics to `registry` (they share the counters with `self`).

@@ -125,7 +125,12 @@ impl OrderWorker {
             )
         });
         let amqp = Arc::new(AmqpStats::default());
-        let publisher = (settings.transport == OrderTransport::RabbitMq).then(|| {
+        let rabbitmq = settings.transport == OrderTransport::RabbitMq;
+        amqp.set_role(
+            rabbitmq && settings.amqp_role.relays(),
+            rabbitmq && settings.amqp_role.consumes(),
+        );
+        let publisher = rabbitmq.then(|| {
             Arc::new(Publisher::new(
                 &settings.amqp_url,
                 &format!("hmdp relay {consumer}"),
@@ -216,12 +221,18 @@ impl OrderWorker {
             }
         };
         if checked {
+            // With RabbitMQ the shard loops are the relay: a consumer-only worker runs none.
+            let rabbitmq = self.publisher.is_some();
+            let role = self.settings.amqp_role;
             for shard in 0..self.settings.shards {
+                if rabbitmq && !role.relays() {
+                    break;
+                }
                 let me = self.clone();
                 let rx = rx.clone();
                 tasks.push(tokio::spawn(async move { me.run_shard(shard, rx).await }));
             }
-            if self.publisher.is_some() {
+            if rabbitmq && role.consumes() {
                 let me = self.clone();
                 let rx = rx.clone();
                 tasks.push(tokio::spawn(async move { me.consume_until(rx).await }));

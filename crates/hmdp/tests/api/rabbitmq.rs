@@ -14,7 +14,7 @@ use std::{
 use futures_util::StreamExt;
 use hmdp::{
     amqp::topology,
-    config::{Config, OrderTransport},
+    config::{AmqpRole, Config, OrderTransport},
 };
 use hmdp_testkit::amqp_socket_addr;
 use lapin::{
@@ -227,12 +227,34 @@ async fn a_broker_unreachable_for_a_while_delays_orders_and_loses_none() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_worker_process_loses_and_duplicates_nothing() {
+    killed_worker_process(None, "both", 600).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_killed_mid_publish_loses_and_duplicates_nothing() {
+    killed_worker_process(Some(AmqpRole::Consumer), "relay", 400).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_killed_mid_batch_loses_and_duplicates_nothing() {
+    killed_worker_process(Some(AmqpRole::Relay), "consumer", 400).await;
+}
+
+/// A sale of `orders`; a `hmdp worker` process with `HMDP_AMQP_ROLE=child_role` is killed -9
+/// as soon as an order is written, then started again. The service runs the other half of
+/// the pipeline (`app_role`), or no worker.
+async fn killed_worker_process(app_role: Option<AmqpRole>, child_role: &str, orders: usize) {
     let vhost = AmqpVhost::create().await;
-    let app =
-        Arc::new(rabbit_app(Backend::MySql, &vhost.url(), |c| c.seckill.worker = false).await);
+    let app = Arc::new(
+        rabbit_app(Backend::MySql, &vhost.url(), |c| match app_role {
+            Some(role) => c.seckill.amqp_role = role,
+            None => c.seckill.worker = false,
+        })
+        .await,
+    );
     let listener = Listener::bind(&vhost.url()).await;
-    let voucher = create_sale(&app, 600, -60, 3600).await;
-    let tokens = login_many(&app, 600).await;
+    let voucher = create_sale(&app, orders as i64, -60, 3600).await;
+    let tokens = login_many(&app, orders).await;
     let won = grab_all(&app, voucher, &tokens).await;
     let dir = tempfile::tempdir().unwrap();
     let spawn_worker = || {
@@ -240,29 +262,30 @@ async fn a_killed_worker_process_loses_and_duplicates_nothing() {
             .arg("worker")
             .env("HMDP_ORDER_TRANSPORT", "rabbitmq")
             .env("HMDP_AMQP_URL", vhost.url())
+            .env("HMDP_AMQP_ROLE", child_role)
             .env("HMDP_WORKER_BATCH", "5")
             .env("HMDP_WORKER_CLAIM_IDLE_MS", "300")
             .spawn()
             .unwrap()
     };
     let mut first = spawn_worker();
-    // Kill it -9 as soon as it has written something: it is relaying and consuming then.
+    // Kill it -9 as soon as an order is written: it is publishing or consuming then.
     let started = Instant::now();
     while db_order_ids(&app, voucher).await.is_empty() {
         assert!(
             started.elapsed() < Duration::from_secs(30),
-            "the worker process wrote nothing"
+            "nothing was written"
         );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     first.kill().unwrap();
     first.wait().unwrap();
     let after_kill = db_order_ids(&app, voucher).await.len();
-    eprintln!("worker process killed after writing {after_kill} of 600 orders");
-    assert!(after_kill < 600, "killed mid-sale");
+    eprintln!("{child_role} process killed after {after_kill} of {orders} orders were written");
+    assert!(after_kill < orders, "killed mid-sale");
 
     let mut second = spawn_worker();
-    wait_for_orders(&app, voucher, 600).await;
+    wait_for_orders(&app, voucher, orders as i64).await;
     // SAFETY: a signal to our own child.
     unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
     assert!(second.wait().unwrap().success(), "graceful stop on SIGTERM");
