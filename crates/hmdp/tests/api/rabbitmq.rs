@@ -24,19 +24,18 @@ use lapin::{
 };
 
 use crate::helpers::{
-    AmqpVhost, Backend, CuttableProxy, TestApp, assert_same_orders, create_sale, db_order_ids,
-    db_stock, grab_raw, login_many, order_id_of, spawn_app_with, wait_for_orders, wait_until,
+    Backend, CuttableProxy, TestApp, assert_same_orders, create_sale, db_order_ids, db_stock,
+    grab_raw, login_many, order_id_of, spawn_app_with_rabbitmq, wait_for_orders, wait_until,
 };
 
-/// The service on the vhost's broker, with the RabbitMQ transport and an impatient claim.
-async fn rabbit_app(backend: Backend, url: &str, adjust: impl FnOnce(&mut Config)) -> TestApp {
-    spawn_app_with(backend, |c| {
-        c.seckill.transport = OrderTransport::RabbitMq;
-        c.seckill.amqp_url = url.to_owned();
-        c.seckill.claim_idle = Duration::from_millis(500);
-        adjust(c)
-    })
-    .await
+/// The service on a vhost of its own with the RabbitMQ transport; `app.amqp` is the vhost.
+async fn rabbit_app(backend: Backend, adjust: impl FnOnce(&mut Config)) -> TestApp {
+    spawn_app_with_rabbitmq(backend, adjust).await
+}
+
+/// The URL of the app's vhost.
+fn vhost_url(app: &TestApp) -> String {
+    app.amqp.as_ref().expect("a RabbitMQ app").url()
 }
 
 /// "Another service": its own queue bound to the exchange, collecting the order ids it sees
@@ -155,9 +154,8 @@ async fn metric(app: &TestApp, name: &str) -> f64 {
 }
 
 async fn sale_over_rabbitmq(backend: Backend) {
-    let vhost = AmqpVhost::create().await;
-    let app = Arc::new(rabbit_app(backend, &vhost.url(), |_| {}).await);
-    let listener = Listener::bind(&vhost.url()).await;
+    let app = Arc::new(rabbit_app(backend, |_| {}).await);
+    let listener = Listener::bind(&vhost_url(&app)).await;
     let voucher = create_sale(&app, 150, -60, 3600).await;
     let tokens = login_many(&app, 160).await;
     let won = grab_all(&app, voucher, &tokens[..150]).await;
@@ -191,10 +189,14 @@ crate::both_backends!(sale_over_rabbitmq);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_unreachable_for_a_while_delays_orders_and_loses_none() {
-    let vhost = AmqpVhost::create().await;
-    let proxy = CuttableProxy::start(amqp_socket_addr(&vhost.url())).await;
-    let app = Arc::new(rabbit_app(Backend::Sqlite, &proxy.via(&vhost.url()), |_| {}).await);
-    let listener = Listener::bind(&vhost.url()).await;
+    let proxy = CuttableProxy::start(amqp_socket_addr(&hmdp_testkit::amqp_url())).await;
+    let app = Arc::new(
+        rabbit_app(Backend::Sqlite, |c| {
+            c.seckill.amqp_url = proxy.via(&c.seckill.amqp_url);
+        })
+        .await,
+    );
+    let listener = Listener::bind(&vhost_url(&app)).await;
     let voucher = create_sale(&app, 300, -60, 3600).await;
     let tokens = login_many(&app, 300).await;
     let mut won = grab_all(&app, voucher, &tokens[..100]).await;
@@ -244,15 +246,14 @@ async fn a_consumer_killed_mid_batch_loses_and_duplicates_nothing() {
 /// as soon as an order is written, then started again. The service runs the other half of
 /// the pipeline (`app_role`), or no worker.
 async fn killed_worker_process(app_role: Option<AmqpRole>, child_role: &str, orders: usize) {
-    let vhost = AmqpVhost::create().await;
     let app = Arc::new(
-        rabbit_app(Backend::MySql, &vhost.url(), |c| match app_role {
+        rabbit_app(Backend::MySql, |c| match app_role {
             Some(role) => c.seckill.amqp_role = role,
             None => c.seckill.worker = false,
         })
         .await,
     );
-    let listener = Listener::bind(&vhost.url()).await;
+    let listener = Listener::bind(&vhost_url(&app)).await;
     let voucher = create_sale(&app, orders as i64, -60, 3600).await;
     let tokens = login_many(&app, orders).await;
     let won = grab_all(&app, voucher, &tokens).await;
@@ -261,7 +262,7 @@ async fn killed_worker_process(app_role: Option<AmqpRole>, child_role: &str, ord
         app.binary(dir.path())
             .arg("worker")
             .env("HMDP_ORDER_TRANSPORT", "rabbitmq")
-            .env("HMDP_AMQP_URL", vhost.url())
+            .env("HMDP_AMQP_URL", vhost_url(&app))
             .env("HMDP_AMQP_ROLE", child_role)
             .env("HMDP_WORKER_BATCH", "5")
             .env("HMDP_WORKER_CLAIM_IDLE_MS", "300")
@@ -300,7 +301,7 @@ async fn a_broker_restart_mid_sale_loses_and_duplicates_nothing() {
     // A private node: restarting the shared broker would break every other test.
     let mut node = hmdp_testkit::RabbitNode::start().await;
     let url = format!("{}/%2f", node.url());
-    let app = Arc::new(rabbit_app(Backend::MySql, &url, |_| {}).await);
+    let app = Arc::new(rabbit_app(Backend::MySql, |c| c.seckill.amqp_url = url.clone()).await);
     let voucher = create_sale(&app, 400, -60, 3600).await;
     let tokens = login_many(&app, 400).await;
     let mut won = grab_all(&app, voucher, &tokens[..150]).await;
@@ -323,17 +324,15 @@ async fn a_broker_restart_mid_sale_loses_and_duplicates_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_database_going_away_while_orders_arrive_loses_nothing() {
-    let vhost = AmqpVhost::create().await;
-    let app = rabbit_app(Backend::MySql, &vhost.url(), |c| c.seckill.worker = false).await;
+    let app = rabbit_app(Backend::MySql, |c| c.seckill.worker = false).await;
     crate::seckill::database_going_away_while_orders_arrive(Arc::new(app)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_that_is_no_order_is_dead_lettered_and_the_rest_flow() {
-    let vhost = AmqpVhost::create().await;
-    let app = Arc::new(rabbit_app(Backend::Sqlite, &vhost.url(), |_| {}).await);
+    let app = Arc::new(rabbit_app(Backend::Sqlite, |_| {}).await);
     // Someone publishes junk to the exchange.
-    let connection = Connection::connect(&vhost.url(), ConnectionProperties::default())
+    let connection = Connection::connect(&vhost_url(&app), ConnectionProperties::default())
         .await
         .unwrap();
     let channel = connection.create_channel().await.unwrap();

@@ -51,6 +51,8 @@ pub struct TestApp {
     backend: Backend,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    /// The RabbitMQ vhost of [`spawn_app_with_rabbitmq`], kept as long as the app.
+    pub amqp: Option<hmdp_testkit::AmqpVhost>,
     _db: Option<TestDatabase>,
     _dir: tempfile::TempDir,
 }
@@ -95,6 +97,24 @@ pub async fn spawn_app_with(backend: Backend, adjust: impl FnOnce(&mut Config)) 
     spawn_with_config(config, backend, db, dir).await
 }
 
+/// The service with `HMDP_ORDER_TRANSPORT=rabbitmq` on a vhost of its own (`app.amqp`), and an
+/// impatient claim of idle entries.
+pub async fn spawn_app_with_rabbitmq(
+    backend: Backend,
+    adjust: impl FnOnce(&mut Config),
+) -> TestApp {
+    let vhost = hmdp_testkit::AmqpVhost::create().await;
+    let mut app = spawn_app_with(backend, |c| {
+        c.seckill.transport = hmdp::config::OrderTransport::RabbitMq;
+        c.seckill.amqp_url = vhost.url();
+        c.seckill.claim_idle = Duration::from_millis(500);
+        adjust(c)
+    })
+    .await;
+    app.amqp = Some(vhost);
+    app
+}
+
 pub async fn spawn_with_config(
     config: Config,
     backend: Backend,
@@ -126,6 +146,7 @@ pub async fn spawn_with_config(
         backend,
         shutdown: Some(tx),
         server: Some(server),
+        amqp: None,
         _db: db,
         _dir: dir,
     }

@@ -11,13 +11,13 @@ mod images;
 mod seckill;
 
 pub use app::{
-    ADMIN_TOKEN, Backend, Resp, TestApp, raw_get, spawn_app, spawn_app_with, spawn_with_config,
-    test_config, wait_until_up,
+    ADMIN_TOKEN, Backend, Resp, TestApp, raw_get, spawn_app, spawn_app_with,
+    spawn_app_with_rabbitmq, spawn_with_config, test_config, wait_until_up,
 };
 pub use database::{SchemaDump, TestDatabase, mysql_via_proxy};
 pub use hmdp_testkit::{
-    AmqpVhost, CuttableProxy, RedisCluster, RedisServer, free_port, redis_url, remove_keys,
-    unique_prefix, wait_until,
+    CuttableProxy, RedisCluster, RedisServer, free_port, redis_url, remove_keys, unique_prefix,
+    wait_until,
 };
 pub use images::square_png;
 pub use seckill::{
