@@ -578,16 +578,21 @@ async fn measure(ctx: &Ctx<'_>, t: Transport, key: &str) -> anyhow::Result<Outco
                     (at - started).as_secs_f64()
                 );
                 tokio::time::sleep(Duration::from_millis(args.downtime_ms)).await;
-                // Rows the killed consumer's last statement committed belong before the restart.
+                // What the database committed for the dead consumer (a statement it had sent
+                // before the kill) belongs before the restart.
                 let after = count_rows(&ctx.db, &table).await?;
-                if after != rows {
-                    (rows, last_row) = (after, at);
-                }
+                let committed_after = match after - rows {
+                    0 => String::new(),
+                    late => format!(" (+{late} committed after it)"),
+                };
                 notes.push(format!(
-                    "killed at {rows} rows, {:.2} s in; restarted {} ms later",
+                    "killed at {rows} rows{committed_after}, {:.2} s in; restarted {} ms later",
                     (at - started).as_secs_f64(),
                     args.downtime_ms
                 ));
+                if after != rows {
+                    (rows, last_row) = (after, at);
+                }
                 (consumer, log) = spawn_consumer(ctx, t, &queue, &table, 2)?;
                 (killed, idle_since) = (Some(at), Instant::now());
             } else if idle_since.elapsed() > quiet {
