@@ -21,6 +21,10 @@
 //!   size after the burst), `/blog/hot`, feed reads, and publishing to 100,000 followers
 //!   pushed vs pulled (time, Redis memory, inbox read latency), next to a raw pipelined
 //!   `ZADD` fan-out.
+//! - `queues`: the queues the course discusses for the asynchronous order (in-process, Redis
+//!   List, Pub/Sub, Stream with a group, RabbitMQ with confirms), each with its consumer
+//!   process killed (`kill -9`) mid-sale and restarted: orders accepted, written, lost, written
+//!   twice, drain rate.
 //!
 //! By default a scenario starts the service in-process on embedded defaults (a SQLite file in a
 //! temporary folder — or a fresh MariaDB database with `--database-url mysql://…` — and the
@@ -117,6 +121,12 @@ pub enum Scenario {
         #[arg(long)]
         server_pid: Option<u32>,
     },
+    /// The course's order queues with the consumer killed (kill -9) mid-sale and restarted:
+    /// accepted, written, lost, written twice, drain rate.
+    Queues(scenarios::queues::QueuesArgs),
+    /// The consumer process of `queues` (started and killed by it).
+    #[command(hide = true)]
+    QueuesConsumer(scenarios::queues::ConsumerArgs),
 }
 
 /// Runs the chosen scenario, prints its report, writes the JSON and SVG files; fails when an
@@ -133,6 +143,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Scenario::Conns { count, server_pid } => {
             scenarios::conns::run(&cli, *count, *server_pid).await?
         }
+        Scenario::Queues(args) => scenarios::queues::run(&cli, args).await?,
+        // Runs until killed; prints no report.
+        Scenario::QueuesConsumer(args) => return scenarios::queues::consume(&cli, args).await,
     };
     report.print();
     if let Some(path) = &cli.json {
