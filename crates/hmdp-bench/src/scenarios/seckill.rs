@@ -18,7 +18,7 @@ use std::{
 
 use clap::ValueEnum;
 use hmdp::{
-    config::SeckillMode,
+    config::{OrderTransport, SeckillMode},
     kv::Keys,
     storage::Db,
     worker::{OrderWorker, WorkerStats},
@@ -56,6 +56,15 @@ pub enum Drain {
     Backlog,
 }
 
+/// How accepted orders reach the database (async mode, in-process server).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TransportArg {
+    /// The worker drains the Redis order stream (`HMDP_ORDER_TRANSPORT=stream`).
+    Stream,
+    /// Relayed through RabbitMQ with confirms, consumed from `direct.seckill.queue`.
+    Rabbitmq,
+}
+
 /// The scenario's knobs.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SeckillArgs {
@@ -84,6 +93,22 @@ pub struct SeckillArgs {
     /// Skip the raw baselines.
     #[arg(long)]
     pub no_baselines: bool,
+    /// How accepted orders reach the database (async mode, in-process server).
+    #[arg(long, value_enum, default_value_t = TransportArg::Stream)]
+    pub transport: TransportArg,
+    /// RabbitMQ for `--transport rabbitmq`. Its `direct.seckill.queue` is purged first, so
+    /// give the bench a vhost of its own.
+    #[arg(long, default_value = hmdp::config::DEFAULT_AMQP_URL)]
+    pub amqp_url: String,
+}
+
+impl TransportArg {
+    fn setting(self) -> OrderTransport {
+        match self {
+            TransportArg::Stream => OrderTransport::Stream,
+            TransportArg::Rabbitmq => OrderTransport::RabbitMq,
+        }
+    }
 }
 
 /// What one mode's run measured.
@@ -237,6 +262,8 @@ async fn target_for(cli: &Cli, args: &SeckillArgs, mode: SeckillMode) -> anyhow:
                 &Database::from_flag(cli.database_url.as_deref()),
                 |c| {
                     c.seckill.mode = mode;
+                    c.seckill.transport = args.transport.setting();
+                    c.seckill.amqp_url = args.amqp_url.clone();
                     if backlog {
                         c.seckill.worker = false;
                     }
@@ -287,6 +314,33 @@ async fn target_for(cli: &Cli, args: &SeckillArgs, mode: SeckillMode) -> anyhow:
     }
 }
 
+/// Empties `direct.seckill.queue` (declaring it first): messages of an earlier run would be
+/// written into this run's database.
+async fn purge_order_queue(url: &str) -> anyhow::Result<()> {
+    let connection = hmdp::amqp::connect(url, "hmdp-bench").await?;
+    let channel = connection.create_channel().await?;
+    hmdp::amqp::topology::declare(&channel).await?;
+    let purged = channel
+        .queue_purge(
+            hmdp::amqp::topology::QUEUE.into(),
+            lapin::options::QueuePurgeOptions::default(),
+        )
+        .await?;
+    if purged > 0 {
+        eprintln!("seckill: purged {purged} messages of an earlier run from the order queue");
+    }
+    let _ = connection.close(200, "purged".into()).await;
+    Ok(())
+}
+
+/// The mode, and the transport when it is not the stream.
+fn run_name(mode: SeckillMode, transport: TransportArg) -> &'static str {
+    match (mode, transport) {
+        (SeckillMode::Async, TransportArg::Rabbitmq) => "async+rabbitmq",
+        _ => mode_name(mode),
+    }
+}
+
 fn mode_name(m: SeckillMode) -> &'static str {
     match m {
         SeckillMode::Async => "async",
@@ -303,8 +357,11 @@ async fn run_mode(
     report: &mut Report,
     insert_baseline: &mut Option<Outcome>,
 ) -> anyhow::Result<ModeResult> {
+    if args.transport == TransportArg::Rabbitmq && mode == SeckillMode::Async && cli.url.is_none() {
+        purge_order_queue(&args.amqp_url).await?;
+    }
     let t = target_for(cli, args, mode).await?;
-    let name = mode_name(mode);
+    let name = run_name(mode, args.transport);
     eprintln!(
         "seckill/{name}: logging in {} users through the API…",
         args.users
@@ -571,7 +628,7 @@ pub async fn run(cli: &Cli, args: &SeckillArgs) -> anyhow::Result<Report> {
         ));
     }
     for r in &results {
-        let name = mode_name(r.mode);
+        let name = run_name(r.mode, args.transport);
         report.rows.push(
             Row::from_outcome(&format!("POST /voucher-order/seckill ({name})"), &r.load)
                 .note(format!(

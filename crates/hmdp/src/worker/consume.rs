@@ -1,7 +1,8 @@
 //! The consumer of `direct.seckill.queue` (`HMDP_ORDER_TRANSPORT=rabbitmq`): the same batched,
 //! idempotent write as the stream's, acknowledged only after the commit.
 //!
-//! The prefetch is one batch; a batch is what is ready, up to `HMDP_WORKER_BATCH` messages.
+//! The prefetch is two batches, so the next one is already here while one is being written; a
+//! batch is what arrives within [`LINGER`] of its first message, up to `HMDP_WORKER_BATCH`.
 //! Through a database outage the batch is held unacknowledged and retried; if the process
 //! dies, the broker delivers the unacknowledged messages again (to another consumer), and the
 //! insert finds the orders already written. A conflicting order, a body that is no order, or an
@@ -10,7 +11,7 @@
 
 use std::time::Duration;
 
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 use lapin::{
     Channel, Connection,
     message::Delivery,
@@ -29,6 +30,10 @@ use crate::{
     amqp::{self, AmqpError, OrderMessage, topology},
     storage::orders::NewOrder,
 };
+
+/// How long a batch waits for more messages after its first: fewer, larger transactions for
+/// at most this much latency.
+const LINGER: Duration = Duration::from_millis(2);
 
 /// How often the consumer looks at the queue's depth (for `hmdp_amqp_queue_depth`).
 const DEPTH_EVERY: Duration = Duration::from_secs(1);
@@ -76,7 +81,7 @@ impl OrderWorker {
     ) -> Result<(), AmqpError> {
         let channel = connection.create_channel().await?;
         topology::declare(&channel).await?;
-        let prefetch = u16::try_from(self.settings.batch).unwrap_or(u16::MAX);
+        let prefetch = u16::try_from(self.settings.batch * 2).unwrap_or(u16::MAX);
         channel
             .basic_qos(prefetch, BasicQosOptions::default())
             .await?;
@@ -106,10 +111,11 @@ impl OrderWorker {
                 }
             };
             let mut batch = vec![next_delivery(first)?];
+            let until = tokio::time::Instant::now() + LINGER;
             while batch.len() < self.settings.batch {
-                match consumer.next().now_or_never() {
-                    Some(d) => batch.push(next_delivery(d)?),
-                    None => break,
+                match tokio::time::timeout_at(until, consumer.next()).await {
+                    Ok(d) => batch.push(next_delivery(d)?),
+                    Err(_) => break,
                 }
             }
             if self.settle_deliveries(batch, stop).await? {
