@@ -406,15 +406,7 @@ async fn visit_counters_are_exported() {
     let app = spawn_app(Backend::Sqlite).await;
     assert!(app.get("/api/shop/1", None).await.success());
     app.state.activity.flush_visits().await;
-    let text = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.get_text("/metrics").await;
     for name in [
         "hmdp_uv_buffered_visits 0",
         "hmdp_uv_visits_flushed_total 1",

@@ -141,15 +141,7 @@ async fn unknown_methods_share_one_label() {
             .unwrap();
         assert_eq!(r.status(), 405);
     }
-    let text = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.get_text("/metrics").await;
     assert!(
         text.lines().any(|l| l
             == r#"hmdp_http_requests_total{method="OTHER",route="/shop-type/list",status="405"} 2"#),

@@ -57,15 +57,7 @@ async fn every_documented_operation_exists() {
     }
     assert!(checked >= 40, "{checked}");
     // Logged out last: /user/logout is among the operations above.
-    let docs = app
-        .client
-        .get(app.url("/docs"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let docs = app.get_text("/docs").await;
     assert!(docs.contains("/openapi.json"));
 }
 

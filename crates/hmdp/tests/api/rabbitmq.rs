@@ -5,11 +5,7 @@
 //! Each test gets its own vhost (`hmdp_testkit::AmqpVhost`), so the course's fixed names
 //! (`hmdianping.direct`, `direct.seckill.queue`) never meet another test's.
 
-use std::{
-    collections::HashSet,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use futures_util::StreamExt;
 use hmdp::{
@@ -25,7 +21,8 @@ use lapin::{
 
 use crate::helpers::{
     Backend, CuttableProxy, TestApp, assert_same_orders, create_sale, db_order_ids, db_stock,
-    grab_raw, login_many, order_id_of, spawn_app_with_rabbitmq, wait_for_orders, wait_until,
+    grab_raw, kill_a_worker_process_mid_drain, login_many, order_id_of, spawn_app_with_rabbitmq,
+    wait_for_orders, wait_until,
 };
 
 /// The service on a vhost of its own with the RabbitMQ transport; `app.amqp` is the vhost.
@@ -138,16 +135,7 @@ async fn grab_all(app: &TestApp, voucher: i64, tokens: &[String]) -> HashSet<i64
 }
 
 async fn metric(app: &TestApp, name: &str) -> f64 {
-    let text = app
-        .client
-        .get(app.url("/metrics"))
-        .header("x-admin-token", crate::helpers::ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.get_text("/metrics").await;
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or_else(|| panic!("no {name} in /metrics"))
@@ -269,30 +257,8 @@ async fn killed_worker_process(app_role: Option<AmqpRole>, child_role: &str, ord
             .spawn()
             .unwrap()
     };
-    let mut first = spawn_worker();
-    // Kill it -9 as soon as an order is written: it is publishing or consuming then.
-    let started = Instant::now();
-    while db_order_ids(&app, voucher).await.is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "nothing was written"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    first.kill().unwrap();
-    first.wait().unwrap();
-    let after_kill = db_order_ids(&app, voucher).await.len();
-    eprintln!("{child_role} process killed after {after_kill} of {orders} orders were written");
-    assert!(after_kill < orders, "killed mid-sale");
-
-    let mut second = spawn_worker();
-    wait_for_orders(&app, voucher, orders as i64).await;
-    // SAFETY: a signal to our own child.
-    unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
-    assert!(second.wait().unwrap().success(), "graceful stop on SIGTERM");
-    let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
-    assert_same_orders(&stored, &won);
-    assert_eq!(db_stock(&app, voucher).await, 0);
+    // Killed -9 as soon as an order is written: it is publishing or consuming then.
+    kill_a_worker_process_mid_drain(&app, voucher, &won, spawn_worker).await;
     listener.wait_for(&won).await;
 }
 

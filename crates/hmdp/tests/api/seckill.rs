@@ -12,8 +12,9 @@ use serde_json::json;
 
 use crate::helpers::{
     ADMIN_TOKEN, Backend, TestApp, assert_same_orders, code_of, create_sale, db_buyers,
-    db_order_ids, db_stock, drain, grab_raw, login_many, lose_voucher, order_id_of, redis_stock,
-    spawn_app_with, spawn_app_with_rabbitmq, wait_for_orders, wait_until_up, worker_for,
+    db_order_ids, db_stock, drain, grab_raw, kill_a_worker_process_mid_drain, login_many,
+    lose_voucher, order_id_of, redis_stock, spawn_app_with, spawn_app_with_rabbitmq,
+    wait_for_orders, wait_until_up, worker_for,
 };
 
 /// How a sale test's service decides and moves orders: the database (`sync`), or the script
@@ -443,29 +444,7 @@ async fn a_killed_worker_process_loses_and_duplicates_nothing() {
             .spawn()
             .unwrap()
     };
-    let mut first = spawn_worker();
-    // Kill it -9 as soon as it has written something.
-    let started = Instant::now();
-    while db_order_ids(&app, voucher).await.is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the worker process wrote nothing"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    first.kill().unwrap();
-    first.wait().unwrap();
-    let after_kill = db_order_ids(&app, voucher).await.len();
-    eprintln!("worker process killed after writing {after_kill} of 600 orders");
-
-    let mut second = spawn_worker();
-    wait_for_orders(&app, voucher, 600).await;
-    // SAFETY: a signal to our own child.
-    unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
-    assert!(second.wait().unwrap().success(), "graceful stop on SIGTERM");
-    let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
-    assert_same_orders(&stored, &won);
-    assert_eq!(db_stock(&app, voucher).await, 0);
+    kill_a_worker_process_mid_drain(&app, voucher, &won, spawn_worker).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

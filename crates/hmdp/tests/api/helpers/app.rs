@@ -201,6 +201,18 @@ impl TestApp {
         }
     }
 
+    /// The body of a `GET` as text (pages, `/metrics`).
+    pub async fn get_text(&self, path: &str) -> String {
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("request sent")
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub async fn get(&self, path: &str, token: Option<&str>) -> Resp {
         let mut req = self.client.get(self.url(path));
         if let Some(t) = token {

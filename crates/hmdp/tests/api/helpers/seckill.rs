@@ -209,3 +209,42 @@ pub async fn drain(worker: &hmdp::worker::OrderWorker) {
         != hmdp::worker::Step::Idle
     {}
 }
+
+/// Starts a worker process with `spawn`, kills it (SIGKILL) as soon as an order of `voucher`
+/// is in the database, starts another, waits until all `orders` are written and stops that one
+/// with SIGTERM (it must exit cleanly). Then exactly the `accepted` orders are stored and the
+/// stock is consistent. Returns how many orders were written when the first one died.
+pub async fn kill_a_worker_process_mid_drain(
+    app: &TestApp,
+    voucher: i64,
+    accepted: &HashSet<i64>,
+    spawn: impl Fn() -> std::process::Child,
+) -> usize {
+    let mut first = spawn();
+    let started = Instant::now();
+    while db_order_ids(app, voucher).await.is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the worker process wrote nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let after_kill = db_order_ids(app, voucher).await.len();
+    eprintln!(
+        "worker process killed after {after_kill} of {} orders were written",
+        accepted.len()
+    );
+    assert!(after_kill < accepted.len(), "killed mid-drain");
+
+    let mut second = spawn();
+    wait_for_orders(app, voucher, accepted.len() as i64).await;
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
+    assert!(second.wait().unwrap().success(), "graceful stop on SIGTERM");
+    let stored: HashSet<i64> = db_order_ids(app, voucher).await.into_iter().collect();
+    assert_same_orders(&stored, accepted);
+    assert_eq!(db_stock(app, voucher).await, 0);
+    after_kill
+}
