@@ -138,9 +138,14 @@ pub struct QueuesArgs {
     /// Orders in the sale (ids 1..=N).
     #[arg(long, default_value_t = 20_000)]
     pub orders: u64,
-    /// Fraction of the orders in the table when the consumer is killed.
+    /// Fraction of the orders in the table when the consumer is first killed; each further kill
+    /// comes after as many more (0.3 with 3 kills: at 30, 60 and 90 %).
     #[arg(long, default_value_t = 0.3)]
     pub kill_after: f64,
+    /// Kills per transport. A List loses an order only when a kill lands between the pop and
+    /// the commit, so one kill shows that only sometimes.
+    #[arg(long, default_value_t = 3)]
+    pub kills: u32,
     /// Transports to compare, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [
         Transport::InProcess, Transport::List, Transport::PubSub, Transport::Stream,
@@ -546,11 +551,14 @@ async fn measure(ctx: &Ctx<'_>, t: Transport, key: &str) -> anyhow::Result<Outco
         _ => None,
     };
 
-    let threshold = ((accepted as f64 * args.kill_after).ceil() as u64).max(1);
+    let threshold =
+        |k: u32| ((accepted as f64 * args.kill_after * f64::from(k + 1)).ceil() as u64).max(1);
     let quiet = Duration::from_secs_f64(args.quiet.max(0.5));
     let (mut rows, mut last_row, mut idle_since) = (0u64, started, started);
+    // Kills done, the last one (until the first row after its restart), and the dead time.
+    let mut kills = 0u32;
     let mut killed: Option<Instant> = None;
-    let mut resumed: Option<Instant> = None;
+    let mut gap = Duration::ZERO;
     loop {
         tokio::time::sleep(POLL).await;
         if let Some(status) = consumer.try_wait()? {
@@ -563,12 +571,16 @@ async fn measure(ctx: &Ctx<'_>, t: Transport, key: &str) -> anyhow::Result<Outco
         if now != rows {
             rows = now;
             (last_row, idle_since) = (Instant::now(), Instant::now());
-            if killed.is_some() && resumed.is_none() {
-                resumed = Some(last_row);
+            if let Some(k) = killed.take() {
+                gap += last_row - k;
+                notes.push(format!(
+                    "first row after restart {kills}: {:.2} s after the kill",
+                    (last_row - k).as_secs_f64()
+                ));
             }
         }
-        if killed.is_none() {
-            if rows >= threshold {
+        if kills < args.kills.max(1) && threshold(kills) < accepted {
+            if rows >= threshold(kills) {
                 consumer.start_kill()?;
                 consumer.wait().await?;
                 let at = Instant::now();
@@ -593,12 +605,17 @@ async fn measure(ctx: &Ctx<'_>, t: Transport, key: &str) -> anyhow::Result<Outco
                 if after != rows {
                     (rows, last_row) = (after, at);
                 }
-                (consumer, log) = spawn_consumer(ctx, t, &queue, &table, 2)?;
+                kills += 1;
+                (consumer, log) = spawn_consumer(ctx, t, &queue, &table, kills + 1)?;
                 (killed, idle_since) = (Some(at), Instant::now());
-            } else if idle_since.elapsed() > quiet {
-                anyhow::bail!("the consumer stalled at {rows} rows before the kill");
+                continue;
+            } else if kills == 0 {
+                if idle_since.elapsed() > quiet {
+                    anyhow::bail!("the consumer stalled at {rows} rows before the kill");
+                }
+                continue;
             }
-            continue;
+            // After a kill that lost the rest (nothing more comes), the quiet period ends it.
         }
         if publisher.as_ref().is_some_and(|p| !p.is_finished()) {
             // The sale is still on: the quiet period starts when it ends.
@@ -638,16 +655,6 @@ async fn measure(ctx: &Ctx<'_>, t: Transport, key: &str) -> anyhow::Result<Outco
              drain bounded by the publish rate"
         ));
     }
-    let gap = match (killed, resumed) {
-        (Some(k), Some(r)) => {
-            notes.push(format!(
-                "first row after the restart {:.2} s after the kill",
-                (r - k).as_secs_f64()
-            ));
-            r - k
-        }
-        _ => Duration::ZERO,
-    };
     let active = (last_row - started).saturating_sub(gap).as_secs_f64();
     notes.push(t.claim().to_owned());
     eprintln!(
@@ -954,10 +961,11 @@ async fn clean_up(ctx: &Ctx<'_>, t: Transport, key: &str) -> anyhow::Result<()> 
 fn report(args: &QueuesArgs, backend: &str, outcomes: &[Outcome]) -> Report {
     let mut report = Report::new("queues", 1);
     report.summary.push(format!(
-        "{} orders per transport into {backend}, batches of up to {}; consumer killed (SIGKILL) at {:.0} % written, \
-         restarted {} ms later; Pub/Sub published at {}/s",
+        "{} orders per transport into {backend}, batches of up to {}; consumer killed (SIGKILL) up to {} times, \
+         every {:.0} % written, restarted {} ms later; Pub/Sub published at {}/s",
         args.orders,
         args.batch,
+        args.kills,
         args.kill_after * 100.0,
         args.downtime_ms,
         args.pubsub_rate
