@@ -209,20 +209,14 @@ impl<'a> Tab<'a> {
     /// image. Its bytes.
     async fn img(&self, src: &str) -> Vec<u8> {
         assert!(src.starts_with('/'), "{}: image at {src:?}", self.page);
-        let r = self.app.client.get(self.app.url(src)).send().await.unwrap();
-        let status = r.status().as_u16();
-        let content_type = r
-            .headers()
-            .get("content-type")
-            .map(|v| v.to_str().unwrap().to_owned())
-            .unwrap_or_default();
+        let (status, content_type, body) = self.app.get_bytes(src).await;
         assert_eq!(status, 200, "{}: the image {src} does not load", self.page);
         assert!(
             content_type.starts_with("image/"),
             "{}: {src} is {content_type}",
             self.page
         );
-        r.bytes().await.unwrap().to_vec()
+        body
     }
 
     /// `b.icon || '/imgs/icons/default-icon.png'`: the default icon is the pages' own file, so

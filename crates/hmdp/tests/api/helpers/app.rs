@@ -201,6 +201,23 @@ impl TestApp {
         }
     }
 
+    /// Status, `Content-Type` and body bytes of a plain `GET` (files, photos).
+    pub async fn get_bytes(&self, path: &str) -> (u16, String, Vec<u8>) {
+        let r = self
+            .client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("request sent");
+        let status = r.status().as_u16();
+        let content_type = r
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        (status, content_type, r.bytes().await.unwrap().to_vec())
+    }
+
     /// The body of a `GET` as text (pages, `/metrics`).
     pub async fn get_text(&self, path: &str) -> String {
         self.client
@@ -344,6 +361,20 @@ pub async fn wait_until_up(client: &reqwest::Client, port: u16) {
 /// Sends `GET {target}` as raw HTTP/1.1 bytes, so the path reaches the server exactly as
 /// written (an HTTP client would normalise `/../` and `/%2e%2e/` away before sending); the
 /// status and the body.
+/// Asserts that `target` (a path that tries to climb out of a served folder) is refused with
+/// 404 or 400 and shows neither the test's `secret.txt` ("top secret") nor `/etc/passwd`.
+pub fn assert_nothing_outside(addr: std::net::SocketAddr, target: &str) {
+    let (status, answer) = raw_get(addr, target);
+    assert!(
+        !answer.contains("top secret") && !answer.contains("root:"),
+        "{target} leaked: {answer}"
+    );
+    assert!(
+        status == 404 || status == 400,
+        "{target}: {status} {answer}"
+    );
+}
+
 pub fn raw_get(addr: std::net::SocketAddr, target: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
