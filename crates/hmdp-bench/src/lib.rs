@@ -25,6 +25,8 @@
 //!   List, Pub/Sub, Stream with a group, RabbitMQ with confirms), each with its consumer
 //!   process killed (`kill -9`) mid-sale and restarted: orders accepted, written, lost, written
 //!   twice, drain rate.
+//! - `publish-cost`: a RabbitMQ publish with a confirm inside each request (the course's
+//!   design) against an `XADD` per request (hmdp's outbox) and the relay's confirmed batches.
 //!
 //! By default a scenario starts the service in-process on embedded defaults (a SQLite file in a
 //! temporary folder — or a fresh MariaDB database with `--database-url mysql://…` — and the
@@ -124,6 +126,9 @@ pub enum Scenario {
     /// The course's order queues with the consumer killed (kill -9) mid-sale and restarted:
     /// accepted, written, lost, written twice, drain rate.
     Queues(scenarios::queues::QueuesArgs),
+    /// What publishing to RabbitMQ with a confirm inside each request (the course's design)
+    /// costs, against an XADD per request and the relay's confirmed batches.
+    PublishCost(scenarios::publish::PublishArgs),
     /// The consumer process of `queues` (started and killed by it).
     #[command(hide = true)]
     QueuesConsumer(scenarios::queues::ConsumerArgs),
@@ -144,6 +149,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             scenarios::conns::run(&cli, *count, *server_pid).await?
         }
         Scenario::Queues(args) => scenarios::queues::run(&cli, args).await?,
+        Scenario::PublishCost(args) => scenarios::publish::run(&cli, args).await?,
         // Runs until killed; prints no report.
         Scenario::QueuesConsumer(args) => return scenarios::queues::consume(&cli, args).await,
     };

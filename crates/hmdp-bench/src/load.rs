@@ -403,6 +403,20 @@ pub async fn request_phase(
     collect: bool,
     make: Arc<dyn Fn(u64) -> Req + Send + Sync>,
 ) -> anyhow::Result<Outcome> {
+    paced_request_phase(name, addr, connections, stop, collect, None, make).await
+}
+
+/// [`request_phase`], with request `i` sent no earlier than `i / rate` seconds after the start
+/// when a `rate` (requests/s over all connections) is given: a steady load below saturation.
+pub async fn paced_request_phase(
+    name: &str,
+    addr: SocketAddr,
+    connections: usize,
+    stop: Stop,
+    collect: bool,
+    rate: Option<f64>,
+    make: Arc<dyn Fn(u64) -> Req + Send + Sync>,
+) -> anyhow::Result<Outcome> {
     // Connect first, so connection set-up is not part of the measured time.
     let mut conns = Vec::with_capacity(connections);
     for _ in 0..connections {
@@ -420,6 +434,10 @@ pub async fn request_phase(
                 let i = counter.fetch_add(1, Ordering::Relaxed);
                 if stop.done(i, started.elapsed()) {
                     break;
+                }
+                if let Some(rate) = rate {
+                    let due = started + Duration::from_secs_f64(i as f64 / rate);
+                    tokio::time::sleep_until(due.into()).await;
                 }
                 let req = make(i);
                 let t = Instant::now();

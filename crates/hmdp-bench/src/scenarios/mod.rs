@@ -5,6 +5,7 @@ pub mod conns;
 pub mod ids;
 pub mod lock;
 pub mod login;
+pub mod publish;
 pub mod queues;
 pub mod seckill;
 pub mod setup;

@@ -32,7 +32,7 @@ use super::{
 use crate::{
     Cli,
     check::{SaleState, check_sale},
-    load::{Outcome, Req, Stop, request_phase},
+    load::{Outcome, Req, Stop, paced_request_phase, request_phase},
     report::{Goal, Report, Row},
     server::{self, BenchServer, Database},
 };
@@ -100,6 +100,10 @@ pub struct SeckillArgs {
     /// give the bench a vhost of its own.
     #[arg(long, default_value = hmdp::config::DEFAULT_AMQP_URL)]
     pub amqp_url: String,
+    /// Grabs per second over all connections (a steady sale below saturation, where the
+    /// grab-to-row lag is the pipeline's own and not a backlog's); unset: as fast as answered.
+    #[arg(long)]
+    pub rate: Option<f64>,
 }
 
 impl TransportArg {
@@ -120,6 +124,8 @@ struct ModeResult {
     drain: Option<(u64, f64)>,
     /// The in-process worker's own account of the drain: batches and database write time.
     worker_note: Option<String>,
+    /// The in-process worker's grab-to-row lag (`hmdp_worker_order_lag_seconds`).
+    lag: Option<Row>,
     /// The HTTP floor on the same server and connections: `(what, outcome)`.
     floors: Vec<(String, Outcome)>,
 }
@@ -149,6 +155,60 @@ fn worker_note(w: &WorkerStats, drain_secs: f64) -> String {
         drain_secs,
         db_secs / drain_secs.max(1e-9) * 100.0
     )
+}
+
+/// The grab-to-row lag of every order the worker wrote, as a row whose latency columns are
+/// the lag's quantiles: read from the worker's histogram the way `histogram_quantile` reads a
+/// scrape (linear within a bucket), so within a bucket's width (~1.5×) of the exact value.
+fn lag_row(w: &WorkerStats) -> Option<Row> {
+    let mut registry = hmdp::metrics::Registry::default();
+    w.register(&mut registry);
+    let text = hmdp::metrics::encode(&registry);
+    let buckets: Vec<(f64, f64)> = text
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("hmdp_worker_order_lag_seconds_bucket{le=\"")?;
+            let (le, count) = rest.split_once("\"} ")?;
+            Some((le.parse().unwrap_or(f64::INFINITY), count.parse().ok()?))
+        })
+        .collect();
+    let total = buckets.last().map_or(0.0, |b| b.1);
+    if total == 0.0 {
+        return None;
+    }
+    let ms = |q: f64| histogram_quantile(&buckets, q) * 1e3;
+    let mut row = Row::figure(
+        "grab → row lag (hmdp_worker_order_lag_seconds)",
+        total as u64,
+        0.0,
+    )
+    .note("latency columns: from the grab's stream entry to the commit, histogram estimates");
+    row.rate = 0.0;
+    (row.p50_ms, row.p90_ms, row.p99_ms) = (ms(0.5), ms(0.9), ms(0.99));
+    row.max_ms = ms(1.0);
+    Some(row)
+}
+
+/// The `q` quantile of cumulative `(upper bound, count)` buckets, interpolated linearly within
+/// its bucket as Prometheus's `histogram_quantile` does.
+fn histogram_quantile(buckets: &[(f64, f64)], q: f64) -> f64 {
+    let total = buckets.last().map_or(0.0, |b| b.1);
+    if total == 0.0 {
+        return f64::NAN;
+    }
+    let rank = q * total;
+    let (mut lower, mut below) = (0.0, 0.0);
+    for &(le, count) in buckets {
+        if count >= rank {
+            if le.is_infinite() {
+                return lower;
+            }
+            let inside = count - below;
+            return lower + (le - lower) * ((rank - below) / inside.max(1e-9));
+        }
+        (lower, below) = (le, count);
+    }
+    lower
 }
 
 /// Orders of a voucher in the database.
@@ -404,12 +464,13 @@ async fn run_mode(
         }
     };
     let load_start = Instant::now();
-    let load = request_phase(
+    let load = paced_request_phase(
         &format!("seckill {name}"),
         t.addr,
         cli.connections,
         Stop::AtLeast(Duration::from_secs(cli.seconds), n),
         true,
+        args.rate,
         make,
     )
     .await?;
@@ -554,12 +615,14 @@ async fn run_mode(
     if let Some(s) = t.server {
         s.stop().await;
     }
+    let lag = worker_stats.as_deref().and_then(lag_row);
     let worker_note = match (&worker_stats, drain) {
         (Some(w), Some((_, secs))) => Some(worker_note(w, secs)),
         _ => None,
     };
     Ok(ModeResult {
         worker_note,
+        lag,
         mode,
         load,
         accepted,
@@ -651,6 +714,9 @@ pub async fn run(cli: &Cli, args: &SeckillArgs) -> anyhow::Result<Report> {
                 row = row.note(n.clone());
             }
             report.rows.push(row);
+        }
+        if let Some(lag) = &r.lag {
+            report.rows.push(lag.clone());
         }
         for (what, o) in &r.floors {
             report.rows.push(Row::from_outcome(what, o).note(format!(
@@ -759,6 +825,25 @@ pub async fn run(cli: &Cli, args: &SeckillArgs) -> anyhow::Result<Report> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantiles_interpolate_within_their_bucket_as_prometheus_does() {
+        // 10 in (0, 1], 30 in (1, 2], 60 in (2, 4]; nothing above.
+        let b = [
+            (1.0, 10.0),
+            (2.0, 40.0),
+            (4.0, 100.0),
+            (f64::INFINITY, 100.0),
+        ];
+        assert_eq!(histogram_quantile(&b, 0.05), 0.5);
+        assert_eq!(histogram_quantile(&b, 0.25), 1.5);
+        assert_eq!(histogram_quantile(&b, 0.7), 3.0);
+        assert_eq!(histogram_quantile(&b, 1.0), 4.0);
+        // Ranks in the +Inf bucket answer the highest finite bound.
+        let over = [(1.0, 1.0), (f64::INFINITY, 2.0)];
+        assert_eq!(histogram_quantile(&over, 0.99), 1.0);
+        assert!(histogram_quantile(&[], 0.5).is_nan());
+    }
 
     #[test]
     fn first_time_a_count_was_reached() {

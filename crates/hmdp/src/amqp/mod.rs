@@ -39,6 +39,31 @@ pub struct OrderMessage {
 /// The `content_type` of an order message.
 pub const CONTENT_TYPE: &str = "application/json";
 
+/// Message header: when the grab accepted the order (Unix milliseconds, Redis's clock), for
+/// the consumer's `hmdp_worker_order_lag_seconds`.
+pub const ACCEPTED_AT_HEADER: &str = "accepted-at-ms";
+
+/// The [`ACCEPTED_AT_HEADER`] of a delivery, if it has one.
+pub fn accepted_at_ms(d: &lapin::message::Delivery) -> Option<u64> {
+    header_u64(d, ACCEPTED_AT_HEADER)
+}
+
+/// An integer header of a delivery, whatever integer type the publisher chose.
+pub fn header_u64(d: &lapin::message::Delivery, name: &str) -> Option<u64> {
+    use lapin::types::AMQPValue;
+    match d.properties.headers().as_ref()?.inner().get(name)? {
+        AMQPValue::LongLongInt(n) => u64::try_from(*n).ok(),
+        AMQPValue::LongInt(n) => u64::try_from(*n).ok(),
+        AMQPValue::LongUInt(n) => Some(u64::from(*n)),
+        AMQPValue::ShortInt(n) => u64::try_from(*n).ok(),
+        AMQPValue::ShortUInt(n) => Some(u64::from(*n)),
+        AMQPValue::ShortShortInt(n) => u64::try_from(*n).ok(),
+        AMQPValue::ShortShortUInt(n) => Some(u64::from(*n)),
+        AMQPValue::Timestamp(n) => Some(*n),
+        _ => None,
+    }
+}
+
 impl OrderMessage {
     /// The order a message body carries, if it is one: JSON with three positive ids.
     pub fn parse(body: &[u8]) -> Option<NewOrder> {

@@ -16,10 +16,13 @@ use std::{
 use lapin::{
     BasicProperties, Channel, Confirmation, Connection,
     options::{BasicPublishOptions, ConfirmSelectOptions},
+    types::{AMQPValue, FieldTable},
 };
 use tokio::sync::Mutex;
 
-use super::{AmqpError, AmqpStats, CONTENT_TYPE, OrderMessage, connect, topology};
+use super::{
+    ACCEPTED_AT_HEADER, AmqpError, AmqpStats, CONTENT_TYPE, OrderMessage, connect, topology,
+};
 use crate::storage::orders::NewOrder;
 
 /// Why a batch was not confirmed. The batch is to be published again.
@@ -70,8 +73,9 @@ impl Publisher {
     }
 
     /// Publishes one persistent, mandatory message per order to `hmdianping.direct` and waits
-    /// for the broker to confirm them all.
-    pub async fn publish(&self, orders: &[NewOrder]) -> Result<(), PublishError> {
+    /// for the broker to confirm them all. Each order comes with the time the grab accepted it
+    /// (Unix milliseconds; its [`ACCEPTED_AT_HEADER`]).
+    pub async fn publish(&self, orders: &[(NewOrder, u64)]) -> Result<(), PublishError> {
         if orders.is_empty() {
             return Ok(());
         }
@@ -92,13 +96,23 @@ impl Publisher {
         result
     }
 
-    async fn publish_on(&self, channel: &Channel, orders: &[NewOrder]) -> Result<(), PublishError> {
+    async fn publish_on(
+        &self,
+        channel: &Channel,
+        orders: &[(NewOrder, u64)],
+    ) -> Result<(), PublishError> {
         let mut confirms = Vec::with_capacity(orders.len());
-        for order in orders {
+        for (order, accepted_at) in orders {
+            let mut headers = FieldTable::default();
+            headers.insert(
+                ACCEPTED_AT_HEADER.into(),
+                AMQPValue::LongLongInt(i64::try_from(*accepted_at).unwrap_or(0)),
+            );
             let properties = BasicProperties::default()
                 .with_delivery_mode(2) // persistent
                 .with_content_type(CONTENT_TYPE.into())
-                .with_message_id(order.id.to_string().into());
+                .with_message_id(order.id.to_string().into())
+                .with_headers(headers);
             let confirm = channel
                 .basic_publish(
                     topology::EXCHANGE.into(),

@@ -46,6 +46,11 @@ pub fn parse(e: &StreamId) -> Option<NewOrder> {
     })
 }
 
+/// When the grab accepted the order of an entry: the milliseconds of its id (Redis clock).
+pub fn accepted_at_ms(e: &StreamId) -> Option<u64> {
+    e.id.split_once('-')?.0.parse().ok()
+}
+
 /// The orders of one voucher in a stream (the shard's order stream, written or not, or its
 /// dead letters), read page by page.
 pub async fn orders_of_voucher(

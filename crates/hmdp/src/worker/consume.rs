@@ -18,7 +18,7 @@ use lapin::{
     options::{
         BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
     },
-    types::{AMQPValue, FieldTable},
+    types::FieldTable,
 };
 use tokio::sync::watch;
 
@@ -208,6 +208,8 @@ impl OrderWorker {
         for (d, _) in done {
             d.acker.ack(BasicAckOptions::default()).await?;
         }
+        self.stats
+            .observe_lag(done.iter().filter_map(|(d, _)| amqp::accepted_at_ms(d)));
         Ok(())
     }
 
@@ -250,15 +252,5 @@ fn next_delivery(d: Option<lapin::Result<Delivery>>) -> Result<Delivery, AmqpErr
 
 /// How often the broker delivered this message before (a quorum queue's `x-delivery-count`).
 fn delivery_count(d: &Delivery) -> u64 {
-    let Some(headers) = d.properties.headers() else {
-        return 0;
-    };
-    match headers.inner().get("x-delivery-count") {
-        Some(AMQPValue::LongLongInt(n)) => u64::try_from(*n).unwrap_or(0),
-        Some(AMQPValue::LongInt(n)) => u64::try_from(*n).unwrap_or(0),
-        Some(AMQPValue::LongUInt(n)) => u64::from(*n),
-        Some(AMQPValue::ShortInt(n)) => u64::try_from(*n).unwrap_or(0),
-        Some(AMQPValue::ShortShortInt(n)) => u64::try_from(*n).unwrap_or(0),
-        _ => 0,
-    }
+    amqp::header_u64(d, "x-delivery-count").unwrap_or(0)
 }

@@ -14,6 +14,14 @@ pub const WRITE_SECONDS_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// Upper bounds of the order-lag histogram's buckets (seconds): about 1.5× apart, so that a
+/// p50 or p99 read from it (`histogram_quantile`) is within a fifth of the truth, from a
+/// millisecond to minutes.
+pub const LAG_SECONDS_BUCKETS: &[f64] = &[
+    0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15,
+    0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+];
+
 /// Counters of this worker process. Cheap to update (atomics); read them with `.get()`.
 #[derive(Debug)]
 pub struct WorkerStats {
@@ -27,6 +35,9 @@ pub struct WorkerStats {
     pub batch_size: Histogram,
     /// Database time of committed batches, in seconds.
     pub write_seconds: Histogram,
+    /// From the grab's acceptance (its stream entry's time) to the commit of the order, in
+    /// seconds: how far behind the sale the database is.
+    pub order_lag: Histogram,
     /// Entries moved to a dead-letter stream (conflicts included).
     pub dead_lettered: Counter,
     /// Orders that collided with another order in the database (dead-lettered).
@@ -45,6 +56,7 @@ impl Default for WorkerStats {
             batches: Counter::default(),
             batch_size: histogram(BATCH_SIZE_BUCKETS),
             write_seconds: histogram(WRITE_SECONDS_BUCKETS),
+            order_lag: histogram(LAG_SECONDS_BUCKETS),
             dead_lettered: Counter::default(),
             conflicts: Counter::default(),
             claimed: Counter::default(),
@@ -54,6 +66,17 @@ impl Default for WorkerStats {
 }
 
 impl WorkerStats {
+    /// Records the lag of orders accepted at `accepted_ms` (Unix milliseconds), committed now.
+    pub fn observe_lag(&self, accepted_ms: impl IntoIterator<Item = u64>) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        for at in accepted_ms {
+            self.order_lag
+                .observe(now.saturating_sub(at) as f64 / 1000.0);
+        }
+    }
+
     /// Adds the worker's metrics to `registry` (they share the counters with `self`).
     pub fn register(&self, registry: &mut Registry) {
         let counters = [
@@ -101,6 +124,12 @@ impl WorkerStats {
             "hmdp_worker_write_seconds",
             "Database time of committed order batches",
             self.write_seconds.clone(),
+        );
+        registry.register(
+            "hmdp_worker_order_lag_seconds",
+            "Time from the grab's acceptance of an order to its commit (Redis's clock to this \
+             process's)",
+            self.order_lag.clone(),
         );
         registry.register(
             "hmdp_worker_batch_size",

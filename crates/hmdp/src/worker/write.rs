@@ -133,7 +133,10 @@ impl OrderWorker {
             return Ok(Step::Wrote(handled));
         }
         if let Some(publisher) = &self.publisher {
-            let orders: Vec<NewOrder> = good.iter().map(|(_, o)| *o).collect();
+            let orders: Vec<(NewOrder, u64)> = good
+                .iter()
+                .map(|(e, o)| (*o, order_stream::accepted_at_ms(e).unwrap_or(0)))
+                .collect();
             return match publisher.publish(&orders).await {
                 // The pending records stay: the queue's consumer removes them after its commit.
                 Ok(()) => {
@@ -151,6 +154,12 @@ impl OrderWorker {
             self.dead_letter(shard, entry, conflict).await?;
         }
         self.ack(shard, &written.done, true).await?;
+        self.stats.observe_lag(
+            written
+                .done
+                .iter()
+                .filter_map(|(e, _)| order_stream::accepted_at_ms(e)),
+        );
         for (entry, _, error) in &written.failed {
             self.failed(shard, entry, error).await?;
         }

@@ -841,6 +841,18 @@ async fn a_standalone_worker_serves_its_metrics_and_health() {
     );
     assert!(body.contains("hmdp_worker_write_seconds_count "), "{body}");
     assert!(body.contains("hmdp_worker_dead_letters_total 0"), "{body}");
+    // Every written order's lag from the grab to the commit (recorded right after the
+    // acknowledgement), within the test's few seconds.
+    let body = scrape_until(
+        &app.client,
+        &metrics,
+        "hmdp_worker_order_lag_seconds_count 3",
+    )
+    .await;
+    assert!(
+        body.contains("hmdp_worker_order_lag_seconds_bucket{le=\"60.0\"} 3"),
+        "{body}"
+    );
     scrape_until(
         &app.client,
         &metrics,

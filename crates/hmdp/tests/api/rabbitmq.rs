@@ -100,6 +100,15 @@ impl Listener {
                     Some(id.to_string())
                 );
                 assert_eq!(*d.properties.delivery_mode(), Some(2), "persistent");
+                let accepted = hmdp::amqp::accepted_at_ms(&d).expect("accepted-at-ms header");
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis() as u64;
+                assert!(
+                    accepted <= now + 1000 && now.saturating_sub(accepted) < 600_000,
+                    "accepted at {accepted}, now {now}"
+                );
                 into.lock().unwrap().push(id);
             }
         });
@@ -169,11 +178,16 @@ async fn sale_over_rabbitmq(backend: Backend) {
     assert!(metric(&app, "hmdp_amqp_confirmed_total").await >= 150.0);
     assert!(metric(&app, "hmdp_amqp_consumed_total").await >= 150.0);
     assert_eq!(metric(&app, "hmdp_amqp_dead_lettered_total").await, 0.0);
+    // The consumer timed each order from the grab (the message's accepted-at-ms) to its commit.
+    assert!(metric(&app, "hmdp_worker_order_lag_seconds_count").await >= 150.0);
     let health = app.get("/health", None).await;
     assert_eq!(health.body["data"]["broker"], "ok", "{health:?}");
 }
 
-crate::both_backends!(sale_over_rabbitmq);
+crate::both_backends!(
+    sale_over_rabbitmq,
+    a_killed_worker_process_loses_and_duplicates_nothing
+);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_unreachable_for_a_while_delays_orders_and_loses_none() {
@@ -215,27 +229,31 @@ async fn a_broker_unreachable_for_a_while_delays_orders_and_loses_none() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_worker_process_loses_and_duplicates_nothing() {
-    killed_worker_process(None, "both", 600).await;
+async fn a_killed_worker_process_loses_and_duplicates_nothing(backend: Backend) {
+    killed_worker_process(backend, None, "both", 600).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_killed_mid_publish_loses_and_duplicates_nothing() {
-    killed_worker_process(Some(AmqpRole::Consumer), "relay", 400).await;
+    killed_worker_process(Backend::MySql, Some(AmqpRole::Consumer), "relay", 400).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_killed_mid_batch_loses_and_duplicates_nothing() {
-    killed_worker_process(Some(AmqpRole::Relay), "consumer", 400).await;
+    killed_worker_process(Backend::MySql, Some(AmqpRole::Relay), "consumer", 400).await;
 }
 
 /// A sale of `orders`; a `hmdp worker` process with `HMDP_AMQP_ROLE=child_role` is killed -9
 /// as soon as an order is written, then started again. The service runs the other half of
 /// the pipeline (`app_role`), or no worker.
-async fn killed_worker_process(app_role: Option<AmqpRole>, child_role: &str, orders: usize) {
+async fn killed_worker_process(
+    backend: Backend,
+    app_role: Option<AmqpRole>,
+    child_role: &str,
+    orders: usize,
+) {
     let app = Arc::new(
-        rabbit_app(Backend::MySql, |c| match app_role {
+        rabbit_app(backend, |c| match app_role {
             Some(role) => c.seckill.amqp_role = role,
             None => c.seckill.worker = false,
         })

@@ -426,9 +426,10 @@ pub(crate) async fn database_going_away_while_orders_arrive(app: Arc<TestApp>) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_worker_process_loses_and_duplicates_nothing() {
-    let app = Arc::new(spawn_app_with(Backend::MySql, |c| c.seckill.worker = false).await);
+crate::both_backends!(a_killed_worker_process_loses_and_duplicates_nothing);
+
+async fn a_killed_worker_process_loses_and_duplicates_nothing(backend: Backend) {
+    let app = Arc::new(spawn_app_with(backend, |c| c.seckill.worker = false).await);
     let voucher = create_sale(&app, 600, -60, 3600).await;
     let tokens = login_many(&app, 600).await;
     let mut won = HashSet::new();
