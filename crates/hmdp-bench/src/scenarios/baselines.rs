@@ -41,7 +41,7 @@ impl GrabKeys {
         let base = format!("bench:grab:{{{tag}}}");
         Self {
             voucher: format!("{base}:voucher"),
-            buyers: format!("{base}:buyers"),
+            buyers: format!("{base}:bought"),
             stream: format!("{base}:orders"),
         }
     }
@@ -86,7 +86,7 @@ pub async fn raw_grab(
             let (keys, hash) = (keys.clone(), hash.clone());
             Box::pin(async move {
                 if pipeline <= 1 {
-                    let _: i64 = GRAB
+                    let _: redis::Value = GRAB
                         .key(&keys.voucher)
                         .key(&keys.buyers)
                         .key(&keys.stream)
@@ -111,7 +111,7 @@ pub async fn raw_grab(
                         .arg(pick_user(n, users) + 1)
                         .arg(n as i64 + 1);
                 }
-                let _: Vec<i64> = p
+                let _: Vec<redis::Value> = p
                     .query_async(&mut conn)
                     .await
                     .map_err(|e| format!("redis: {:?}", e.kind()))?;

@@ -162,6 +162,8 @@ error_codes! {
 pub struct ApiError {
     code: ErrorCode,
     message: Cow<'static, str>,
+    /// What the refusal can tell besides its message (e.g. the order a duplicate grab has).
+    data: Option<Box<serde_json::Value>>,
     retry_after: Option<Duration>,
     source: Option<anyhow::Error>,
 }
@@ -171,6 +173,7 @@ impl ApiError {
         Self {
             code,
             message: message.into(),
+            data: None,
             retry_after: None,
             source: None,
         }
@@ -214,6 +217,12 @@ impl ApiError {
     pub fn code(&self) -> ErrorCode {
         self.code
     }
+
+    /// Adds `data` to the failure envelope (left out when `None`).
+    pub fn with_data(mut self, data: Option<serde_json::Value>) -> Self {
+        self.data = data.map(Box::new);
+        self
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -230,10 +239,10 @@ impl IntoResponse for ApiError {
         }
         let mut response = (
             status,
-            Json(Envelope::<()> {
+            Json(Envelope::<serde_json::Value> {
                 success: false,
                 error_msg: Some(self.message),
-                data: None,
+                data: self.data.map(|d| *d),
                 total: None,
                 code: Some(self.code.as_str()),
             }),

@@ -47,7 +47,9 @@ async fn grab(
 pub fn refusal_error(r: Refusal) -> ApiError {
     match r {
         Refusal::SoldOut => ApiError::new(ErrorCode::SoldOut, "库存不足"),
-        Refusal::Duplicate => ApiError::new(ErrorCode::DuplicateOrder, "不能重复下单"),
+        // With the order the user has: a retry after a lost answer finds it.
+        Refusal::Duplicate(prior) => ApiError::new(ErrorCode::DuplicateOrder, "不能重复下单")
+            .with_data(prior.map(|id| serde_json::json!({"id": id, "idStr": id.to_string()}))),
         Refusal::NotStarted => ApiError::new(ErrorCode::SeckillNotStarted, "秒杀尚未开始"),
         Refusal::Ended => ApiError::new(ErrorCode::SeckillEnded, "秒杀已经结束"),
         Refusal::UnknownVoucher => ApiError::new(

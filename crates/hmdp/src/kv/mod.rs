@@ -237,9 +237,11 @@ impl Keys {
         format!("{}seckill:{{s{shard}}}:voucher:{voucher_id}", self.prefix)
     }
 
-    /// `seckill:{s<k>}:buyers:<id>`: the set of users who bought the voucher.
+    /// `seckill:{s<k>}:bought:<id>`: hash of the users who bought the voucher, each with the id
+    /// of their order (so a second grab can answer it). Earlier versions kept a plain set under
+    /// `…:buyers:<id>`; the new name means such a leftover is never read as this hash.
     pub fn seckill_buyers(&self, shard: u32, voucher_id: i64) -> String {
-        format!("{}seckill:{{s{shard}}}:buyers:{voucher_id}", self.prefix)
+        format!("{}seckill:{{s{shard}}}:bought:{voucher_id}", self.prefix)
     }
 
     /// `seckill:{s<k>}:orders`: the shard's stream of accepted orders.

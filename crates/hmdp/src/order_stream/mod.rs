@@ -129,7 +129,29 @@ impl std::fmt::Display for PendingRecord {
     }
 }
 
-/// Writes the pending record of an order (kept for [`PENDING_TTL`]).
+/// Records a newly accepted order (kept for [`PENDING_TTL`]) unless its id has a record
+/// already: false then. Order ids repeat only if the id generator's Redis counter was lost
+/// (a reset day counter in segment mode, say); `NX` keeps the earlier buyer's record, and the
+/// worker's insert refuses the second order as a conflict (dead-lettered, marked `failed`).
+pub async fn create_pending(
+    redis: &RedisConn,
+    keys: &Keys,
+    order_id: i64,
+    record: PendingRecord,
+) -> redis::RedisResult<bool> {
+    let set: Option<String> = redis::cmd("SET")
+        .arg(keys.seckill_pending(order_id))
+        .arg(record.to_string())
+        .arg("PX")
+        .arg(PENDING_TTL.as_millis() as u64)
+        .arg("NX")
+        .query_async(&mut redis.clone())
+        .await?;
+    Ok(set.is_some())
+}
+
+/// Writes the pending record of an order (kept for [`PENDING_TTL`]), replacing any: for the
+/// worker's `failed` mark.
 pub async fn write_pending(
     redis: &RedisConn,
     keys: &Keys,

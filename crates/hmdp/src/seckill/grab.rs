@@ -30,7 +30,7 @@ impl Seckill {
         let mut redis = self.redis.clone();
         let started = Instant::now();
         for attempt in 1.. {
-            let code: i64 = scripts::GRAB
+            let reply: Vec<i64> = scripts::GRAB
                 .key(self.keys.seckill_voucher(shard, voucher.get()))
                 .key(self.keys.seckill_buyers(shard, voucher.get()))
                 .key(self.keys.seckill_stream(shard))
@@ -39,6 +39,8 @@ impl Seckill {
                 .arg(order_id)
                 .invoke_async(&mut redis)
                 .await?;
+            // `{code}`, or `{2, order id}` for a buyer who has an order.
+            let (code, prior) = (reply.first().copied().unwrap_or(-1), reply.get(1).copied());
             match code {
                 0 => {
                     // Best effort: only the status query reads it, and the worker's write
@@ -48,12 +50,23 @@ impl Seckill {
                         voucher_id: voucher.get(),
                         failed: false,
                     };
-                    let _ = order_stream::write_pending(&self.redis, &self.keys, order_id, record)
-                        .await;
+                    let created =
+                        order_stream::create_pending(&self.redis, &self.keys, order_id, record)
+                            .await;
+                    if let Ok(false) = created {
+                        self.stats.id_collisions.inc();
+                        tracing::error!(
+                            order = order_id,
+                            user = user.get(),
+                            voucher = voucher.get(),
+                            "order id already used by another pending order (the id counter \
+                             was reset?); the worker will refuse this one as a conflict"
+                        );
+                    }
                     return Ok(Ok(order_id));
                 }
                 1 => return Ok(Err(Refusal::SoldOut)),
-                2 => return Ok(Err(Refusal::Duplicate)),
+                2 => return Ok(Err(Refusal::Duplicate(prior))),
                 3 => return Ok(Err(Refusal::NotStarted)),
                 4 => return Ok(Err(Refusal::Ended)),
                 -2 => return Ok(Err(Refusal::UnknownVoucher)),
@@ -89,7 +102,9 @@ impl Seckill {
             .try_lock(Duration::ZERO, Some(Duration::from_secs(10)))
             .await?
         else {
-            return Ok(Err(Refusal::Duplicate));
+            // Its first request is still deciding: the order may not exist yet.
+            let prior = orders::order_id_of(&self.db, user, voucher).await?;
+            return Ok(Err(Refusal::Duplicate(prior)));
         };
         let order_id = self.ids.next_id().await;
         let outcome = match order_id {
@@ -110,7 +125,9 @@ impl Seckill {
         Ok(match outcome? {
             (id, SyncOutcome::Created) => Ok(id),
             (_, SyncOutcome::SoldOut) => Err(Refusal::SoldOut),
-            (_, SyncOutcome::Duplicate) => Err(Refusal::Duplicate),
+            (_, SyncOutcome::Duplicate) => Err(Refusal::Duplicate(
+                orders::order_id_of(&self.db, user, voucher).await?,
+            )),
         })
     }
 }

@@ -52,7 +52,9 @@ pub enum SeckillError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
     SoldOut,
-    Duplicate,
+    /// The user has an order of this voucher already: its id, so that a retry after a lost
+    /// answer finds it (`None` only while that first order is still being decided).
+    Duplicate(Option<i64>),
     NotStarted,
     Ended,
     UnknownVoucher,
@@ -128,7 +130,7 @@ impl Seckill {
         let counter = match outcome {
             Ok(_) => &self.stats.accepted,
             Err(Refusal::SoldOut) => &self.stats.sold_out,
-            Err(Refusal::Duplicate) => &self.stats.duplicate,
+            Err(Refusal::Duplicate(_)) => &self.stats.duplicate,
             Err(Refusal::NotStarted) => &self.stats.not_started,
             Err(Refusal::Ended) => &self.stats.ended,
             Err(Refusal::UnknownVoucher) => &self.stats.unknown,

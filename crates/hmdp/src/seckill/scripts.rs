@@ -12,36 +12,38 @@ use crate::order_stream;
 
 /// Decides one order.
 ///
-/// KEYS: voucher hash, buyer set, order stream.
+/// KEYS: voucher hash, buyers hash (user id → order id), order stream.
 /// ARGV: voucher id, user id, order id.
-/// Returns 0 accepted (stock taken, buyer recorded, order appended to the stream with the
-/// [`order_stream`] fields), 1 sold out, 2 already bought, 3 not started, 4 ended, -1 not
-/// loaded, -2 no such voucher.
+/// Returns `{code}` or `{2, order id}`: 0 accepted (stock taken, buyer recorded with the order,
+/// order appended to the stream with the [`order_stream`] fields), 1 sold out, 2 already
+/// bought (with the buyer's order), 3 not started, 4 ended, -1 not loaded, -2 no such voucher.
+/// The order id goes back as Redis stored it (a string): a Lua number would round it.
 ///
 /// "Not loaded" (the caller warms the voucher and retries) also covers a hash missing any of
 /// `stock`, `begin`, `end` (no `tonumber(nil)`), and a buyer set that vanished while the hash
-/// stayed (`sold > 0`, set gone: evicted or deleted) — without the guard a buyer whose record
+/// stayed (`sold > 0`, hash gone: evicted or deleted) — without the guard a buyer whose record
 /// was lost could buy a second time.
 pub static GRAB: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r"
 local v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'missing', 'sold')
 if not (v[1] and v[2] and v[3]) then
-  if v[4] and not v[1] then return -2 end
-  return -1
+  if v[4] and not v[1] then return {{-2}} end
+  return {{-1}}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if now < tonumber(v[2]) then return 3 end
-if now > tonumber(v[3]) then return 4 end
-if tonumber(v[1]) <= 0 then return 1 end
-if redis.call('SISMEMBER', KEYS[2], ARGV[2]) == 1 then return 2 end
-if v[5] and tonumber(v[5]) > 0 and redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
+if now < tonumber(v[2]) then return {{3}} end
+if now > tonumber(v[3]) then return {{4}} end
+if tonumber(v[1]) <= 0 then return {{1}} end
+local prior = redis.call('HGET', KEYS[2], ARGV[2])
+if prior then return {{2, prior}} end
+if v[5] and tonumber(v[5]) > 0 and redis.call('EXISTS', KEYS[2]) == 0 then return {{-1}} end
 redis.call('HINCRBY', KEYS[1], 'stock', -1)
 redis.call('HINCRBY', KEYS[1], 'sold', 1)
-redis.call('SADD', KEYS[2], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('XADD', KEYS[3], '*', '{order}', ARGV[3], '{user}', ARGV[2], '{voucher}', ARGV[1])
-return 0
+return {{0}}
 ",
         order = order_stream::FIELD_ORDER_ID,
         user = order_stream::FIELD_USER_ID,
@@ -52,7 +54,7 @@ return 0
 /// Loads a voucher's sale fields unless it is already (completely) loaded; a `missing` marker
 /// or a partial hash is replaced.
 ///
-/// KEYS: voucher hash. ARGV: stock, begin ms, end ms, sold (buyers recorded in the buyer set).
+/// KEYS: voucher hash. ARGV: stock, begin ms, end ms, sold (buyers recorded in the buyers hash).
 /// Returns 1 if written, 0 if it was there.
 pub static LOAD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -68,9 +70,9 @@ return 1
 
 /// The warm-up's check, under the warm-up lock: is the voucher loaded and usable?
 ///
-/// KEYS: voucher hash, buyer set. Returns 1 loaded; 0 not loaded (nothing, or a `missing`
+/// KEYS: voucher hash, buyers hash. Returns 1 loaded; 0 not loaded (nothing, or a `missing`
 /// marker); -1 it was unusable and has been dropped, so it must be loaded again: a partial
-/// hash (a field missing), or `sold > 0` with the buyer set gone. Dropping it makes the
+/// hash (a field missing), or `sold > 0` with the buyers hash gone. Dropping it makes the
 /// voucher "not loaded" for [`GRAB`], so no order is accepted until the warm-up has rebuilt
 /// stock and buyers from the database and the stream.
 pub static CHECK_LOADED: LazyLock<Script> = LazyLock::new(|| {

@@ -22,6 +22,8 @@ pub struct SeckillStats {
     pub ended: Counter,
     pub unknown: Counter,
     pub warm_ups: Counter,
+    /// Accepted orders whose id already had a pending record (the id generator repeated).
+    pub id_collisions: Counter,
 }
 
 impl Default for SeckillStats {
@@ -37,6 +39,7 @@ impl Default for SeckillStats {
             ended: outcome("seckill_ended"),
             unknown: outcome("voucher_not_found"),
             warm_ups: Counter::default(),
+            id_collisions: Counter::default(),
             outcomes,
         }
     }
@@ -49,6 +52,11 @@ impl SeckillStats {
             "hmdp_seckill_outcomes",
             "Flash-sale requests decided by this instance, by outcome code",
             self.outcomes.clone(),
+        );
+        registry.register(
+            "hmdp_seckill_id_collisions",
+            "Accepted orders whose id was already another pending order's (an id counter reset)",
+            self.id_collisions.clone(),
         );
         registry.register(
             "hmdp_seckill_warm_ups",
@@ -99,7 +107,7 @@ impl Seckill {
             .cmd("HGET")
             .arg(self.keys.seckill_voucher(shard, voucher.get()))
             .arg("stock")
-            .cmd("SCARD")
+            .cmd("HLEN")
             .arg(self.keys.seckill_buyers(shard, voucher.get()))
             .query_async(&mut self.redis.clone())
             .await?;

@@ -2,7 +2,10 @@
 //! order streams are read first, then one database snapshot of the voucher and its orders
 //! (README, "The flash sale, and what survives what").
 
-use std::{collections::HashSet, time::Duration};
+use std::{
+    collections::{BTreeMap, HashSet},
+    time::Duration,
+};
 
 use chrono::NaiveDateTime;
 
@@ -18,11 +21,13 @@ use crate::{
 /// How long an unknown voucher id is remembered as unknown.
 const MISSING_TTL: Duration = Duration::from_secs(60);
 
-/// What a warm-up loads: the stock left once every accepted order is counted, and the buyers.
+/// What a warm-up loads: the stock left once every accepted order is counted, and the buyers
+/// with their orders.
 #[derive(Debug, PartialEq, Eq)]
 struct Load {
     stock: i64,
-    buyers: Vec<i64>,
+    /// `(user id, order id)`: the written order of a buyer, else the first queued one.
+    buyers: Vec<(i64, i64)>,
     /// Accepted orders not in the database (queued, or given up on), one per buyer.
     unwritten: i64,
 }
@@ -31,15 +36,15 @@ struct Load {
 /// one from stock (a second order of a buyer can never be written: the unique key refuses it).
 fn plan(snapshot: &SaleSnapshot, queued: &[NewOrder], dead: &[NewOrder]) -> Load {
     let persisted: HashSet<i64> = snapshot.orders.iter().map(|(id, _)| *id).collect();
-    let mut buyers: HashSet<i64> = snapshot.orders.iter().map(|(_, u)| *u).collect();
+    let mut buyers: BTreeMap<i64, i64> = snapshot.orders.iter().map(|(o, u)| (*u, *o)).collect();
     let mut unwritten = 0i64;
     for o in queued.iter().chain(dead) {
-        if !persisted.contains(&o.id) && buyers.insert(o.user_id) {
+        if !persisted.contains(&o.id) && !buyers.contains_key(&o.user_id) {
+            buyers.insert(o.user_id, o.id);
             unwritten += 1;
         }
     }
-    let mut buyers: Vec<i64> = buyers.into_iter().collect();
-    buyers.sort_unstable();
+    let buyers: Vec<(i64, i64)> = buyers.into_iter().collect();
     Load {
         stock: snapshot.voucher.stock - unwritten,
         buyers,
@@ -117,7 +122,7 @@ impl Seckill {
         let load = plan(&snapshot, &queued, &dead);
         let buyers_key = self.keys.seckill_buyers(shard, voucher.get());
         for chunk in load.buyers.chunks(1000) {
-            let _: i64 = redis::cmd("SADD")
+            let _: i64 = redis::cmd("HSET")
                 .arg(&buyers_key)
                 .arg(chunk)
                 .query_async(&mut redis)
@@ -209,7 +214,8 @@ mod tests {
             plan(&snapshot, &queued, &dead),
             Load {
                 stock: 8,
-                buyers: vec![100, 200, 300, 600],
+                // Each buyer with the order they get answered on a second grab.
+                buyers: vec![(100, 1), (200, 2), (300, 3), (600, 6)],
                 unwritten: 2,
             }
         );

@@ -382,6 +382,19 @@ impl_from_row!(VoucherOrder, |row| {
 const ORDER_COLUMNS: &str =
     "SELECT id, user_id, voucher_id, pay_type, status, create_time FROM tb_voucher_order";
 
+/// The id of `user`'s order of `voucher`, if there is one (the unique key allows one).
+pub async fn order_id_of(db: &Db, user: UserId, voucher: VoucherId) -> Result<Option<i64>> {
+    Ok(crate::on_pool!(db, pool => {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT id FROM tb_voucher_order WHERE user_id = ? AND voucher_id = ? LIMIT 1",
+        )
+        .bind(user.get())
+        .bind(voucher.get())
+        .fetch_optional(pool)
+        .await?
+    }))
+}
+
 /// One order by id.
 pub async fn order(db: &Db, id: i64) -> Result<Option<VoucherOrder>> {
     let sql = format!("{ORDER_COLUMNS} WHERE id = ?");

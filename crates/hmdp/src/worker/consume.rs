@@ -152,6 +152,9 @@ impl OrderWorker {
         let mut backoff = FIRST_BACKOFF;
         loop {
             let written = self.write_orders(items).await;
+            // The written ones first, as the stream worker does: a conflict may share an id
+            // whose pending record their acknowledgement deletes.
+            self.acknowledge(&written.done).await?;
             for (d, order, conflict) in &written.conflicts {
                 self.give_up(d, order, conflict).await?;
             }
@@ -181,7 +184,6 @@ impl OrderWorker {
                     }
                 }
             }
-            self.acknowledge(&written.done).await?;
             let Some(source) = written.outage else {
                 return Ok(false);
             };

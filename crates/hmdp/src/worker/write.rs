@@ -150,10 +150,13 @@ impl OrderWorker {
             };
         }
         let written = self.write_orders(good).await;
+        // The written ones first: their acknowledgement deletes the pending records of their
+        // ids, and a conflict may share an id (a repeated order id) whose `failed` mark must
+        // stay.
+        self.ack(shard, &written.done, true).await?;
         for (entry, _, conflict) in &written.conflicts {
             self.dead_letter(shard, entry, conflict).await?;
         }
-        self.ack(shard, &written.done, true).await?;
         self.stats.observe_lag(
             written
                 .done

@@ -403,7 +403,7 @@ async fn a_lost_buyer_set_is_rebuilt_before_anyone_buys_twice() {
     // Redis evicts the buyer set; the voucher's hash stays.
     let _: () = redis::AsyncCommands::del(
         &mut app.redis().await,
-        format!("{}seckill:{{s0}}:buyers:{voucher}", app.prefix),
+        app.state.keys.seckill_buyers(0, voucher),
     )
     .await
     .unwrap();
@@ -720,8 +720,8 @@ async fn warm_ups_under_a_crowd_with_the_worker_running_never_oversell() {
         let (app, done, rounds) = (app.clone(), done.clone(), rounds.clone());
         tokio::spawn(async move {
             let mut redis = app.redis().await;
-            let hash = format!("{}seckill:{{s0}}:voucher:{voucher}", app.prefix);
-            let buyers = format!("{}seckill:{{s0}}:buyers:{voucher}", app.prefix);
+            let hash = app.state.keys.seckill_voucher(0, voucher);
+            let buyers = app.state.keys.seckill_buyers(0, voucher);
             while !done.load(SeqCst) {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 let round = rounds.load(SeqCst);

@@ -66,6 +66,14 @@ pub fn order_id_of(body: &str) -> Option<i64> {
         .ok()
 }
 
+/// The order a `duplicate_order` refusal names (its `data.idStr`), if it names one.
+pub fn prior_order_of(body: &str) -> Option<i64> {
+    serde_json::from_str::<serde_json::Value>(body).unwrap()["data"]["idStr"]
+        .as_str()?
+        .parse()
+        .ok()
+}
+
 pub fn code_of(body: &str) -> String {
     serde_json::from_str::<serde_json::Value>(body).unwrap()["code"]
         .as_str()
@@ -151,8 +159,8 @@ pub async fn lose_voucher(app: &TestApp, voucher: i64) {
     let _: () = redis::AsyncCommands::del(
         &mut app.redis().await,
         &[
-            format!("{}seckill:{{s0}}:voucher:{voucher}", app.prefix),
-            format!("{}seckill:{{s0}}:buyers:{voucher}", app.prefix),
+            app.state.keys.seckill_voucher(0, voucher),
+            app.state.keys.seckill_buyers(0, voucher),
         ],
     )
     .await
