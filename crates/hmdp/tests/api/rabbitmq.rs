@@ -199,8 +199,8 @@ async fn a_broker_unreachable_for_a_while_delays_orders_and_loses_none() {
         .await,
     );
     let listener = Listener::bind(&vhost_url(&app)).await;
-    let voucher = create_sale(&app, 300, -60, 3600).await;
-    let tokens = login_many(&app, 300).await;
+    let voucher = create_sale(&app, 1000, -60, 3600).await;
+    let tokens = login_many(&app, 1000).await;
     let mut won = grab_all(&app, voucher, &tokens[..100]).await;
     wait_for_orders(&app, voucher, 100).await;
 
@@ -216,7 +216,7 @@ async fn a_broker_unreachable_for_a_while_delays_orders_and_loses_none() {
     assert_eq!(db_order_ids(&app, voucher).await.len(), 100);
 
     proxy.restore();
-    wait_for_orders(&app, voucher, 300).await;
+    wait_for_orders(&app, voucher, 1000).await;
     let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
     assert_same_orders(&stored, &won);
     assert_eq!(db_stock(&app, voucher).await, 0);
@@ -230,7 +230,7 @@ async fn a_broker_unreachable_for_a_while_delays_orders_and_loses_none() {
 }
 
 async fn a_killed_worker_process_loses_and_duplicates_nothing(backend: Backend) {
-    killed_worker_process(backend, None, "both", 600).await;
+    killed_worker_process(backend, None, "both", 2000).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -286,8 +286,8 @@ async fn a_broker_restart_mid_sale_loses_and_duplicates_nothing() {
     let mut node = hmdp_testkit::RabbitNode::start().await;
     let url = format!("{}/%2f", node.url());
     let app = Arc::new(rabbit_app(Backend::MySql, |c| c.seckill.amqp_url = url.clone()).await);
-    let voucher = create_sale(&app, 400, -60, 3600).await;
-    let tokens = login_many(&app, 400).await;
+    let voucher = create_sale(&app, 1000, -60, 3600).await;
+    let tokens = login_many(&app, 1000).await;
     let mut won = grab_all(&app, voucher, &tokens[..150]).await;
     wait_until(Duration::from_secs(20), "some orders written", async || {
         !db_order_ids(&app, voucher).await.is_empty()
@@ -298,9 +298,9 @@ async fn a_broker_restart_mid_sale_loses_and_duplicates_nothing() {
     let grabbing = tokio::spawn(async move { grab_all(&app2, voucher, &rest).await });
     node.restart().await;
     won.extend(grabbing.await.unwrap());
-    assert_eq!(won.len(), 400);
+    assert_eq!(won.len(), 1000);
 
-    wait_for_orders(&app, voucher, 400).await;
+    wait_for_orders(&app, voucher, 1000).await;
     let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
     assert_same_orders(&stored, &won);
     assert_eq!(db_stock(&app, voucher).await, 0);

@@ -500,8 +500,8 @@ async fn a_repeated_order_id_never_replaces_another_buyers_order(backend: Backen
 
 async fn a_killed_worker_process_loses_and_duplicates_nothing(backend: Backend) {
     let app = Arc::new(spawn_app_with(backend, |c| c.seckill.worker = false).await);
-    let voucher = create_sale(&app, 600, -60, 3600).await;
-    let tokens = login_many(&app, 600).await;
+    let voucher = create_sale(&app, 2000, -60, 3600).await;
+    let tokens = login_many(&app, 2000).await;
     let mut won = HashSet::new();
     for t in &tokens {
         won.insert(order_id_of(&grab_raw(&app, voucher, t).await.1).unwrap());
