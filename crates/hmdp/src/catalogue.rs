@@ -90,6 +90,10 @@ impl CatalogueError {
 /// Page sizes of the original (`DEFAULT_PAGE_SIZE`, `MAX_PAGE_SIZE`).
 pub const TYPE_PAGE_SIZE: i64 = 5;
 pub const NAME_PAGE_SIZE: i64 = 10;
+/// Deepest page of a name search: a `LIKE '%…%'` cannot use an index, so a deep `OFFSET` makes
+/// the database scan and skip that many matching rows per request. Past it the answer is an
+/// empty page (what a scrolling page takes for "no more"), without a query.
+pub const NAME_MAX_PAGE: i64 = 50;
 /// The original's nearby radius.
 pub const NEARBY_METRES: f64 = 5000.0;
 /// How long "the GEO index of this type was just loaded" is remembered. It only matters when
@@ -395,6 +399,9 @@ impl Catalogue {
 
     /// A page of shops whose name contains `name`.
     pub async fn shops_by_name(&self, name: &str, page: i64) -> Result<Vec<Shop>, CatalogueError> {
+        if page > NAME_MAX_PAGE {
+            return Ok(Vec::new());
+        }
         let offset = (page - 1) * NAME_PAGE_SIZE;
         Ok(catalogue::shops_by_name(&self.db, name, offset, NAME_PAGE_SIZE).await?)
     }

@@ -137,9 +137,14 @@ impl Application {
                 .await
                 .context("the flash sale cannot start")?;
         }
-        let worker = config.seckill.worker.then(|| {
+        let worker_db = if config.seckill.worker {
+            Some(worker_database(&config).await?)
+        } else {
+            None
+        };
+        let worker = worker_db.map(|worker_db| {
             OrderWorker::new(
-                db.clone(),
+                worker_db,
                 redis.clone(),
                 redis_url.clone(),
                 keys.clone(),
@@ -430,6 +435,20 @@ pub async fn connect_database(config: &Config) -> anyhow::Result<Db> {
         tracing::info!(backend = ?db.backend(), applied = ?report.applied, "database migrated");
     }
     Ok(db)
+}
+
+/// The embedded order worker's own pool (one connection per shard loop, one for the RabbitMQ
+/// consumer): requests that hold every connection of the service's pool (a flood of costly
+/// reads, say) cannot stop orders from being written, and the worker cannot starve them.
+async fn worker_database(config: &Config) -> anyhow::Result<Db> {
+    Db::connect(&config.database_url, config.seckill.shards + 1)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot open the order worker's database {}",
+                crate::config::redact_url(&config.database_url)
+            )
+        })
 }
 
 /// Decides which Redis to use, starting a managed one when configured or needed.

@@ -297,16 +297,22 @@ impl From<crate::catalogue::CatalogueError> for ApiError {
 impl From<crate::seckill::SeckillError> for ApiError {
     fn from(e: crate::seckill::SeckillError) -> Self {
         use crate::seckill::SeckillError as E;
-        match &e {
-            E::Storage(s) if s.is_unavailable() => ApiError::unavailable("database", e),
-            E::Redis(r) if is_redis_unavailable(r) => ApiError::unavailable("redis", e),
-            E::Lock(l) if l.is_connection_error() || l.is_timeout() => {
-                ApiError::unavailable("redis", e)
+        /// What is away, if that is why it failed.
+        fn away(e: &E) -> Option<&'static str> {
+            match e {
+                E::Storage(s) if s.is_unavailable() => Some("database"),
+                E::Redis(r) if is_redis_unavailable(r) => Some("redis"),
+                E::Lock(l) if l.is_connection_error() || l.is_timeout() => Some("redis"),
+                E::Id(i) if i.is_redis() => Some("redis"),
+                // Redis keeps losing the voucher's keys: retryable, like Redis being away.
+                E::NotLoaded => Some("redis"),
+                E::Shared(inner) => away(inner),
+                _ => None,
             }
-            E::Id(i) if i.is_redis() => ApiError::unavailable("redis", e),
-            // Redis keeps losing the voucher's keys: retryable, like Redis being away.
-            E::NotLoaded => ApiError::unavailable("redis", e),
-            _ => ApiError::internal(e),
+        }
+        match away(&e) {
+            Some(what) => ApiError::unavailable(what, e),
+            None => ApiError::internal(e),
         }
     }
 }

@@ -24,6 +24,9 @@ impl Seckill {
         user: UserId,
         voucher: VoucherId,
     ) -> Result<Result<i64, Refusal>, SeckillError> {
+        if self.unknown.contains_key(&voucher.get()) {
+            return Ok(Err(Refusal::UnknownVoucher));
+        }
         self.check_shards().await?;
         let shard = self.shard(voucher);
         let order_id = self.ids.next_id().await?;
@@ -69,7 +72,10 @@ impl Seckill {
                 2 => return Ok(Err(Refusal::Duplicate(prior))),
                 3 => return Ok(Err(Refusal::NotStarted)),
                 4 => return Ok(Err(Refusal::Ended)),
-                -2 => return Ok(Err(Refusal::UnknownVoucher)),
+                -2 => {
+                    self.unknown.insert(voucher.get(), ()).await;
+                    return Ok(Err(Refusal::UnknownVoucher));
+                }
                 _ if attempt >= 3 && started.elapsed() >= WARM_RETRY_BUDGET => break,
                 _ => self.warm(voucher).await?,
             }

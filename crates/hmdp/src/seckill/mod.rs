@@ -11,7 +11,7 @@ mod stats;
 mod status;
 mod warm;
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use chrono::{Local, NaiveDateTime, TimeZone};
 use hmdp_id::IdGenerator;
@@ -46,6 +46,9 @@ pub enum SeckillError {
     NotLoaded,
     #[error(transparent)]
     Shards(#[from] ShardCountMismatch),
+    /// A computation shared by concurrent callers (a sale's stats) failed.
+    #[error(transparent)]
+    Shared(Arc<SeckillError>),
 }
 
 /// Why an order was refused.
@@ -72,7 +75,21 @@ pub struct Seckill {
     stats: Arc<SeckillStats>,
     /// Set once the shard count has been checked against Redis.
     shards_checked: Arc<tokio::sync::OnceCell<()>>,
+    /// Voucher ids found to be no flash-sale voucher, for [`UNKNOWN_TTL`]: a client repeating
+    /// one is refused without a Redis round trip.
+    unknown: moka::future::Cache<i64, ()>,
+    /// Each voucher's dashboard view for [`STATS_TTL`], computed once for all concurrent
+    /// callers: the route is public, and each computation counts orders in the database.
+    sale_stats: moka::future::Cache<i64, Option<SaleStats>>,
 }
+
+/// How long this instance remembers that a voucher id is unknown. Short, because a voucher
+/// created on another instance is not announced here (one created here is forgotten at once).
+const UNKNOWN_TTL: Duration = Duration::from_secs(5);
+/// Unknown voucher ids remembered at most (random ids from a scanner evict each other).
+const UNKNOWN_CAPACITY: u64 = 10_000;
+/// How long a sale's dashboard view is reused.
+const STATS_TTL: Duration = Duration::from_secs(1);
 
 impl Seckill {
     pub fn new(
@@ -92,6 +109,14 @@ impl Seckill {
             settings,
             stats: Arc::default(),
             shards_checked: Arc::default(),
+            unknown: moka::future::Cache::builder()
+                .max_capacity(UNKNOWN_CAPACITY)
+                .time_to_live(UNKNOWN_TTL)
+                .build(),
+            sale_stats: moka::future::Cache::builder()
+                .max_capacity(UNKNOWN_CAPACITY)
+                .time_to_live(STATS_TTL)
+                .build(),
         }
     }
 

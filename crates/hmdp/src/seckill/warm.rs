@@ -57,6 +57,11 @@ impl Seckill {
     /// concurrently: a lock makes one caller do the work, and the final write happens only if
     /// the voucher is still missing.
     pub async fn warm(&self, voucher: VoucherId) -> Result<(), SeckillError> {
+        // An id that is no flash-sale voucher is settled by the primary key before any lock or
+        // stream scan: a client probing random ids costs one indexed read each.
+        if orders::seckill_voucher(&self.db, voucher).await?.is_none() {
+            return self.mark_missing(voucher).await;
+        }
         let lock = self.locks.lock(&Keys::seckill_warm_lock(voucher.get()))?;
         let Some(guard) = lock
             .try_lock(Duration::from_secs(5), Some(Duration::from_secs(15)))
@@ -112,12 +117,7 @@ impl Seckill {
         )
         .await?;
         let Some(snapshot) = orders::sale_snapshot(&self.db, voucher).await? else {
-            let _: i64 = scripts::MARK_MISSING
-                .key(&hash)
-                .arg(MISSING_TTL.as_millis() as u64)
-                .invoke_async(&mut redis)
-                .await?;
-            return Ok(());
+            return self.mark_missing(voucher).await;
         };
         let load = plan(&snapshot, &queued, &dead);
         let buyers_key = self.keys.seckill_buyers(shard, voucher.get());
@@ -149,6 +149,20 @@ impl Seckill {
         Ok(())
     }
 
+    /// Remembers in Redis, for every instance, that `voucher` is no flash-sale voucher (unless
+    /// it got loaded meanwhile).
+    async fn mark_missing(&self, voucher: VoucherId) -> Result<(), SeckillError> {
+        let _: i64 = scripts::MARK_MISSING
+            .key(
+                self.keys
+                    .seckill_voucher(self.shard(voucher), voucher.get()),
+            )
+            .arg(MISSING_TTL.as_millis() as u64)
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        Ok(())
+    }
+
     /// Loads a freshly created voucher into Redis (a failure is logged: the first request
     /// loads it instead).
     pub async fn load_new_voucher(
@@ -158,6 +172,7 @@ impl Seckill {
         begin: NaiveDateTime,
         end: NaiveDateTime,
     ) {
+        self.unknown.invalidate(&voucher.get()).await;
         if self.settings.mode == SeckillMode::Sync {
             return;
         }
