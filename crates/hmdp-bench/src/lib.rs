@@ -25,6 +25,8 @@
 //!   List, Pub/Sub, Stream with a group, RabbitMQ with confirms), each with its consumer
 //!   process killed (`kill -9`) mid-sale and restarted: orders accepted, written, lost, written
 //!   twice, drain rate.
+//! - `abuse`: cheap requests that cost a lot (sale stats, unknown voucher ids, a deep name
+//!   search), each beside a grab load: what the attacker sustains, what it does to the grab.
 //! - `publish-cost`: a RabbitMQ publish with a confirm inside each request (the course's
 //!   design) against an `XADD` per request (hmdp's outbox) and the relay's confirmed batches.
 //!
@@ -126,6 +128,9 @@ pub enum Scenario {
     /// The course's order queues with the consumer killed (kill -9) mid-sale and restarted:
     /// accepted, written, lost, written twice, drain rate.
     Queues(scenarios::queues::QueuesArgs),
+    /// Cheap requests that cost a lot (sale stats, unknown voucher ids, deep name search), each
+    /// beside a grab load: what the attacker sustains and what it does to the grab.
+    Abuse(scenarios::abuse::AbuseArgs),
     /// What publishing to RabbitMQ with a confirm inside each request (the course's design)
     /// costs, against an XADD per request and the relay's confirmed batches.
     PublishCost(scenarios::publish::PublishArgs),
@@ -150,6 +155,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Scenario::Queues(args) => scenarios::queues::run(&cli, args).await?,
         Scenario::PublishCost(args) => scenarios::publish::run(&cli, args).await?,
+        Scenario::Abuse(args) => scenarios::abuse::run(&cli, args).await?,
         // Runs until killed; prints no report.
         Scenario::QueuesConsumer(args) => return scenarios::queues::consume(&cli, args).await,
     };

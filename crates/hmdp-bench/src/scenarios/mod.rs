@@ -1,5 +1,6 @@
 //! One module per scenario, plus the shared set-up and raw baselines.
 
+pub mod abuse;
 pub mod baselines;
 pub mod conns;
 pub mod ids;

@@ -26,15 +26,14 @@ use hmdp::{
 
 use super::{
     baselines::{pending_del_cost, pick_user, raw_grab, raw_insert},
-    setup::{CodeSource, User, create_users, create_voucher},
-    shop::target,
+    setup::{Target, User, create_users, create_voucher},
 };
 use crate::{
     Cli,
     check::{SaleState, check_sale},
     load::{Outcome, Req, Stop, paced_request_phase, request_phase},
     report::{Goal, Report, Row},
-    server::{self, BenchServer, Database},
+    server::Database,
 };
 
 /// Which order path(s) to measure.
@@ -302,76 +301,20 @@ impl Watch {
     }
 }
 
-/// Where a mode runs: the in-process server or a running one.
-struct Target {
-    addr: std::net::SocketAddr,
-    server: Option<BenchServer>,
-    db: Db,
-    keys: Keys,
-    shards: u32,
-    admin_token: String,
-    codes: CodeSource,
-}
-
+/// The in-process server for a mode, or the running one of `--url`.
 async fn target_for(cli: &Cli, args: &SeckillArgs, mode: SeckillMode) -> anyhow::Result<Target> {
-    match &cli.url {
-        None => {
-            let backlog = args.drain == Drain::Backlog;
-            let server = server::start_on(
-                &cli.redis_url,
-                &Database::from_flag(cli.database_url.as_deref()),
-                |c| {
-                    c.seckill.mode = mode;
-                    c.seckill.transport = args.transport.setting();
-                    c.seckill.amqp_url = args.amqp_url.clone();
-                    if backlog {
-                        c.seckill.worker = false;
-                    }
-                    // Room for every connection's requests plus the worker.
-                    c.db_max_connections = c.db_max_connections.max(16);
-                },
-            )
-            .await?;
-            Ok(Target {
-                addr: server.addr,
-                db: server.state.db.clone(),
-                keys: server.state.keys.clone(),
-                shards: server.state.config.seckill.shards,
-                admin_token: server.admin_token.clone(),
-                codes: CodeSource::Sms(server.sms.clone()),
-                server: Some(server),
-            })
+    let backlog = args.drain == Drain::Backlog;
+    Target::connect(cli, |c| {
+        c.seckill.mode = mode;
+        c.seckill.transport = args.transport.setting();
+        c.seckill.amqp_url = args.amqp_url.clone();
+        if backlog {
+            c.seckill.worker = false;
         }
-        Some(url) => {
-            let database_url = cli.database_url.as_deref().ok_or_else(|| {
-                anyhow::anyhow!(
-                    "--url needs --database-url (the server's database) for the invariant checks"
-                )
-            })?;
-            let admin_token = cli
-                .admin_token
-                .clone()
-                .or_else(|| std::env::var("HMDP_ADMIN_TOKEN").ok())
-                .ok_or_else(|| {
-                    anyhow::anyhow!("--url needs --admin-token (or HMDP_ADMIN_TOKEN)")
-                })?;
-            let conn = redis::Client::open(cli.redis_url.as_str())?
-                .get_multiplexed_async_connection()
-                .await?;
-            Ok(Target {
-                addr: target(url)?,
-                server: None,
-                db: Db::connect(database_url, 4).await?,
-                keys: Keys::new(cli.redis_prefix.clone()),
-                shards: cli.seckill_shards,
-                admin_token,
-                codes: CodeSource::Redis {
-                    conn,
-                    prefix: cli.redis_prefix.clone(),
-                },
-            })
-        }
-    }
+        // Room for every connection's requests plus the worker.
+        c.db_max_connections = c.db_max_connections.max(16);
+    })
+    .await
 }
 
 /// Empties `direct.seckill.queue` (declaring it first): messages of an earlier run would be

@@ -10,9 +10,74 @@ use std::{
 
 use chrono::{Duration as ChronoDuration, Local, NaiveDateTime};
 
-use hmdp::auth::CapturingSms;
+use hmdp::{Config, auth::CapturingSms, kv::Keys, storage::Db};
 
-use crate::load::{Conn, Req, call_once};
+use crate::{
+    Cli,
+    load::{Conn, Req, call_once},
+    server::{self, BenchServer, Database},
+};
+
+/// Where a scenario runs: a server started in-process on embedded defaults, or the running
+/// one of `--url` (with its database, Redis prefix and admin token from the flags).
+pub struct Target {
+    pub addr: SocketAddr,
+    /// The in-process server, if this is one.
+    pub server: Option<BenchServer>,
+    pub db: Db,
+    pub keys: Keys,
+    pub shards: u32,
+    pub admin_token: String,
+    pub codes: CodeSource,
+}
+
+impl Target {
+    /// Starts the in-process server with `adjust` applied to its configuration, or connects to
+    /// `--url`'s.
+    pub async fn connect(cli: &Cli, adjust: impl FnOnce(&mut Config)) -> anyhow::Result<Self> {
+        let Some(url) = &cli.url else {
+            let server = server::start_on(
+                &cli.redis_url,
+                &Database::from_flag(cli.database_url.as_deref()),
+                adjust,
+            )
+            .await?;
+            return Ok(Target {
+                addr: server.addr,
+                db: server.state.db.clone(),
+                keys: server.state.keys.clone(),
+                shards: server.state.config.seckill.shards,
+                admin_token: server.admin_token.clone(),
+                codes: CodeSource::Sms(server.sms.clone()),
+                server: Some(server),
+            });
+        };
+        let database_url = cli
+            .database_url
+            .as_deref()
+            .ok_or_else(|| anyhow::anyhow!("--url needs --database-url (the server's database)"))?;
+        let admin_token = cli
+            .admin_token
+            .clone()
+            .or_else(|| std::env::var("HMDP_ADMIN_TOKEN").ok())
+            .ok_or_else(|| anyhow::anyhow!("--url needs --admin-token (or HMDP_ADMIN_TOKEN)"))?;
+        let conn = redis::Client::open(cli.redis_url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        Ok(Target {
+            addr: super::shop::target(url)?,
+            server: None,
+            db: Db::connect(database_url, 4).await?,
+            keys: Keys::new(cli.redis_prefix.clone()),
+            shards: cli.seckill_shards,
+            admin_token,
+            codes: CodeSource::Redis {
+                conn,
+                prefix: cli.redis_prefix.clone(),
+            },
+        })
+    }
+}
 
 /// Where login codes come from.
 #[derive(Clone)]
