@@ -144,6 +144,46 @@ async fn the_binary_with_no_configuration_comes_up_healthy() {
     remove_keys(&redis_url(), &prefix);
 }
 
+/// `POST /user/code?phone=…` puts a phone in the URI; the request log shows it masked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_log_masks_phones() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let prefix = unique_prefix();
+    let mut child = start_hmdp(
+        dir.path(),
+        port,
+        &[
+            ("HMDP_REDIS_PREFIX", &prefix),
+            // Every request's completion, with its span.
+            ("HMDP_LOG", "info,tower_http=debug"),
+        ],
+    );
+    wait_healthy(port, &mut child, dir.path()).await;
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    for path in ["/user/code", "/api/user/code"] {
+        let r = client
+            .post(format!("http://127.0.0.1:{port}{path}?phone=13812345678"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), if path == "/user/code" { 200 } else { 429 });
+    }
+    assert!(terminate(&mut child).success());
+    remove_keys(&redis_url(), &prefix);
+    let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
+    let uris: Vec<&str> = log
+        .split("uri=")
+        .skip(1)
+        .filter_map(|rest| rest.split_whitespace().next())
+        .collect();
+    let code_uris: Vec<&&str> = uris.iter().filter(|u| u.contains("/user/code")).collect();
+    assert!(code_uris.len() >= 2, "{log}");
+    for uri in &code_uris {
+        assert!(uri.ends_with("?phone=138****5678"), "{uri} in {log}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_managed_redis_is_started_and_stopped_with_the_service() {
     let dir = tempfile::tempdir().unwrap();
