@@ -3,18 +3,13 @@
 //! [`Application::build`] does all the fallible set-up and binds the listener, so tests can
 //! start the real service on port 0 and read [`Application::local_addr`] before it runs.
 
-use std::{
-    net::SocketAddr,
-    path::{Path, PathBuf},
-    sync::Arc,
-};
+use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
 use std::time::Duration;
 
 use anyhow::Context;
 use hmdp_cache::{CacheClient, L1Options, RedisDown};
 use hmdp_id::{IdGenerator, SegmentOptions};
-use rand::RngCore;
 use tokio::net::TcpListener;
 
 use crate::{
@@ -448,9 +443,18 @@ async fn resolve_redis(config: &Config) -> anyhow::Result<(String, Option<Manage
         }
     };
     if start_managed {
-        let managed =
-            ManagedRedis::start_with(&config.data_dir.join("redis"), config.redis_appendfsync)
-                .await?;
+        // Beside the admin token, mode 600: any local user could otherwise connect and forge
+        // a session (`HSET login:token:…`).
+        let (password, _) = crate::secret_files::settle(
+            &config.data_dir.join("redis-password"),
+            "managed Redis password",
+        )?;
+        let managed = ManagedRedis::start_with(
+            &config.data_dir.join("redis"),
+            config.redis_appendfsync,
+            &password,
+        )
+        .await?;
         Ok((managed.url().to_owned(), Some(managed)))
     } else {
         Ok((config.redis_url_or_default().to_owned(), None))
@@ -458,83 +462,26 @@ async fn resolve_redis(config: &Config) -> anyhow::Result<(String, Option<Manage
 }
 
 /// The admin token: configured, or read from / generated into `$HMDP_DATA_DIR/admin-token`.
+///
+/// A generated token is never printed: the log says which file holds it (logs are shipped,
+/// kept and read by more people than the data directory).
 fn settle_admin_token(config: &Config) -> anyhow::Result<Secret> {
     if let Some(t) = &config.admin_token {
         return Ok(t.clone());
     }
     let path = config.data_dir.join("admin-token");
-    if let Ok(existing) = std::fs::read_to_string(&path) {
-        let existing = existing.trim();
-        if existing.len() >= 16 {
-            tighten_if_readable_by_others(&path);
-            tracing::info!(file = %path.display(), "admin token read from file (HMDP_ADMIN_TOKEN unset)");
-            return Ok(Secret::new(existing));
-        }
+    let (token, generated) = crate::secret_files::settle(&path, "admin token")?;
+    let file = std::fs::canonicalize(&path).unwrap_or(path);
+    if generated {
+        tracing::warn!(
+            file = %file.display(),
+            "HMDP_ADMIN_TOKEN is unset: generated an admin token into this file (mode 600); \
+             send its content as the x-admin-token header"
+        );
+    } else {
+        tracing::info!(file = %file.display(), "admin token read from file (HMDP_ADMIN_TOKEN unset)");
     }
-    let mut bytes = [0u8; 24];
-    rand::rng().fill_bytes(&mut bytes);
-    let token = hex::encode(bytes);
-    write_private(&path, &token)
-        .with_context(|| format!("cannot write the admin token to {}", path.display()))?;
-    // Printed once, on purpose: an operator who did not set HMDP_ADMIN_TOKEN needs to learn it.
-    tracing::warn!(
-        file = %path.display(),
-        token = %token,
-        "HMDP_ADMIN_TOKEN is unset: generated an admin token (send it as the x-admin-token header)"
-    );
-    Ok(Secret::new(token))
-}
-
-/// An admin-token file that others may read (copied around, restored from a backup, edited
-/// by hand) is put back to mode 0600, with a warning: the token is a credential.
-fn tighten_if_readable_by_others(path: &Path) {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let Ok(meta) = std::fs::metadata(path) else {
-            return;
-        };
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            match std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)) {
-                Ok(()) => tracing::warn!(
-                    file = %path.display(),
-                    mode = format!("{mode:o}"),
-                    "the admin-token file was readable by others; its mode is now 600"
-                ),
-                Err(e) => tracing::warn!(
-                    file = %path.display(),
-                    mode = format!("{mode:o}"),
-                    error = %e,
-                    "the admin-token file is readable by others and could not be restricted"
-                ),
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = path;
-}
-
-fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
-    let mut f = opts.open(path)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        // `mode` applies only when the file is created; tighten an existing one too.
-        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    }
-    std::io::Write::write_all(&mut f, contents.as_bytes())?;
-    std::io::Write::write_all(&mut f, b"\n")
+    Ok(token)
 }
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM.
