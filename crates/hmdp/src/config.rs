@@ -290,6 +290,10 @@ settings! {
     pub struct Config {
         /// address to serve on (the original's port)
         HMDP_LISTEN listen: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 8081));
+        /// serve `/metrics` and `/health` without a credential on this address too, for a
+        /// scraper (bind it where only the scraper reaches); on `HMDP_LISTEN`, `/metrics` always
+        /// needs the admin token
+        HMDP_METRICS_LISTEN metrics_listen: Option<SocketAddr> = None, unset "off";
         /// SQLite file (embedded default) or `mysql://user:pass@host:3306/db` (created if missing)
         HMDP_DATABASE_URL database_url: String as Url =
             default_database_url(Path::new(DEFAULT_DATA_DIR));
@@ -942,6 +946,16 @@ mod tests {
         assert!(!shown.contains("super-secret-admin-token"));
         assert!(!shown.contains("hunter2"));
         assert!(shown.contains("mysql://root:***@db:3306/hmdp"));
+    }
+
+    #[test]
+    fn the_metrics_listener_is_off_unless_set() {
+        let c = Config::from_sources(None, &env(&[])).unwrap();
+        assert_eq!(c.metrics_listen, None);
+        assert!(c.redacted_summary().contains("metrics_listen=(off)"));
+        let c =
+            Config::from_sources(None, &env(&[("HMDP_METRICS_LISTEN", "10.0.0.5:9464")])).unwrap();
+        assert_eq!(c.metrics_listen, Some("10.0.0.5:9464".parse().unwrap()));
     }
 
     #[test]

@@ -46,6 +46,8 @@ impl Default for Dependencies {
 /// A built, bound, not yet running service.
 pub struct Application {
     listener: TcpListener,
+    /// `HMDP_METRICS_LISTEN`: `/metrics` and `/health` for the scraper.
+    metrics_listener: Option<TcpListener>,
     router: axum::Router,
     state: AppState,
     managed_redis: Option<ManagedRedis>,
@@ -214,9 +216,18 @@ impl Application {
         let listener = TcpListener::bind(state.config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", state.config.listen))?;
+        let metrics_listener = match state.config.metrics_listen {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr} (HMDP_METRICS_LISTEN)"))?,
+            ),
+            None => None,
+        };
         Ok(Self {
             router: http::app(state.clone()),
             listener,
+            metrics_listener,
             state,
             managed_redis,
             worker,
@@ -228,6 +239,13 @@ impl Application {
         self.listener
             .local_addr()
             .expect("a bound listener has an address")
+    }
+
+    /// The address of the `HMDP_METRICS_LISTEN` listener, when there is one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener
+            .as_ref()
+            .map(|l| l.local_addr().expect("a bound listener has an address"))
     }
 
     /// The shared state (tests reach the database and Redis through it).
@@ -242,6 +260,23 @@ impl Application {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         tracing::info!(addr = %self.local_addr(), "hmdp listening");
+        let idle = self.state.config.idle_timeout;
+        let ops = self.metrics_listener.map(|listener| {
+            let state = &self.state;
+            OpsListener::start(
+                listener,
+                http::OpsEndpoint {
+                    db: state.db.clone(),
+                    redis: state.redis.clone(),
+                    keys: state.keys.clone(),
+                    shards: state.config.seckill.shards,
+                    broker: state.broker.clone(),
+                    metrics: state.metrics.clone(),
+                    stream_metrics: state.stream_metrics.clone(),
+                },
+                idle,
+            )
+        });
         let (stop_worker, worker_stopped) = tokio::sync::oneshot::channel::<()>();
         let worker = self.worker.map(|w| {
             tokio::spawn(w.run_until(async {
@@ -250,12 +285,15 @@ impl Application {
         });
         // In-flight requests get their own time limit plus a second to finish on shutdown.
         let drain = self.state.config.request_timeout + Duration::from_secs(1);
-        let idle = self.state.config.idle_timeout;
         let served = http::serve(self.listener, self.router, shutdown, idle, drain).await;
         tracing::info!("http server stopped; finishing the order worker's current batch");
         let _ = stop_worker.send(());
         if let Some(w) = worker {
             let _ = w.await;
+        }
+        // The scraper sees the final counters until here.
+        if let Some(ops) = ops {
+            ops.stop().await;
         }
         // Background work of the social half: fan-outs in flight, buffered visits, clean-up.
         self.state.social.shutdown().await;
@@ -340,55 +378,70 @@ pub async fn run_worker_with(
         .await
         .context("the order worker cannot start")?;
     check_broker(&worker, &config).await?;
-    let endpoint = match listener {
-        Some(listener) => {
-            let addr = listener.local_addr()?;
-            let stream_metrics = StreamMetrics::default();
-            let mut metrics = Registry::default();
-            worker.stats().register(&mut metrics);
-            if worker.uses_rabbitmq() {
-                worker.amqp_stats().register(&mut metrics);
-            }
-            stream_metrics.register(&mut metrics);
-            let app = http::worker_app(http::WorkerEndpoint {
+    let endpoint = listener.map(|listener| {
+        let stream_metrics = StreamMetrics::default();
+        let mut metrics = Registry::default();
+        worker.stats().register(&mut metrics);
+        if worker.uses_rabbitmq() {
+            worker.amqp_stats().register(&mut metrics);
+        }
+        stream_metrics.register(&mut metrics);
+        OpsListener::start(
+            listener,
+            http::OpsEndpoint {
                 db: db.clone(),
                 redis,
                 keys,
                 shards: config.seckill.shards,
                 broker: worker.uses_rabbitmq().then(|| worker.amqp_stats().clone()),
-                metrics,
+                metrics: Arc::new(metrics),
                 stream_metrics,
-            });
-            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let idle = config.idle_timeout;
-            let server = tokio::spawn(async move {
-                http::serve(
-                    listener,
-                    app,
-                    async {
-                        let _ = stopped.await;
-                    },
-                    idle,
-                    Duration::from_secs(5),
-                )
-                .await
-            });
-            tracing::info!(%addr, "order worker metrics at http://{addr}/metrics");
-            Some((stop, server))
-        }
-        None => None,
-    };
+            },
+            config.idle_timeout,
+        )
+    });
     worker.run_until(shutdown).await;
-    if let Some((stop, server)) = endpoint {
-        let _ = stop.send(());
-        match server.await {
-            Ok(Err(e)) => tracing::warn!(error = %e, "worker listener ended with an error"),
-            Err(e) => tracing::warn!(error = %e, "worker listener task failed"),
-            Ok(Ok(())) => {}
-        }
+    if let Some(endpoint) = endpoint {
+        endpoint.stop().await;
     }
     db.close().await;
     Ok(())
+}
+
+/// The scraper's listener (`HMDP_METRICS_LISTEN`, `HMDP_WORKER_LISTEN`) serving in the
+/// background until [`OpsListener::stop`].
+struct OpsListener {
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl OpsListener {
+    fn start(listener: TcpListener, endpoint: http::OpsEndpoint, idle: Duration) -> Self {
+        let addr = listener.local_addr().ok();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(http::serve(
+            listener,
+            http::ops_app(endpoint),
+            async {
+                let _ = stopped.await;
+            },
+            idle,
+            Duration::from_secs(5),
+        ));
+        if let Some(addr) = addr {
+            tracing::info!(%addr, "metrics at http://{addr}/metrics");
+        }
+        Self { stop, server }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        match self.server.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "the metrics listener ended with an error"),
+            Err(e) => tracing::warn!(error = %e, "the metrics listener task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
 }
 
 /// With `HMDP_ORDER_TRANSPORT=rabbitmq`, connects once and declares the topology, so a wrong

@@ -21,6 +21,7 @@ mod health;
 mod limits;
 mod metrics;
 mod openapi;
+mod ops;
 mod order;
 mod serve;
 mod shop;
@@ -28,7 +29,6 @@ mod ui;
 mod upload;
 mod user;
 mod voucher;
-mod worker;
 
 use std::sync::Arc;
 
@@ -52,8 +52,8 @@ pub use error::{ApiError, ApiResult, Envelope, ErrorCode, Reply, ok, ok_empty};
 pub use extract::{Admin, AppJson, AppPath, AppQuery, CurrentUser};
 pub use limits::Limits;
 pub use metrics::HttpMetrics;
+pub use ops::{OpsEndpoint, ops_app};
 pub use serve::serve;
-pub use worker::{WorkerEndpoint, worker_app};
 
 use crate::{
     auth::{CodeIssuer, SessionStore, SmsSender},
@@ -124,8 +124,9 @@ pub struct AppStateInner {
 
 /// The documented API: every route with its OpenAPI operation, without layers or prefix.
 ///
-/// [`app`] serves it at `/…` and `/api/…` with `/openapi.json`, `/docs` and `/metrics` beside
-/// it, and nothing else there: a test checks that every route of this router is documented.
+/// [`app`] serves it at `/…` and `/api/…` with `/openapi.json`, `/docs` and `/metrics` (admin
+/// only) beside it, and nothing else there: a test checks that every route of this router is
+/// documented.
 pub fn api(config: &Config) -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .merge(health::router())

@@ -44,6 +44,8 @@ fn init_logs() {
 /// A running service for one test.
 pub struct TestApp {
     pub addr: SocketAddr,
+    /// The `HMDP_METRICS_LISTEN` listener, when the test configured one.
+    pub metrics_addr: Option<SocketAddr>,
     pub state: hmdp::http::AppState,
     pub client: reqwest::Client,
     pub sms: Arc<CapturingSms>,
@@ -128,6 +130,7 @@ pub async fn spawn_with_config(
         .await
         .expect("the app builds");
     let addr = app.local_addr();
+    let metrics_addr = app.metrics_addr();
     let state = app.state().clone();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(app.run_until(async {
@@ -135,6 +138,7 @@ pub async fn spawn_with_config(
     }));
     TestApp {
         addr,
+        metrics_addr,
         state,
         client: reqwest::Client::builder()
             .no_proxy()
@@ -218,7 +222,7 @@ impl TestApp {
         (status, content_type, r.bytes().await.unwrap().to_vec())
     }
 
-    /// The body of a `GET` as text (pages, `/metrics`).
+    /// The body of a `GET` as text (pages).
     pub async fn get_text(&self, path: &str) -> String {
         self.client
             .get(self.url(path))
@@ -228,6 +232,19 @@ impl TestApp {
             .text()
             .await
             .unwrap()
+    }
+
+    /// `GET /metrics` on the public port, with the admin token it needs: the exposition text.
+    pub async fn metrics(&self) -> String {
+        let r = self
+            .client
+            .get(self.url("/metrics"))
+            .header("x-admin-token", ADMIN_TOKEN)
+            .send()
+            .await
+            .expect("request sent");
+        assert_eq!(r.status(), 200, "/metrics with the admin token");
+        r.text().await.unwrap()
     }
 
     pub async fn get(&self, path: &str, token: Option<&str>) -> Resp {
