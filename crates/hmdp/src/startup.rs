@@ -13,7 +13,7 @@ use hmdp_id::{IdGenerator, SegmentOptions};
 use tokio::net::TcpListener;
 
 use crate::{
-    auth::{CodeIssuer, LogSmsSender, SessionStore, SmsSender},
+    auth::{CodeIssuer, SessionStore, SmsSender, sender_for},
     catalogue::Catalogue,
     config::IdMode,
     config::{Config, DEFAULT_REDIS_URL, ManagedRedis as ManagedMode, Secret},
@@ -35,11 +35,12 @@ pub struct Dependencies {
     pub sms: Arc<dyn SmsSender>,
 }
 
-impl Default for Dependencies {
-    fn default() -> Self {
-        Self {
-            sms: Arc::new(LogSmsSender),
-        }
+impl Dependencies {
+    /// What the configuration asks for: the SMS sender of `HMDP_SMS` ([`sender_for`], which
+    /// refuses login codes in the log on a public address unless chosen on purpose).
+    pub fn from_config(config: &Config) -> anyhow::Result<Self> {
+        let sms = sender_for(&config.sms, config.listen, config.code.ttl)?;
+        Ok(Self { sms })
     }
 }
 
@@ -55,9 +56,10 @@ pub struct Application {
 }
 
 impl Application {
-    /// Builds the service with default dependencies.
+    /// Builds the service with the dependencies the configuration asks for.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        Self::build_with(config, Dependencies::default()).await
+        let deps = Dependencies::from_config(&config)?;
+        Self::build_with(config, deps).await
     }
 
     /// Builds the service: connects and migrates the database, connects Redis (starting a

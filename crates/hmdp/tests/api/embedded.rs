@@ -161,6 +161,51 @@ async fn the_binary_with_no_configuration_comes_up_healthy() {
         log.contains(&format!("file={}", token_file.display())),
         "the log names the token's file: {log}"
     );
+    // Login codes go to the log on loopback with no configuration, said loudly.
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("HMDP_SMS=log")),
+        "{log}"
+    );
+}
+
+/// Codes in the log on an address others reach: refused in one line unless `HMDP_SMS=log` is
+/// set, and then said at start-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_codes_in_the_log_on_a_public_address_need_hmdp_sms_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let prefix = unique_prefix();
+    let public = format!("0.0.0.0:{port}");
+    let settings = [
+        ("HMDP_LISTEN", public.as_str()),
+        ("HMDP_REDIS_PREFIX", &prefix),
+    ];
+    let mut child = start_hmdp(dir.path(), port, &settings);
+    let status = wait_exit(&mut child, "a refused start");
+    assert_eq!(status.code(), Some(1));
+    let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
+    let refusals: Vec<&str> = log.lines().filter(|l| l.contains("HMDP_SMS")).collect();
+    assert_eq!(refusals.len(), 1, "{log}");
+    assert!(
+        refusals[0].contains("ERROR") && refusals[0].contains(&public),
+        "{log}"
+    );
+
+    let mut child = start_hmdp(
+        dir.path(),
+        port,
+        &[settings[0], settings[1], ("HMDP_SMS", "log")],
+    );
+    wait_healthy(port, &mut child, dir.path()).await;
+    assert!(terminate(&mut child).success());
+    remove_keys(&redis_url(), &prefix);
+    let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("HMDP_SMS=log: login codes")),
+        "{log}"
+    );
 }
 
 /// `POST /user/code?phone=…` puts a phone in the URI; the request log shows it masked.
@@ -419,7 +464,8 @@ async fn ctrl_c_to_the_process_group_drains_before_the_managed_redis_stops() {
     );
     // Nothing failed on the way down while Redis was still needed (the worker's last
     // acknowledgements). Then hmdp stops Redis (its L1 subscription may complain after that).
-    let before_redis_stops = &log[..position("stopping the managed redis-server")];
+    let before_redis_stops =
+        &log[position("SIGINT received")..position("stopping the managed redis-server")];
     let complaints: Vec<&str> = before_redis_stops
         .lines()
         .filter(|l| l.contains("WARN") || l.contains("ERROR"))

@@ -85,6 +85,26 @@ pub async fn spawn_app(backend: Backend) -> TestApp {
 }
 
 pub async fn spawn_app_with(backend: Backend, adjust: impl FnOnce(&mut Config)) -> TestApp {
+    let (config, db, dir) = prepare(backend, adjust).await;
+    spawn_with_config(config, backend, db, dir).await
+}
+
+/// The service with the SMS sender its configuration chooses (`HMDP_SMS`), as `hmdp serve`
+/// builds it, instead of the capturing one: `app.sms` sees nothing.
+pub async fn spawn_app_with_configured_sms(
+    backend: Backend,
+    adjust: impl FnOnce(&mut Config),
+) -> TestApp {
+    let (config, db, dir) = prepare(backend, adjust).await;
+    let deps = Dependencies::from_config(&config).expect("the SMS sender is set up");
+    spawn_with_deps(config, backend, db, dir, deps, Arc::default()).await
+}
+
+/// A test configuration on a fresh database, adjusted.
+async fn prepare(
+    backend: Backend,
+    adjust: impl FnOnce(&mut Config),
+) -> (Config, Option<TestDatabase>, tempfile::TempDir) {
     init_logs();
     let dir = tempfile::tempdir().unwrap();
     let (url, db) = match backend {
@@ -96,7 +116,7 @@ pub async fn spawn_app_with(backend: Backend, adjust: impl FnOnce(&mut Config)) 
     };
     let mut config = test_config(url, dir.path());
     adjust(&mut config);
-    spawn_with_config(config, backend, db, dir).await
+    (config, db, dir)
 }
 
 /// The service with `HMDP_ORDER_TRANSPORT=rabbitmq` on a vhost of its own (`app.amqp`), and an
@@ -123,10 +143,22 @@ pub async fn spawn_with_config(
     db: Option<TestDatabase>,
     dir: tempfile::TempDir,
 ) -> TestApp {
+    let sms = Arc::new(CapturingSms::default());
+    let deps = Dependencies { sms: sms.clone() };
+    spawn_with_deps(config, backend, db, dir, deps, sms).await
+}
+
+async fn spawn_with_deps(
+    config: Config,
+    backend: Backend,
+    db: Option<TestDatabase>,
+    dir: tempfile::TempDir,
+    deps: Dependencies,
+    sms: Arc<CapturingSms>,
+) -> TestApp {
     init_logs();
     let prefix = config.redis_prefix.clone();
-    let sms = Arc::new(CapturingSms::default());
-    let app = Application::build_with(config, Dependencies { sms: sms.clone() })
+    let app = Application::build_with(config, deps)
         .await
         .expect("the app builds");
     let addr = app.local_addr();
