@@ -132,6 +132,15 @@ impl AmqpRole {
     }
 }
 
+/// Where login codes go (`HMDP_SMS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmsMode {
+    /// Written to the service log (development, demos): whoever reads the log can log in.
+    Log,
+    /// POSTed to an SMS gateway (`HMDP_SMS_URL`, see [`crate::auth::HttpSmsSender`]).
+    Http,
+}
+
 /// How order ids are drawn (`HMDP_ID_MODE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdMode {
@@ -183,6 +192,7 @@ names!(SeckillMode { "async" => SeckillMode::Async, "sync" => SeckillMode::Sync 
 names!(OrderTransport { "stream" => OrderTransport::Stream, "rabbitmq" => OrderTransport::RabbitMq });
 names!(AmqpRole { "both" => AmqpRole::Both, "relay" => AmqpRole::Relay, "consumer" => AmqpRole::Consumer });
 names!(IdMode { "compatible" => IdMode::Compatible, "segment" => IdMode::Segment });
+names!(SmsMode { "log" => SmsMode::Log, "http" => SmsMode::Http });
 
 /// A secret string that never shows up in `Debug`/`Display` output or logs.
 #[derive(Clone, PartialEq, Eq)]
@@ -290,6 +300,10 @@ settings! {
     pub struct Config {
         /// address to serve on (the original's port)
         HMDP_LISTEN listen: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 8081));
+        /// serve `/metrics` and `/health` without a credential on this address too, for a
+        /// scraper (bind it where only the scraper reaches); on `HMDP_LISTEN`, `/metrics` always
+        /// needs the admin token
+        HMDP_METRICS_LISTEN metrics_listen: Option<SocketAddr> = None, unset "off";
         /// SQLite file (embedded default) or `mysql://user:pass@host:3306/db` (created if missing)
         HMDP_DATABASE_URL database_url: String as Url =
             default_database_url(Path::new(DEFAULT_DATA_DIR));
@@ -344,6 +358,8 @@ settings! {
     groups {
         /// Login codes (`HMDP_CODE_*`).
         code: CodePolicy,
+        /// Where login codes are sent (`HMDP_SMS*`).
+        sms: SmsSettings,
         /// The shop cache (`HMDP_SHOP_CACHE`, `HMDP_CACHE_*`, `HMDP_SHOP_BLOOM`).
         cache: CacheSettings,
         /// The flash sale and its order worker (`HMDP_SECKILL_*`, `HMDP_WORKER*`, `HMDP_ID_MODE`).
@@ -369,6 +385,33 @@ settings! {
         HMDP_CODE_IP_PER_MIN ip_per_min: u32 = 10;
         /// wrong tries after which a code is void
         HMDP_CODE_MAX_ATTEMPTS max_attempts: u32 = 5, check at_least(1);
+    }
+}
+
+settings! {
+    /// Where login codes go: the log (development) or an SMS gateway over HTTP.
+    #[derive(Debug, Clone)]
+    pub struct SmsSettings {
+        /// where login codes go: `log` (written to the service log: whoever reads it can log in
+        /// as anyone; for development) or `http` (POSTed to `HMDP_SMS_URL`). Unset means `log`
+        /// on a loopback `HMDP_LISTEN`; on any other address `hmdp serve` refuses to start
+        HMDP_SMS mode: Option<SmsMode> = None, unset "`log` on loopback, else required";
+        /// `http`: the gateway URL; each code is POSTed there as JSON
+        /// `{"id","phone","code","template","ttlSecs"}` (see [SMS gateway](#sms-gateway))
+        HMDP_SMS_URL url: Option<String> as Url = None, check http_scheme();
+        /// `http`: the header that carries `HMDP_SMS_SECRET`
+        HMDP_SMS_HEADER header: String = "authorization".to_owned(), check header_name();
+        /// `http`: the header's value, e.g. `Bearer …` (required with `http`)
+        HMDP_SMS_SECRET secret: Option<Secret> = None;
+        /// `http`: the gateway's template id, passed along as `template`
+        HMDP_SMS_TEMPLATE template: String = "login".to_owned();
+        /// `http`: how long one try may take
+        HMDP_SMS_TIMEOUT_MS timeout: Duration as Millis = Duration::from_secs(2),
+            check at_least(1);
+        /// `http`: tries after the first when the gateway cannot be reached, times out or
+        /// answers 5xx or 429, after 200 ms, 400 ms, … All tries must fit in
+        /// `HMDP_REQUEST_TIMEOUT_MS`
+        HMDP_SMS_RETRIES retries: u32 = 2, check at_most(10);
     }
 }
 
@@ -501,6 +544,51 @@ fn default_database_url(data_dir: &Path) -> String {
     format!("sqlite://{}/hmdp.db", data_dir.display())
 }
 
+impl SmsSettings {
+    /// The longest a code can take to go out: every try timing out, with the pauses between.
+    pub fn worst_case(&self) -> Duration {
+        let pauses: Duration = (0..self.retries).map(sms_backoff).sum();
+        self.timeout * (self.retries + 1) + pauses
+    }
+
+    /// `http` needs a URL and a secret, and all its tries must fit in a request's time: a
+    /// request that times out first leaves the cooldown on a code that never went out.
+    fn check(&self, request_timeout: Duration) -> Result<(), ConfigError> {
+        if self.mode != Some(SmsMode::Http) {
+            return Ok(());
+        }
+        let missing = |name| ConfigError::Invalid {
+            name,
+            message: "must be set with HMDP_SMS=http".to_owned(),
+        };
+        if self.url.is_none() {
+            return Err(missing("HMDP_SMS_URL"));
+        }
+        if self.secret.is_none() {
+            return Err(missing("HMDP_SMS_SECRET"));
+        }
+        if self.worst_case() >= request_timeout {
+            return Err(ConfigError::Invalid {
+                name: "HMDP_SMS_TIMEOUT_MS",
+                message: format!(
+                    "{} tries of {} ms with their pauses ({} ms) must be shorter than \
+                     HMDP_REQUEST_TIMEOUT_MS ({} ms): lower HMDP_SMS_TIMEOUT_MS or HMDP_SMS_RETRIES",
+                    self.retries + 1,
+                    self.timeout.as_millis(),
+                    self.worst_case().as_millis(),
+                    request_timeout.as_millis()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The pause before retry `n` (0-based) of an SMS: 200 ms, doubling, at most 2 s.
+pub fn sms_backoff(n: u32) -> Duration {
+    Duration::from_millis(200 << n.min(10)).min(Duration::from_secs(2))
+}
+
 impl Config {
     /// The photo upload folder: `HMDP_UPLOAD_DIR`, or `uploads` in the data directory.
     pub fn upload_dir(&self) -> PathBuf {
@@ -569,6 +657,7 @@ impl Config {
                 message: "must be shorter than the session TTL".to_owned(),
             });
         }
+        config.sms.check(config.request_timeout)?;
         Ok(config)
     }
 
@@ -717,7 +806,7 @@ macro_rules! setting {
 
 setting!(as written: u32, u64, usize, f64, bool, String, SocketAddr);
 setting!(as written: ManagedRedis, AppendFsync, LogFormat, ShopCacheStrategy, SeckillMode, IdMode,
-    OrderTransport, AmqpRole);
+    OrderTransport, AmqpRole, SmsMode);
 setting!(as written: TimeZone);
 setting! {
     Plain: PathBuf = PathBuf, |raw| raw, |v| Some(v.display().to_string());
@@ -770,6 +859,19 @@ fn min_len(min: usize) -> impl Fn(&String) -> Result<(), String> {
 fn no_braces() -> impl Fn(&String) -> Result<(), String> {
     ensure("must not contain '{' or '}'".into(), |v: &String| {
         !v.contains(['{', '}'])
+    })
+}
+
+fn http_scheme() -> impl Fn(&String) -> Result<(), String> {
+    ensure(
+        "must be an `http://` or `https://` URL".into(),
+        |v: &String| v.starts_with("http://") || v.starts_with("https://"),
+    )
+}
+
+fn header_name() -> impl Fn(&String) -> Result<(), String> {
+    ensure("must be an HTTP header name".into(), |v: &String| {
+        axum::http::HeaderName::from_bytes(v.as_bytes()).is_ok()
     })
 }
 
@@ -935,6 +1037,9 @@ mod tests {
             &env(&[
                 ("HMDP_ADMIN_TOKEN", "super-secret-admin-token"),
                 ("HMDP_DATABASE_URL", "mysql://root:hunter2@db:3306/hmdp"),
+                ("HMDP_SMS", "http"),
+                ("HMDP_SMS_URL", "https://relay:sesame@sms.example/send"),
+                ("HMDP_SMS_SECRET", "Bearer gateway-key-42"),
             ]),
         )
         .unwrap();
@@ -942,6 +1047,70 @@ mod tests {
         assert!(!shown.contains("super-secret-admin-token"));
         assert!(!shown.contains("hunter2"));
         assert!(shown.contains("mysql://root:***@db:3306/hmdp"));
+        assert!(
+            !shown.contains("gateway-key-42") && !shown.contains("sesame"),
+            "{shown}"
+        );
+        assert!(shown.contains("sms_secret=*** "), "{shown}");
+    }
+
+    #[test]
+    fn the_sms_gateway_needs_a_url_and_a_secret_and_must_fit_in_a_request() {
+        let c = Config::from_sources(None, &env(&[])).unwrap();
+        assert_eq!(c.sms.mode, None);
+        assert!(
+            c.redacted_summary()
+                .contains("sms=(log on loopback, else required)")
+        );
+        let c = Config::from_sources(None, &env(&[("HMDP_SMS", "LOG")])).unwrap();
+        assert_eq!(c.sms.mode, Some(SmsMode::Log));
+
+        let gateway = [
+            ("HMDP_SMS", "http"),
+            ("HMDP_SMS_URL", "https://sms.example/send"),
+            ("HMDP_SMS_SECRET", "k"),
+        ];
+        let c = Config::from_sources(None, &env(&gateway)).unwrap();
+        assert_eq!(c.sms.header, "authorization");
+        assert_eq!(
+            c.sms.worst_case(),
+            Duration::from_millis(3 * 2000 + 200 + 400)
+        );
+        for (missing, name) in [(1, "HMDP_SMS_URL"), (2, "HMDP_SMS_SECRET")] {
+            let mut given = gateway.to_vec();
+            given.remove(missing);
+            let err = Config::from_sources(None, &env(&given)).unwrap_err();
+            assert!(err.to_string().contains(name), "{err}");
+        }
+        for (bad, name) in [
+            (("HMDP_SMS_URL", "ftp://x"), "HMDP_SMS_URL"),
+            (("HMDP_SMS_HEADER", "not a header"), "HMDP_SMS_HEADER"),
+            (("HMDP_SMS_RETRIES", "11"), "HMDP_SMS_RETRIES"),
+            (("HMDP_SMS_TIMEOUT_MS", "4000"), "HMDP_SMS_TIMEOUT_MS"),
+            (("HMDP_SMS", "carrier-pigeon"), "HMDP_SMS"),
+        ] {
+            let mut given = gateway.to_vec();
+            given.push(bad);
+            let err = Config::from_sources(None, &env(&given)).unwrap_err();
+            assert!(err.to_string().contains(name), "{bad:?}: {err}");
+        }
+        // Three tries of 4 s fit in a request of 15 s.
+        let mut given = gateway.to_vec();
+        given.extend([
+            ("HMDP_SMS_TIMEOUT_MS", "4000"),
+            ("HMDP_REQUEST_TIMEOUT_MS", "15000"),
+        ]);
+        assert!(Config::from_sources(None, &env(&given)).is_ok());
+    }
+
+    #[test]
+    fn the_metrics_listener_is_off_unless_set() {
+        let c = Config::from_sources(None, &env(&[])).unwrap();
+        assert_eq!(c.metrics_listen, None);
+        assert!(c.redacted_summary().contains("metrics_listen=(off)"));
+        let c =
+            Config::from_sources(None, &env(&[("HMDP_METRICS_LISTEN", "10.0.0.5:9464")])).unwrap();
+        assert_eq!(c.metrics_listen, Some("10.0.0.5:9464".parse().unwrap()));
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! - [`uploads`]: note photos on disk.
 //! - [`metrics`]: the Prometheus registry each module registers its metrics into.
 //! - [`http`]: axum routers by resource, the envelope, errors and extractors.
+//! - [`secret_files`]: credentials on disk (admin token, managed Redis password), mode 600.
 //! - [`startup`]: wiring it all together; [`cli`]: the `hmdp` command.
 
 pub mod activity;
@@ -37,6 +38,7 @@ pub mod kv;
 pub mod metrics;
 pub mod order_stream;
 pub mod seckill;
+pub mod secret_files;
 pub mod social;
 pub mod startup;
 pub mod storage;

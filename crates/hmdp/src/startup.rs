@@ -3,22 +3,17 @@
 //! [`Application::build`] does all the fallible set-up and binds the listener, so tests can
 //! start the real service on port 0 and read [`Application::local_addr`] before it runs.
 
-use std::{
-    net::SocketAddr,
-    path::{Path, PathBuf},
-    sync::Arc,
-};
+use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
 use std::time::Duration;
 
 use anyhow::Context;
 use hmdp_cache::{CacheClient, L1Options, RedisDown};
 use hmdp_id::{IdGenerator, SegmentOptions};
-use rand::RngCore;
 use tokio::net::TcpListener;
 
 use crate::{
-    auth::{CodeIssuer, LogSmsSender, SessionStore, SmsSender},
+    auth::{CodeIssuer, SessionStore, SmsSender, sender_for},
     catalogue::Catalogue,
     config::IdMode,
     config::{Config, DEFAULT_REDIS_URL, ManagedRedis as ManagedMode, Secret},
@@ -40,17 +35,20 @@ pub struct Dependencies {
     pub sms: Arc<dyn SmsSender>,
 }
 
-impl Default for Dependencies {
-    fn default() -> Self {
-        Self {
-            sms: Arc::new(LogSmsSender),
-        }
+impl Dependencies {
+    /// What the configuration asks for: the SMS sender of `HMDP_SMS` ([`sender_for`], which
+    /// refuses login codes in the log on a public address unless chosen on purpose).
+    pub fn from_config(config: &Config) -> anyhow::Result<Self> {
+        let sms = sender_for(&config.sms, config.listen, config.code.ttl)?;
+        Ok(Self { sms })
     }
 }
 
 /// A built, bound, not yet running service.
 pub struct Application {
     listener: TcpListener,
+    /// `HMDP_METRICS_LISTEN`: `/metrics` and `/health` for the scraper.
+    metrics_listener: Option<TcpListener>,
     router: axum::Router,
     state: AppState,
     managed_redis: Option<ManagedRedis>,
@@ -58,9 +56,10 @@ pub struct Application {
 }
 
 impl Application {
-    /// Builds the service with default dependencies.
+    /// Builds the service with the dependencies the configuration asks for.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        Self::build_with(config, Dependencies::default()).await
+        let deps = Dependencies::from_config(&config)?;
+        Self::build_with(config, deps).await
     }
 
     /// Builds the service: connects and migrates the database, connects Redis (starting a
@@ -224,9 +223,18 @@ impl Application {
         let listener = TcpListener::bind(state.config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", state.config.listen))?;
+        let metrics_listener = match state.config.metrics_listen {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr} (HMDP_METRICS_LISTEN)"))?,
+            ),
+            None => None,
+        };
         Ok(Self {
             router: http::app(state.clone()),
             listener,
+            metrics_listener,
             state,
             managed_redis,
             worker,
@@ -238,6 +246,13 @@ impl Application {
         self.listener
             .local_addr()
             .expect("a bound listener has an address")
+    }
+
+    /// The address of the `HMDP_METRICS_LISTEN` listener, when there is one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener
+            .as_ref()
+            .map(|l| l.local_addr().expect("a bound listener has an address"))
     }
 
     /// The shared state (tests reach the database and Redis through it).
@@ -252,6 +267,23 @@ impl Application {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         tracing::info!(addr = %self.local_addr(), "hmdp listening");
+        let idle = self.state.config.idle_timeout;
+        let ops = self.metrics_listener.map(|listener| {
+            let state = &self.state;
+            OpsListener::start(
+                listener,
+                http::OpsEndpoint {
+                    db: state.db.clone(),
+                    redis: state.redis.clone(),
+                    keys: state.keys.clone(),
+                    shards: state.config.seckill.shards,
+                    broker: state.broker.clone(),
+                    metrics: state.metrics.clone(),
+                    stream_metrics: state.stream_metrics.clone(),
+                },
+                idle,
+            )
+        });
         let (stop_worker, worker_stopped) = tokio::sync::oneshot::channel::<()>();
         let worker = self.worker.map(|w| {
             tokio::spawn(w.run_until(async {
@@ -260,12 +292,15 @@ impl Application {
         });
         // In-flight requests get their own time limit plus a second to finish on shutdown.
         let drain = self.state.config.request_timeout + Duration::from_secs(1);
-        let idle = self.state.config.idle_timeout;
         let served = http::serve(self.listener, self.router, shutdown, idle, drain).await;
         tracing::info!("http server stopped; finishing the order worker's current batch");
         let _ = stop_worker.send(());
         if let Some(w) = worker {
             let _ = w.await;
+        }
+        // The scraper sees the final counters until here.
+        if let Some(ops) = ops {
+            ops.stop().await;
         }
         // Background work of the social half: fan-outs in flight, buffered visits, clean-up.
         self.state.social.shutdown().await;
@@ -350,55 +385,70 @@ pub async fn run_worker_with(
         .await
         .context("the order worker cannot start")?;
     check_broker(&worker, &config).await?;
-    let endpoint = match listener {
-        Some(listener) => {
-            let addr = listener.local_addr()?;
-            let stream_metrics = StreamMetrics::default();
-            let mut metrics = Registry::default();
-            worker.stats().register(&mut metrics);
-            if worker.uses_rabbitmq() {
-                worker.amqp_stats().register(&mut metrics);
-            }
-            stream_metrics.register(&mut metrics);
-            let app = http::worker_app(http::WorkerEndpoint {
+    let endpoint = listener.map(|listener| {
+        let stream_metrics = StreamMetrics::default();
+        let mut metrics = Registry::default();
+        worker.stats().register(&mut metrics);
+        if worker.uses_rabbitmq() {
+            worker.amqp_stats().register(&mut metrics);
+        }
+        stream_metrics.register(&mut metrics);
+        OpsListener::start(
+            listener,
+            http::OpsEndpoint {
                 db: db.clone(),
                 redis,
                 keys,
                 shards: config.seckill.shards,
                 broker: worker.uses_rabbitmq().then(|| worker.amqp_stats().clone()),
-                metrics,
+                metrics: Arc::new(metrics),
                 stream_metrics,
-            });
-            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let idle = config.idle_timeout;
-            let server = tokio::spawn(async move {
-                http::serve(
-                    listener,
-                    app,
-                    async {
-                        let _ = stopped.await;
-                    },
-                    idle,
-                    Duration::from_secs(5),
-                )
-                .await
-            });
-            tracing::info!(%addr, "order worker metrics at http://{addr}/metrics");
-            Some((stop, server))
-        }
-        None => None,
-    };
+            },
+            config.idle_timeout,
+        )
+    });
     worker.run_until(shutdown).await;
-    if let Some((stop, server)) = endpoint {
-        let _ = stop.send(());
-        match server.await {
-            Ok(Err(e)) => tracing::warn!(error = %e, "worker listener ended with an error"),
-            Err(e) => tracing::warn!(error = %e, "worker listener task failed"),
-            Ok(Ok(())) => {}
-        }
+    if let Some(endpoint) = endpoint {
+        endpoint.stop().await;
     }
     db.close().await;
     Ok(())
+}
+
+/// The scraper's listener (`HMDP_METRICS_LISTEN`, `HMDP_WORKER_LISTEN`) serving in the
+/// background until [`OpsListener::stop`].
+struct OpsListener {
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl OpsListener {
+    fn start(listener: TcpListener, endpoint: http::OpsEndpoint, idle: Duration) -> Self {
+        let addr = listener.local_addr().ok();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(http::serve(
+            listener,
+            http::ops_app(endpoint),
+            async {
+                let _ = stopped.await;
+            },
+            idle,
+            Duration::from_secs(5),
+        ));
+        if let Some(addr) = addr {
+            tracing::info!(%addr, "metrics at http://{addr}/metrics");
+        }
+        Self { stop, server }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        match self.server.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "the metrics listener ended with an error"),
+            Err(e) => tracing::warn!(error = %e, "the metrics listener task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
 }
 
 /// With `HMDP_ORDER_TRANSPORT=rabbitmq`, connects once and declares the topology, so a wrong
@@ -467,9 +517,18 @@ async fn resolve_redis(config: &Config) -> anyhow::Result<(String, Option<Manage
         }
     };
     if start_managed {
-        let managed =
-            ManagedRedis::start_with(&config.data_dir.join("redis"), config.redis_appendfsync)
-                .await?;
+        // Beside the admin token, mode 600: any local user could otherwise connect and forge
+        // a session (`HSET login:token:…`).
+        let (password, _) = crate::secret_files::settle(
+            &config.data_dir.join("redis-password"),
+            "managed Redis password",
+        )?;
+        let managed = ManagedRedis::start_with(
+            &config.data_dir.join("redis"),
+            config.redis_appendfsync,
+            &password,
+        )
+        .await?;
         Ok((managed.url().to_owned(), Some(managed)))
     } else {
         Ok((config.redis_url_or_default().to_owned(), None))
@@ -477,83 +536,26 @@ async fn resolve_redis(config: &Config) -> anyhow::Result<(String, Option<Manage
 }
 
 /// The admin token: configured, or read from / generated into `$HMDP_DATA_DIR/admin-token`.
+///
+/// A generated token is never printed: the log says which file holds it (logs are shipped,
+/// kept and read by more people than the data directory).
 fn settle_admin_token(config: &Config) -> anyhow::Result<Secret> {
     if let Some(t) = &config.admin_token {
         return Ok(t.clone());
     }
     let path = config.data_dir.join("admin-token");
-    if let Ok(existing) = std::fs::read_to_string(&path) {
-        let existing = existing.trim();
-        if existing.len() >= 16 {
-            tighten_if_readable_by_others(&path);
-            tracing::info!(file = %path.display(), "admin token read from file (HMDP_ADMIN_TOKEN unset)");
-            return Ok(Secret::new(existing));
-        }
+    let (token, generated) = crate::secret_files::settle(&path, "admin token")?;
+    let file = std::fs::canonicalize(&path).unwrap_or(path);
+    if generated {
+        tracing::warn!(
+            file = %file.display(),
+            "HMDP_ADMIN_TOKEN is unset: generated an admin token into this file (mode 600); \
+             send its content as the x-admin-token header"
+        );
+    } else {
+        tracing::info!(file = %file.display(), "admin token read from file (HMDP_ADMIN_TOKEN unset)");
     }
-    let mut bytes = [0u8; 24];
-    rand::rng().fill_bytes(&mut bytes);
-    let token = hex::encode(bytes);
-    write_private(&path, &token)
-        .with_context(|| format!("cannot write the admin token to {}", path.display()))?;
-    // Printed once, on purpose: an operator who did not set HMDP_ADMIN_TOKEN needs to learn it.
-    tracing::warn!(
-        file = %path.display(),
-        token = %token,
-        "HMDP_ADMIN_TOKEN is unset: generated an admin token (send it as the x-admin-token header)"
-    );
-    Ok(Secret::new(token))
-}
-
-/// An admin-token file that others may read (copied around, restored from a backup, edited
-/// by hand) is put back to mode 0600, with a warning: the token is a credential.
-fn tighten_if_readable_by_others(path: &Path) {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let Ok(meta) = std::fs::metadata(path) else {
-            return;
-        };
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            match std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)) {
-                Ok(()) => tracing::warn!(
-                    file = %path.display(),
-                    mode = format!("{mode:o}"),
-                    "the admin-token file was readable by others; its mode is now 600"
-                ),
-                Err(e) => tracing::warn!(
-                    file = %path.display(),
-                    mode = format!("{mode:o}"),
-                    error = %e,
-                    "the admin-token file is readable by others and could not be restricted"
-                ),
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = path;
-}
-
-fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
-    let mut f = opts.open(path)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        // `mode` applies only when the file is created; tighten an existing one too.
-        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    }
-    std::io::Write::write_all(&mut f, contents.as_bytes())?;
-    std::io::Write::write_all(&mut f, b"\n")
+    Ok(token)
 }
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM.

@@ -702,10 +702,12 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
         .parse()
         .unwrap_or_else(|e| panic!("peak rate {peak:?}: {e}"));
     assert!(peak > 0.0, "the dashboard saw a positive rate");
-    // Requests per second come from /metrics when the server exposes it.
+    // Requests per second come from /metrics when the server exposes it (to the admin token,
+    // which the page has from the admin form).
     let has_metrics = app
         .client
         .get(app.url("/metrics"))
+        .header("x-admin-token", ADMIN_TOKEN)
         .send()
         .await
         .is_ok_and(|r| r.status() == 200);

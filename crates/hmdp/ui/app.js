@@ -112,7 +112,7 @@
       'dash.req': '抢购请求/秒',
       'dash.chart': '实时曲线',
       'dash.reqNote': '含被拒绝的，本实例',
-      'dash.noMetrics': '需要 /metrics',
+      'dash.noMetrics': '需要 /metrics（管理员令牌）',
       'dash.legendR': '请求/秒',
       'dash.peak': '峰值 {0}/秒',
       'dash.notStarted': '未开始，{0} 后开抢',
@@ -252,7 +252,7 @@
       'dash.req': 'Grab requests/s',
       'dash.chart': 'Live chart',
       'dash.reqNote': 'refusals included, this instance',
-      'dash.noMetrics': 'needs /metrics',
+      'dash.noMetrics': 'needs /metrics (admin token)',
       'dash.legendR': 'requests/s',
       'dash.peak': 'peak {0}/s',
       'dash.notStarted': 'Not started; opens in {0}',
@@ -1734,10 +1734,15 @@
     ctx.every(pollRequests, 1000);
   }
 
-  /** Grab requests served so far (any voucher, any outcome), from `/metrics`; null without it. */
+  /**
+   * Grab requests served so far (any voucher, any outcome), from `/metrics`; null without it.
+   * `/metrics` needs the admin token, the one typed on the admin page (this tab only).
+   */
   async function grabRequestsTotal() {
+    const token = sessionStorage.getItem(ADMIN_KEY);
+    if (!token) return null;
     try {
-      const resp = await fetch('/metrics');
+      const resp = await fetch('/metrics', { headers: { 'x-admin-token': token } });
       if (!resp.ok) return null;
       const text = await resp.text();
       if (!text.includes('hmdp_http_requests_total')) return null;

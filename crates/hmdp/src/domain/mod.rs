@@ -11,6 +11,6 @@ mod user;
 
 pub use code::{LoginCode, LoginCodeError};
 pub use ids::{BlogId, IdError, OrderId, ShopId, UserId, VoucherId};
-pub use phone::{Phone, PhoneError};
+pub use phone::{Phone, PhoneError, mask_phones};
 pub use token::SessionToken;
 pub use user::{NickName, UserDto};

@@ -2,7 +2,8 @@
 //!
 //! A phone is the login identity and part of Redis key names (`login:code:{phone}`), so only a
 //! parsed one reaches Redis or the database: nothing else can inject into a key or a query.
-//! `Display` and `Debug` mask the middle digits, because phones end up in logs.
+//! `Display` and `Debug` mask the middle digits, because phones end up in logs; [`mask_phones`]
+//! does the same to phones in any text, such as the URIs of the request log.
 
 use std::{fmt, sync::LazyLock};
 
@@ -49,8 +50,48 @@ impl Phone {
 
     /// `138****5678`: what logs show instead of the full number.
     pub fn masked(&self) -> String {
-        format!("{}****{}", &self.0[..3], &self.0[7..])
+        mask(&self.0)
     }
+}
+
+/// The first three and last four characters around `****`; only `****` for text shorter than a
+/// phone, which would show too much of itself.
+fn mask(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.len() < 11 {
+        return "****".to_owned();
+    }
+    let head: String = chars[..3].iter().collect();
+    let tail: String = chars[chars.len() - 4..].iter().collect();
+    format!("{head}****{tail}")
+}
+
+/// `text` (a URI, say) with every phone masked as [`Phone::masked`] does: the value of each
+/// `phone=` parameter, whatever it holds, and every run of exactly eleven digits that starts
+/// with `1` (a mainland mobile number, wherever it is).
+pub fn mask_phones(text: &str) -> std::borrow::Cow<'_, str> {
+    static PARAM: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"(?i)((?:^|[?&;])phone=)([^&;#]*)").expect("static regex"));
+    static DIGITS: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"[0-9]+").expect("static regex"));
+    let params = PARAM.replace_all(text, |c: &regex::Captures<'_>| {
+        if c[2].is_empty() {
+            c[0].to_owned()
+        } else {
+            format!("{}{}", &c[1], mask(&c[2]))
+        }
+    });
+    let mobile = |run: &str| run.len() == 11 && run.starts_with('1');
+    if !DIGITS.find_iter(&params).any(|m| mobile(m.as_str())) {
+        return params;
+    }
+    let masked = DIGITS.replace_all(&params, |c: &regex::Captures<'_>| {
+        if mobile(&c[0]) {
+            mask(&c[0])
+        } else {
+            c[0].to_owned()
+        }
+    });
+    std::borrow::Cow::Owned(masked.into_owned())
 }
 
 impl fmt::Debug for Phone {
@@ -114,6 +155,42 @@ mod tests {
         ] {
             assert_eq!(Phone::parse(p), Err(PhoneError), "{p:?} should be rejected");
         }
+    }
+
+    #[test]
+    fn phones_in_uris_are_masked() {
+        for (uri, shown) in [
+            (
+                "/user/code?phone=13812345678",
+                "/user/code?phone=138****5678",
+            ),
+            (
+                "/api/user/code?x=1&PHONE=13812345678&y=2",
+                "/api/user/code?x=1&PHONE=138****5678&y=2",
+            ),
+            // Not a valid phone, still a phone's worth of personal data.
+            (
+                "/user/code?phone=%2B8613812345678",
+                "/user/code?phone=%2B****5678",
+            ),
+            ("/user/code?phone=1381234", "/user/code?phone=****"),
+            ("/user/code?phone=", "/user/code?phone="),
+            ("/somewhere/13812345678/x", "/somewhere/138****5678/x"),
+            // Ids stay: other lengths, or not starting with 1.
+            ("/shop/12345", "/shop/12345"),
+            (
+                "/voucher-order/123456789012345678",
+                "/voucher-order/123456789012345678",
+            ),
+            ("/x/23812345678", "/x/23812345678"),
+            ("/user/code?telephone=5", "/user/code?telephone=5"),
+        ] {
+            assert_eq!(mask_phones(uri), shown, "{uri}");
+        }
+        assert!(matches!(
+            mask_phones("/shop/1"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]

@@ -6,15 +6,20 @@
 //! from another host), so it works offline and on an air-gapped machine; its content security
 //! policy forbids anything else. Swagger UI is not embedded in the binary: `/docs/swagger`
 //! loads it from the unpkg CDN, which needs internet access, and `/docs` links to it as the
-//! optional, interactive view.
+//! optional, interactive view. That script runs on the origin that holds the user's session
+//! token, so it is pinned: one exact version, each file with its SRI hash (`integrity`; the
+//! browser refuses a file whose bytes differ), fetched without a referrer. The hashes are the
+//! sha384 of the files of the npm package `swagger-ui-dist@`[`SWAGGER_VERSION`], which the CDN
+//! serves byte for byte; another version needs new hashes (`openssl dgst -sha384 -binary FILE
+//! | openssl base64 -A` on the package's files).
 
-use std::fmt::Write as _;
+use std::{fmt::Write as _, sync::LazyLock};
 
 use axum::{
     Router,
     body::Bytes,
     http::{HeaderValue, header},
-    response::Html,
+    response::{Html, IntoResponse},
     routing::get,
 };
 use serde_json::Value;
@@ -46,18 +51,36 @@ pub fn routes(doc: &Value) -> Router<AppState> {
         .route("/docs/swagger", get(swagger))
 }
 
-/// `/docs/swagger`: Swagger UI from its public CDN (the binary embeds no third-party UI); the
-/// document itself is served by this instance.
-async fn swagger() -> Html<&'static str> {
-    Html(
-        r##"<!doctype html><html><head><meta charset="utf-8"><title>hmdp API</title>
-<link rel="stylesheet" href="https://unpkg.com/swagger-ui-dist@5/swagger-ui.css"></head>
+/// The Swagger UI release `/docs/swagger` loads, and the SRI hashes of its two files.
+const SWAGGER_VERSION: &str = "5.35.0";
+const SWAGGER_CSS_SRI: &str =
+    "sha384-WlYgdmXYOOBWL5apwjDEZwN+U3HmXSSu5R6V5aGxEcf7z+KuRNwBhoxKVN1i3D5I";
+const SWAGGER_JS_SRI: &str =
+    "sha384-gjRm0bEPMeTmMh5jT2cHccIwCUZSTd8YC+j0d0sXw0MdGEfScduGpSyF3ZSSLkX9";
+
+/// `/docs/swagger`: Swagger UI from its public CDN, pinned (see the module docs); the document
+/// itself is served by this instance.
+async fn swagger() -> impl IntoResponse {
+    static PAGE: LazyLock<String> = LazyLock::new(|| {
+        let base = format!("https://unpkg.com/swagger-ui-dist@{SWAGGER_VERSION}");
+        format!(
+            r##"<!doctype html><html><head><meta charset="utf-8"><title>hmdp API</title>
+<meta name="referrer" content="no-referrer">
+<link rel="stylesheet" href="{base}/swagger-ui.css" integrity="{SWAGGER_CSS_SRI}" crossorigin="anonymous"></head>
 <body><div id="ui"></div>
-<script src="https://unpkg.com/swagger-ui-dist@5/swagger-ui-bundle.js"></script>
-<script>SwaggerUIBundle({url: "/openapi.json", dom_id: "#ui"});</script>
+<script src="{base}/swagger-ui-bundle.js" integrity="{SWAGGER_JS_SRI}" crossorigin="anonymous"></script>
+<script>SwaggerUIBundle({{url: "/openapi.json", dom_id: "#ui"}});</script>
 <noscript>The API document is at <a href="/openapi.json">/openapi.json</a>; a page without
 script is at <a href="/docs">/docs</a>.</noscript>
-</body></html>"##,
+</body></html>"##
+        )
+    });
+    (
+        [(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        )],
+        Html(PAGE.as_str()),
     )
 }
 
@@ -218,8 +241,8 @@ nav a{{margin-right:.2rem}}
 <p>{d}</p>
 <p>This page is the OpenAPI document <a href="/openapi.json">/openapi.json</a> rendered by the
 server; it loads nothing from other hosts. Every path also answers under <code>/api</code>.
-Optional interactive view: <a href="/docs/swagger">Swagger UI</a> (loads its script from
-unpkg.com, so it needs internet access).</p>
+Optional interactive view: <a href="/docs/swagger">Swagger UI</a> (loads a pinned release
+from unpkg.com, so it needs internet access).</p>
 "#,
         t = esc(title),
         v = esc(version),

@@ -1,5 +1,9 @@
 //! `GET /metrics`, and the request metrics recorded by [`track`].
 //!
+//! On the public port `/metrics` needs the admin token (`x-admin-token`): it tells sales
+//! volumes, order rates and outages to whoever asks. A scraper without the token scrapes
+//! `HMDP_METRICS_LISTEN` instead ([`super::ops`]).
+//!
 //! [`track`] is the outermost middleware but tracing: being outside the rate limits, the
 //! request timeout, the body limit and the panic catcher, it counts their refusals too (a flood
 //! shows up as 429s on its route). Labels are bounded, because unbounded label values would
@@ -21,7 +25,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-use super::AppState;
+use super::{Admin, AppState};
 use crate::metrics::{Counter, EncodeLabelSet, Family, Registry};
 
 /// Upper bounds of the latency buckets, in seconds.
@@ -145,8 +149,8 @@ pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> R
     resp
 }
 
-/// `GET /metrics`: the stream gauges are read from Redis now, the rest is in memory.
-pub async fn metrics(State(state): State<AppState>) -> Response {
+/// `GET /metrics` (admin only): the stream gauges are read from Redis now, the rest is in memory.
+pub async fn metrics(_: Admin, State(state): State<AppState>) -> Response {
     state
         .stream_metrics
         .refresh(&state.redis, &state.keys, state.config.seckill.shards)

@@ -4,7 +4,9 @@
 //! whole API both at `/…` and at `/api/…` (the original pages call `/api`, which nginx used to
 //! strip), and wraps it in the cross-cutting layers: request tracing, panic catching, a request
 //! timeout, a body size limit and the session refresh (the original's RefreshTokenInterceptor).
-//! Login-required routes are the ones whose handlers take a [`CurrentUser`].
+//! Login-required routes are the ones whose handlers take a [`CurrentUser`]. The request log
+//! shows each URI with its phone numbers masked (`138****5678`): `POST /user/code?phone=…`
+//! carries one in its query string, and logs are read by more people than the database.
 //!
 //! Each handler carries its OpenAPI operation (`#[utoipa::path]`) and each resource's router
 //! registers it with `routes!`, so a route is declared once, documented where it is declared;
@@ -19,6 +21,7 @@ mod health;
 mod limits;
 mod metrics;
 mod openapi;
+mod ops;
 mod order;
 mod serve;
 mod shop;
@@ -26,7 +29,6 @@ mod ui;
 mod upload;
 mod user;
 mod voucher;
-mod worker;
 
 use std::sync::Arc;
 
@@ -41,7 +43,7 @@ use axum::{
 use tower_http::{
     catch_panic::CatchPanicLayer,
     services::ServeDir,
-    trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer},
+    trace::{DefaultOnResponse, TraceLayer},
 };
 use tracing::Level;
 use utoipa_axum::router::OpenApiRouter;
@@ -50,8 +52,8 @@ pub use error::{ApiError, ApiResult, Envelope, ErrorCode, Reply, ok, ok_empty};
 pub use extract::{Admin, AppJson, AppPath, AppQuery, CurrentUser};
 pub use limits::Limits;
 pub use metrics::HttpMetrics;
+pub use ops::{OpsEndpoint, ops_app};
 pub use serve::serve;
-pub use worker::{WorkerEndpoint, worker_app};
 
 use crate::{
     auth::{CodeIssuer, SessionStore, SmsSender},
@@ -122,8 +124,9 @@ pub struct AppStateInner {
 
 /// The documented API: every route with its OpenAPI operation, without layers or prefix.
 ///
-/// [`app`] serves it at `/…` and `/api/…` with `/openapi.json`, `/docs` and `/metrics` beside
-/// it, and nothing else there: a test checks that every route of this router is documented.
+/// [`app`] serves it at `/…` and `/api/…` with `/openapi.json`, `/docs` and `/metrics` (admin
+/// only) beside it, and nothing else there: a test checks that every route of this router is
+/// documented.
 pub fn api(config: &Config) -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .merge(health::router())
@@ -189,7 +192,7 @@ pub fn app(state: AppState) -> Router {
         ))
         .layer(
             TraceLayer::new_for_http()
-                .make_span_with(DefaultMakeSpan::new().level(Level::INFO))
+                .make_span_with(request_span)
                 .on_response(DefaultOnResponse::new().level(Level::DEBUG)),
         )
         .with_state(state);
@@ -197,6 +200,17 @@ pub fn app(state: AppState) -> Router {
     // original's front) does: `index.html` asks for `'/imgs/' + icon` with icons stored as
     // `/types/…`, i.e. `/imgs//types/…`. Routing happens inside the inner router, after this.
     Router::new().fallback_service(tower::ServiceExt::map_request(router, merge_slashes))
+}
+
+/// The span every request's log lines carry: `tower-http`'s default (method, URI, version) with
+/// the phone numbers in the URI masked.
+fn request_span(req: &Request) -> tracing::Span {
+    tracing::info_span!(
+        "request",
+        method = %req.method(),
+        uri = %crate::domain::mask_phones(&req.uri().to_string()),
+        version = ?req.version(),
+    )
 }
 
 /// Collapses runs of `/` in the request path (the query is left alone).

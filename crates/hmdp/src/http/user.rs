@@ -52,10 +52,11 @@ struct CodeParams {
     phone: String,
 }
 
-/// Send a 6-digit login code (logged, as the original does).
+/// Send a 6-digit login code (by SMS gateway, or logged as the original does: `HMDP_SMS`).
 ///
 /// Each phone has a cooldown and a daily cap, each client IP a quota of code requests
-/// (`HMDP_CODE_IP_PER_MIN`).
+/// (`HMDP_CODE_IP_PER_MIN`). When the code cannot be sent the answer is 503 and the phone's
+/// cooldown is lifted.
 // The IP quota is the route layer in `router` (`limits::limit_codes`).
 #[utoipa::path(post, path = "/user/code", tag = TAG, params(CodeParams))]
 async fn send_code(

@@ -406,7 +406,7 @@ async fn visit_counters_are_exported() {
     let app = spawn_app(Backend::Sqlite).await;
     assert!(app.get("/api/shop/1", None).await.success());
     app.state.activity.flush_visits().await;
-    let text = app.get_text("/metrics").await;
+    let text = app.metrics().await;
     for name in [
         "hmdp_uv_buffered_visits 0",
         "hmdp_uv_visits_flushed_total 1",

@@ -40,14 +40,22 @@ fn hmdp_command(dir: &Path, port: u16, extra: &[(&str, &str)]) -> Command {
     cmd
 }
 
-/// The URL a managed Redis was started at, read from the service log.
-fn managed_redis_url(log: &str) -> String {
-    log.split("started a managed redis-server")
+/// The URL of the managed Redis of the service running in `dir`: the log shows it with the
+/// password hidden, which is in `data/redis-password`.
+fn managed_redis_url(dir: &Path) -> String {
+    let log = std::fs::read_to_string(dir.join("hmdp.log")).unwrap();
+    let shown = log
+        .split("started a managed redis-server")
         .nth(1)
         .and_then(|rest| rest.split("url=").nth(1))
         .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no managed redis url in the log: {log}"))
-        .to_owned()
+        .unwrap_or_else(|| panic!("no managed redis url in the log: {log}"));
+    let password = std::fs::read_to_string(dir.join("data/redis-password")).unwrap();
+    assert!(
+        shown.contains(":***@") && !log.contains(password.trim()),
+        "the log hides the password: {log}"
+    );
+    shown.replace("***", password.trim())
 }
 
 async fn config_get(url: &str, name: &str) -> String {
@@ -142,6 +150,102 @@ async fn the_binary_with_no_configuration_comes_up_healthy() {
     let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
     assert!(log.contains("SIGTERM received"), "{log}");
     remove_keys(&redis_url(), &prefix);
+
+    // The generated token is a credential: the log says where it is, never what it is.
+    assert!(
+        !log.contains(token.trim()),
+        "the admin token is in the log: {log}"
+    );
+    let token_file = std::fs::canonicalize(&token_file).unwrap();
+    assert!(
+        log.contains(&format!("file={}", token_file.display())),
+        "the log names the token's file: {log}"
+    );
+    // Login codes go to the log on loopback with no configuration, said loudly.
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("HMDP_SMS=log")),
+        "{log}"
+    );
+}
+
+/// Codes in the log on an address others reach: refused in one line unless `HMDP_SMS=log` is
+/// set, and then said at start-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_codes_in_the_log_on_a_public_address_need_hmdp_sms_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let prefix = unique_prefix();
+    let public = format!("0.0.0.0:{port}");
+    let settings = [
+        ("HMDP_LISTEN", public.as_str()),
+        ("HMDP_REDIS_PREFIX", &prefix),
+    ];
+    let mut child = start_hmdp(dir.path(), port, &settings);
+    let status = wait_exit(&mut child, "a refused start");
+    assert_eq!(status.code(), Some(1));
+    let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
+    let refusals: Vec<&str> = log.lines().filter(|l| l.contains("HMDP_SMS")).collect();
+    assert_eq!(refusals.len(), 1, "{log}");
+    assert!(
+        refusals[0].contains("ERROR") && refusals[0].contains(&public),
+        "{log}"
+    );
+
+    let mut child = start_hmdp(
+        dir.path(),
+        port,
+        &[settings[0], settings[1], ("HMDP_SMS", "log")],
+    );
+    wait_healthy(port, &mut child, dir.path()).await;
+    assert!(terminate(&mut child).success());
+    remove_keys(&redis_url(), &prefix);
+    let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("HMDP_SMS=log: login codes")),
+        "{log}"
+    );
+}
+
+/// `POST /user/code?phone=…` puts a phone in the URI; the request log shows it masked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_log_masks_phones() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let prefix = unique_prefix();
+    let mut child = start_hmdp(
+        dir.path(),
+        port,
+        &[
+            ("HMDP_REDIS_PREFIX", &prefix),
+            // Every request's completion, with its span.
+            ("HMDP_LOG", "info,tower_http=debug"),
+        ],
+    );
+    wait_healthy(port, &mut child, dir.path()).await;
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    for path in ["/user/code", "/api/user/code"] {
+        let r = client
+            .post(format!("http://127.0.0.1:{port}{path}?phone=13812345678"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), if path == "/user/code" { 200 } else { 429 });
+    }
+    assert!(terminate(&mut child).success());
+    remove_keys(&redis_url(), &prefix);
+    let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
+    let uris: Vec<&str> = log
+        .split("uri=")
+        .skip(1)
+        .filter_map(|rest| rest.split_whitespace().next())
+        .collect();
+    let code_uris: Vec<&&str> = uris.iter().filter(|u| u.contains("/user/code")).collect();
+    assert!(code_uris.len() >= 2, "{log}");
+    for uri in &code_uris {
+        assert!(uri.ends_with("?phone=138****5678"), "{uri} in {log}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,8 +255,7 @@ async fn a_managed_redis_is_started_and_stopped_with_the_service() {
     let mut child = start_hmdp(dir.path(), port, &[("HMDP_REDIS_MANAGED", "always")]);
     wait_healthy(port, &mut child, dir.path()).await;
 
-    let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
-    let url = managed_redis_url(&log);
+    let url = managed_redis_url(dir.path());
     assert!(
         hmdp::kv::managed::answers_ping(&url, Duration::from_secs(1)).await,
         "{url}"
@@ -174,6 +277,64 @@ async fn a_managed_redis_is_started_and_stopped_with_the_service() {
         !hmdp::kv::managed::answers_ping(&url, Duration::from_millis(500)).await,
         "the managed redis-server must stop with the service"
     );
+}
+
+/// Loopback is not private: every local user reaches the managed Redis. Without its password
+/// (mode 600, beside the admin token) nobody gets in to forge a session, and its files are
+/// readable by the service's user alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_managed_redis_needs_its_password_and_keeps_its_files_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = start_hmdp(dir.path(), port, &[("HMDP_REDIS_MANAGED", "always")]);
+    wait_healthy(port, &mut child, dir.path()).await;
+    let url = managed_redis_url(dir.path());
+    assert!(hmdp::kv::managed::answers_ping(&url, Duration::from_secs(1)).await);
+
+    // A local user who knows the port, not the password.
+    let host = url.rsplit('@').next().unwrap();
+    let mut stranger = redis::Client::open(format!("redis://{host}"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let refused = redis::cmd("HSET")
+        .arg("login:token:forged")
+        .arg("id")
+        .arg(1)
+        .query_async::<i64>(&mut stranger)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Some("NOAUTH"), "{refused}");
+
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let data = dir.path().join("data");
+    assert_eq!(mode(&data.join("redis-password")), 0o600);
+    let redis_dir = data.join("redis");
+    assert_eq!(mode(&redis_dir), 0o700);
+    let mut files = 0;
+    let mut pending = vec![redis_dir];
+    while let Some(folder) = pending.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            assert_eq!(
+                mode(&path) & 0o077,
+                0,
+                "{} is open to others",
+                path.display()
+            );
+            if path.is_dir() {
+                pending.push(path);
+            }
+            files += 1;
+        }
+    }
+    assert!(
+        files >= 4,
+        "config, log, the AOF folder and its files: {files}"
+    );
+    assert!(terminate(&mut child).success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,7 +411,7 @@ async fn the_managed_redis_flushes_its_aof_as_configured() {
     wait_healthy(port, &mut child, dir.path()).await;
     let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
     assert!(log.contains("redis_appendfsync=always"), "{log}");
-    let url = managed_redis_url(&log);
+    let url = managed_redis_url(dir.path());
     assert_eq!(config_get(&url, "appendfsync").await, "always");
     assert!(terminate(&mut child).success());
 }
@@ -275,7 +436,7 @@ async fn ctrl_c_to_the_process_group_drains_before_the_managed_redis_stops() {
     cmd.process_group(0);
     let mut child = cmd.spawn().unwrap();
     wait_healthy(port, &mut child, dir.path()).await;
-    let url = managed_redis_url(&std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap());
+    let url = managed_redis_url(dir.path());
 
     // SAFETY: kill(2) with a negative pid signals the process group our child leads.
     unsafe {
@@ -303,7 +464,8 @@ async fn ctrl_c_to_the_process_group_drains_before_the_managed_redis_stops() {
     );
     // Nothing failed on the way down while Redis was still needed (the worker's last
     // acknowledgements). Then hmdp stops Redis (its L1 subscription may complain after that).
-    let before_redis_stops = &log[..position("stopping the managed redis-server")];
+    let before_redis_stops =
+        &log[position("SIGINT received")..position("stopping the managed redis-server")];
     let complaints: Vec<&str> = before_redis_stops
         .lines()
         .filter(|l| l.contains("WARN") || l.contains("ERROR"))

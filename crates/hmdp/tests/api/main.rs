@@ -26,6 +26,7 @@ mod pages;
 mod rabbitmq;
 mod seckill;
 mod shops;
+mod sms;
 mod social;
 mod static_files;
 mod uploads;

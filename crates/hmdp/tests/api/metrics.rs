@@ -1,6 +1,6 @@
 //! `/metrics` in the Prometheus text format.
 
-use crate::helpers::{Backend, create_sale, spawn_app, spawn_app_with};
+use crate::helpers::{ADMIN_TOKEN, Backend, create_sale, spawn_app, spawn_app_with};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_by_route_and_sales_by_outcome() {
@@ -27,7 +27,13 @@ async fn metrics_count_requests_by_route_and_sales_by_outcome() {
         .success()
     );
 
-    let resp = app.client.get(app.url("/metrics")).send().await.unwrap();
+    let resp = app
+        .client
+        .get(app.url("/metrics"))
+        .header("x-admin-token", ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
     assert!(
         resp.headers()["content-type"]
             .to_str()
@@ -107,7 +113,13 @@ async fn refusals_before_the_handler_are_counted_on_their_route() {
     // Wait for the address's bucket to refill enough for the scrape.
     let started = std::time::Instant::now();
     let text = loop {
-        let resp = app.client.get(app.url("/metrics")).send().await.unwrap();
+        let resp = app
+            .client
+            .get(app.url("/metrics"))
+            .header("x-admin-token", ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
         if resp.status() == 200 {
             break resp.text().await.unwrap();
         }
@@ -141,11 +153,79 @@ async fn unknown_methods_share_one_label() {
             .unwrap();
         assert_eq!(r.status(), 405);
     }
-    let text = app.get_text("/metrics").await;
+    let text = app.metrics().await;
     assert!(
         text.lines().any(|l| l
             == r#"hmdp_http_requests_total{method="OTHER",route="/shop-type/list",status="405"} 2"#),
         "{text}"
     );
     assert!(!text.contains("FROBNICATE"), "{text}");
+}
+
+/// Sales volumes are nobody else's business: on the public port `/metrics` needs the admin
+/// token; a scraper without it reads `HMDP_METRICS_LISTEN`, which serves only `/metrics` and
+/// `/health`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_closed_to_the_world_and_open_on_the_metrics_listener() {
+    let app = spawn_app_with(Backend::Sqlite, |c| {
+        c.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
+    let token = app.login("13812345678").await;
+    let voucher = create_sale(&app, 5, -60, 3600).await;
+    let r = app
+        .post(
+            &format!("/api/voucher-order/seckill/{voucher}"),
+            Some(&token),
+        )
+        .await;
+    assert!(r.success(), "{r:?}");
+    let accepted = r#"hmdp_seckill_outcomes_total{outcome="accepted"} 1"#;
+
+    for path in ["/metrics", "/api/metrics"] {
+        for given in [None, Some("not-the-admin-token"), Some(token.as_str())] {
+            let mut req = app.client.get(app.url(path));
+            if let Some(t) = given {
+                req = req.header("x-admin-token", t).header("authorization", t);
+            }
+            let r = app.send(req).await;
+            assert_eq!(
+                (r.status, r.code()),
+                (403, "admin_required"),
+                "{path}: {r:?}"
+            );
+            assert!(!r.body.to_string().contains("hmdp_"), "{r:?}");
+        }
+    }
+    let text = app.metrics().await;
+    assert!(text.lines().any(|l| l == accepted), "{text}");
+
+    // The scraper's own listener: no credential, and nothing but /metrics and /health.
+    let base = format!("http://{}", app.metrics_addr.expect("a metrics listener"));
+    let r = app
+        .client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
+    let text = r.text().await.unwrap();
+    assert!(text.lines().any(|l| l == accepted), "{text}");
+    assert!(text.contains("hmdp_http_requests_total{"), "{text}");
+    let r = app.send(app.client.get(format!("{base}/health"))).await;
+    assert_eq!(
+        (r.status, &r.body["data"]["status"]),
+        (200, &"ok".into()),
+        "{r:?}"
+    );
+    for path in ["/shop/1", "/api/metrics", "/docs", "/user/me"] {
+        let r = app.send(app.client.get(format!("{base}{path}"))).await;
+        assert_eq!(r.status, 404, "{path} on the metrics listener: {r:?}");
+    }
 }

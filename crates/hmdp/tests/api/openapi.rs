@@ -123,17 +123,33 @@ async fn docs_page_is_self_contained() {
     for field in ["beginMillis", "endMillis", "serverUtcOffsetMinutes"] {
         assert!(html.contains(&format!("<code>{field}</code>")), "{field}");
     }
-    // Swagger UI stays available for who wants it (it loads from a CDN).
-    let swagger = app
-        .client
-        .get(app.url("/docs/swagger"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+}
+
+/// Swagger UI (the opt-in, from a CDN) runs on the origin that holds the session token, so every
+/// file it loads from another host is one exact release, pinned by its SRI hash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swagger_ui_loads_only_pinned_files() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let swagger = app.get_text("/docs/swagger").await;
     assert!(swagger.contains("SwaggerUIBundle") && swagger.contains("/openapi.json"));
+    let tag = regex::Regex::new(r"<(?:script|link)\b[^>]*>").unwrap();
+    let version = regex::Regex::new(r"@\d+\.\d+\.\d+/").unwrap();
+    let mut external = 0;
+    for m in tag.find_iter(&swagger) {
+        let tag = m.as_str();
+        if !tag.contains("https://") && !tag.contains("http://") && !tag.contains("//") {
+            continue;
+        }
+        external += 1;
+        assert!(tag.contains("https://"), "not over HTTPS: {tag}");
+        assert!(version.is_match(tag), "not an exact release: {tag}");
+        assert!(tag.contains("integrity=\"sha384-"), "no SRI hash: {tag}");
+        assert!(
+            tag.contains("crossorigin=\"anonymous\""),
+            "no crossorigin: {tag}"
+        );
+    }
+    assert_eq!(external, 2, "the script and the stylesheet: {swagger}");
 }
 
 /// The paths the API router serves, read from the router itself: axum shows them only in its

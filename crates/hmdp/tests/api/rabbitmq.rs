@@ -144,7 +144,7 @@ async fn grab_all(app: &TestApp, voucher: i64, tokens: &[String]) -> HashSet<i64
 }
 
 async fn metric(app: &TestApp, name: &str) -> f64 {
-    let text = app.get_text("/metrics").await;
+    let text = app.metrics().await;
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or_else(|| panic!("no {name} in /metrics"))

@@ -44,6 +44,8 @@ fn init_logs() {
 /// A running service for one test.
 pub struct TestApp {
     pub addr: SocketAddr,
+    /// The `HMDP_METRICS_LISTEN` listener, when the test configured one.
+    pub metrics_addr: Option<SocketAddr>,
     pub state: hmdp::http::AppState,
     pub client: reqwest::Client,
     pub sms: Arc<CapturingSms>,
@@ -83,6 +85,26 @@ pub async fn spawn_app(backend: Backend) -> TestApp {
 }
 
 pub async fn spawn_app_with(backend: Backend, adjust: impl FnOnce(&mut Config)) -> TestApp {
+    let (config, db, dir) = prepare(backend, adjust).await;
+    spawn_with_config(config, backend, db, dir).await
+}
+
+/// The service with the SMS sender its configuration chooses (`HMDP_SMS`), as `hmdp serve`
+/// builds it, instead of the capturing one: `app.sms` sees nothing.
+pub async fn spawn_app_with_configured_sms(
+    backend: Backend,
+    adjust: impl FnOnce(&mut Config),
+) -> TestApp {
+    let (config, db, dir) = prepare(backend, adjust).await;
+    let deps = Dependencies::from_config(&config).expect("the SMS sender is set up");
+    spawn_with_deps(config, backend, db, dir, deps, Arc::default()).await
+}
+
+/// A test configuration on a fresh database, adjusted.
+async fn prepare(
+    backend: Backend,
+    adjust: impl FnOnce(&mut Config),
+) -> (Config, Option<TestDatabase>, tempfile::TempDir) {
     init_logs();
     let dir = tempfile::tempdir().unwrap();
     let (url, db) = match backend {
@@ -94,7 +116,7 @@ pub async fn spawn_app_with(backend: Backend, adjust: impl FnOnce(&mut Config)) 
     };
     let mut config = test_config(url, dir.path());
     adjust(&mut config);
-    spawn_with_config(config, backend, db, dir).await
+    (config, db, dir)
 }
 
 /// The service with `HMDP_ORDER_TRANSPORT=rabbitmq` on a vhost of its own (`app.amqp`), and an
@@ -121,13 +143,26 @@ pub async fn spawn_with_config(
     db: Option<TestDatabase>,
     dir: tempfile::TempDir,
 ) -> TestApp {
+    let sms = Arc::new(CapturingSms::default());
+    let deps = Dependencies { sms: sms.clone() };
+    spawn_with_deps(config, backend, db, dir, deps, sms).await
+}
+
+async fn spawn_with_deps(
+    config: Config,
+    backend: Backend,
+    db: Option<TestDatabase>,
+    dir: tempfile::TempDir,
+    deps: Dependencies,
+    sms: Arc<CapturingSms>,
+) -> TestApp {
     init_logs();
     let prefix = config.redis_prefix.clone();
-    let sms = Arc::new(CapturingSms::default());
-    let app = Application::build_with(config, Dependencies { sms: sms.clone() })
+    let app = Application::build_with(config, deps)
         .await
         .expect("the app builds");
     let addr = app.local_addr();
+    let metrics_addr = app.metrics_addr();
     let state = app.state().clone();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(app.run_until(async {
@@ -135,6 +170,7 @@ pub async fn spawn_with_config(
     }));
     TestApp {
         addr,
+        metrics_addr,
         state,
         client: reqwest::Client::builder()
             .no_proxy()
@@ -218,7 +254,7 @@ impl TestApp {
         (status, content_type, r.bytes().await.unwrap().to_vec())
     }
 
-    /// The body of a `GET` as text (pages, `/metrics`).
+    /// The body of a `GET` as text (pages).
     pub async fn get_text(&self, path: &str) -> String {
         self.client
             .get(self.url(path))
@@ -228,6 +264,19 @@ impl TestApp {
             .text()
             .await
             .unwrap()
+    }
+
+    /// `GET /metrics` on the public port, with the admin token it needs: the exposition text.
+    pub async fn metrics(&self) -> String {
+        let r = self
+            .client
+            .get(self.url("/metrics"))
+            .header("x-admin-token", ADMIN_TOKEN)
+            .send()
+            .await
+            .expect("request sent");
+        assert_eq!(r.status(), 200, "/metrics with the admin token");
+        r.text().await.unwrap()
     }
 
     pub async fn get(&self, path: &str, token: Option<&str>) -> Resp {
