@@ -322,8 +322,8 @@ settings! {
         /// Measured: 1.23× grab throughput, the same p99 (BENCHMARKS.md)
         HMDP_SESSION_CACHE_MS session_cache: Duration as Millis = Duration::ZERO,
             check at_most(60_000);
-        /// requests per second per client IP, bursts of twice that (`0` = off, e.g. behind a
-        /// proxy or for benchmarks)
+        /// requests per second per client address (an IPv6 /64 counts as one), bursts of twice
+        /// that (`0` = off, e.g. for benchmarks; behind a proxy set `HMDP_TRUSTED_PROXIES`)
         HMDP_RATE_LIMIT_IP rate_limit_ip: u32 = 200;
         /// requests per second per logged-in user (`0` = off)
         HMDP_RATE_LIMIT_USER rate_limit_user: u32 = 20;
@@ -336,6 +336,10 @@ settings! {
         /// connection stays open (slow or silent clients cannot pin connections)
         HMDP_IDLE_TIMEOUT_SECS idle_timeout: Duration as Secs = Duration::from_secs(30),
             check at_least(1);
+        /// reverse proxies whose `X-Forwarded-For` is believed, comma-separated CIDRs or addresses
+        /// (`127.0.0.1/32,10.0.0.0/8`): the client is the rightmost entry not in them. Empty: the
+        /// TCP peer is the client and the header is ignored
+        HMDP_TRUSTED_PROXIES trusted_proxies: TrustedProxies = TrustedProxies::default();
         /// log filter (`hmdp=debug,info`; falls back to `RUST_LOG`)
         HMDP_LOG log_filter: String = "info".to_owned();
         /// `text` or `json`
@@ -494,6 +498,56 @@ impl FromStr for TimeZone {
 impl fmt::Display for TimeZone {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.0.name())
+    }
+}
+
+/// The reverse proxies of `HMDP_TRUSTED_PROXIES`: CIDRs, or single addresses (a /32 or /128).
+///
+/// Parsed once here, so a typo stops the start instead of silently trusting nobody; the client
+/// address is resolved from them in [`crate::http`] (`client`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies(Vec<ipnet::IpNet>);
+
+impl TrustedProxies {
+    /// Whether `ip` is one of the proxies (IPv4-mapped IPv6 addresses count as IPv4).
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.0.iter().any(|net| net.contains(&ip))
+    }
+
+    /// No proxy is trusted.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl FromStr for TrustedProxies {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        s.split([',', ' ', '\t', '\n'])
+            .filter(|part| !part.is_empty())
+            .map(|part| {
+                part.parse::<ipnet::IpNet>()
+                    .or_else(|_| part.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                    .map(|net| net.trunc())
+                    .map_err(|_| {
+                        format!("`{part}` is not a CIDR (e.g. 10.0.0.0/8) nor an IP address")
+                    })
+            })
+            .collect::<Result<_, _>>()
+            .map(TrustedProxies)
+    }
+}
+
+impl fmt::Display for TrustedProxies {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, net) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{net}")?;
+        }
+        Ok(())
     }
 }
 
@@ -718,7 +772,7 @@ macro_rules! setting {
 setting!(as written: u32, u64, usize, f64, bool, String, SocketAddr);
 setting!(as written: ManagedRedis, AppendFsync, LogFormat, ShopCacheStrategy, SeckillMode, IdMode,
     OrderTransport, AmqpRole);
-setting!(as written: TimeZone);
+setting!(as written: TimeZone, TrustedProxies);
 setting! {
     Plain: PathBuf = PathBuf, |raw| raw, |v| Some(v.display().to_string());
     Plain: Secret = String, |raw| Secret(raw), |_v| Some("***".to_owned());
@@ -811,6 +865,8 @@ mod tests {
         assert_eq!(c.session_ttl, Duration::from_secs(1800));
         assert_eq!(c.code.ttl, Duration::from_secs(120));
         assert_eq!(c.code.ip_per_min, 10);
+        assert!(c.trusted_proxies.is_empty(), "no proxy is trusted");
+        assert!(c.redacted_summary().contains("trusted_proxies=\"\" "));
         let c = Config::from_sources(None, &env(&[("HMDP_CODE_IP_PER_MIN", "0")])).unwrap();
         assert_eq!(c.code.ip_per_min, 0, "0 turns the per-IP code quota off");
         assert!(c.redacted_summary().contains("code_ip_per_min=0 "));
@@ -901,6 +957,41 @@ mod tests {
             let err = Config::from_sources(None, &env(&bad)).unwrap_err();
             assert!(err.to_string().contains("HMDP_SESSION_CACHE_MS"), "{err}");
         }
+    }
+
+    #[test]
+    fn trusted_proxies_are_cidrs_or_addresses() {
+        let c = Config::from_sources(
+            None,
+            &env(&[("HMDP_TRUSTED_PROXIES", "127.0.0.1, 10.1.2.3/8 fd00::/8")]),
+        )
+        .unwrap();
+        assert_eq!(
+            c.trusted_proxies.to_string(),
+            "127.0.0.1/32,10.0.0.0/8,fd00::/8"
+        );
+        assert!(
+            c.redacted_summary()
+                .contains("trusted_proxies=127.0.0.1/32,10.0.0.0/8,fd00::/8 ")
+        );
+        for (ip, trusted) in [
+            ("127.0.0.1", true),
+            ("127.0.0.2", false),
+            ("10.200.0.1", true),
+            ("::ffff:10.0.0.1", true),
+            ("fd12::1", true),
+            ("2001:db8::1", false),
+        ] {
+            assert_eq!(
+                c.trusted_proxies.contains(ip.parse().unwrap()),
+                trusted,
+                "{ip}"
+            );
+        }
+        let err = Config::from_sources(None, &env(&[("HMDP_TRUSTED_PROXIES", "10.0.0.0/33")]))
+            .unwrap_err();
+        assert!(err.to_string().contains("HMDP_TRUSTED_PROXIES"), "{err}");
+        assert!(err.to_string().contains("10.0.0.0/33"), "{err}");
     }
 
     #[test]

@@ -265,17 +265,24 @@ impl TestApp {
     }
 
     pub async fn send_code(&self, phone: &str) -> Resp {
-        self.post(&format!("/api/user/code?phone={phone}"), None)
-            .await
+        self.send_code_via(&self.client, phone).await
+    }
+
+    /// `POST /api/user/code` through `client` (e.g. [`client_from`] another address).
+    pub async fn send_code_via(&self, client: &reqwest::Client, phone: &str) -> Resp {
+        let url = self.url(&format!("/api/user/code?phone={phone}"));
+        self.send(client.post(url)).await
     }
 
     pub async fn login_with(&self, phone: &str, code: &str) -> Resp {
-        self.post_json(
-            "/api/user/login",
-            &serde_json::json!({"phone": phone, "code": code}),
-            None,
-        )
-        .await
+        self.login_via(&self.client, phone, code).await
+    }
+
+    /// `POST /api/user/login` through `client` (e.g. [`client_from`] another address).
+    pub async fn login_via(&self, client: &reqwest::Client, phone: &str, code: &str) -> Resp {
+        let body = serde_json::json!({"phone": phone, "code": code});
+        self.send(client.post(self.url("/api/user/login")).json(&body))
+            .await
     }
 
     /// Full login: ask for a code, read it from the captured SMS, log in; the token.
@@ -337,6 +344,17 @@ impl Drop for TestApp {
         }
         remove_keys(&redis_url(), &self.prefix);
     }
+}
+
+/// A client whose connections come from `ip`: any 127.x address reaches the loopback listener,
+/// so a test can act as several client addresses.
+pub fn client_from(ip: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .local_address(std::net::IpAddr::from(ip))
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
 }
 
 /// Waits until a service on `port` (e.g. one started with [`TestApp::binary`]) answers
