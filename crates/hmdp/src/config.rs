@@ -358,20 +358,28 @@ settings! {
 }
 
 settings! {
-    /// Limits on how often and how many login codes a phone can get and try.
+    /// Limits on how often and how many login codes a phone can get and try (see
+    /// [`crate::auth::CodeIssuer`] for what a third party can and cannot do with them).
     #[derive(Debug, Clone)]
     pub struct CodePolicy {
         /// login code lifetime (the original's 2 minutes)
         HMDP_CODE_TTL_SECS ttl: Duration as Secs = Duration::from_secs(120), check at_least(1);
         /// minimum time between two codes for one phone
         HMDP_CODE_MIN_INTERVAL_SECS min_interval: Duration as Secs = Duration::from_secs(60);
-        /// codes per phone per day (a fixed 24-hour window that opens with the phone's first code)
-        HMDP_CODE_DAILY_LIMIT daily_limit: u32 = 10, check at_least(1);
-        /// login-code requests per minute from one client IP, in bursts of up to that many: one
-        /// client cannot make the service text many different phones (`0` = off, e.g. behind a
-        /// proxy, where every client shares its address, or for benchmarks)
+        /// codes per phone per day from all client addresses together (a fixed 24-hour window
+        /// that opens with the phone's first code): the ceiling over
+        /// `HMDP_CODE_PHONE_IP_DAILY_LIMIT`, so only many addresses together can use it up
+        HMDP_CODE_DAILY_LIMIT daily_limit: u32 = 50, check at_least(1);
+        /// codes per phone per day asked for from one client address (an IPv6 /64 counts as one):
+        /// nobody can use up a phone's day from one address
+        HMDP_CODE_PHONE_IP_DAILY_LIMIT phone_ip_daily_limit: u32 = 10, check at_least(1);
+        /// login-code requests per minute from one client address, in bursts of up to that many:
+        /// one client cannot make the service text many different phones (`0` = off, e.g. for
+        /// benchmarks)
         HMDP_CODE_IP_PER_MIN ip_per_min: u32 = 10;
-        /// wrong tries after which a code is void
+        /// wrong tries from one client address against a phone's codes, after which that address
+        /// must ask for a new code; all addresses together get this × `HMDP_CODE_DAILY_LIMIT` a
+        /// day (once per live code tried), after which every wrong try voids the phone's codes
         HMDP_CODE_MAX_ATTEMPTS max_attempts: u32 = 5, check at_least(1);
     }
 }
@@ -865,6 +873,11 @@ mod tests {
         assert_eq!(c.session_ttl, Duration::from_secs(1800));
         assert_eq!(c.code.ttl, Duration::from_secs(120));
         assert_eq!(c.code.ip_per_min, 10);
+        assert_eq!(
+            (c.code.daily_limit, c.code.phone_ip_daily_limit),
+            (50, 10),
+            "a phone's day cannot be used up from one address"
+        );
         assert!(c.trusted_proxies.is_empty(), "no proxy is trusted");
         assert!(c.redacted_summary().contains("trusted_proxies=\"\" "));
         let c = Config::from_sources(None, &env(&[("HMDP_CODE_IP_PER_MIN", "0")])).unwrap();

@@ -98,7 +98,7 @@ error_codes! {
     WrongCode => ("wrong_code", OK),
     /// There is no code for this phone: never sent, expired or already used.
     CodeExpired => ("code_expired", OK),
-    /// Too many wrong tries: the code is void, ask for a new one.
+    /// Too many wrong tries (from this address, or for this phone): ask for a new code.
     CodeVoid => ("code_void", OK),
     /// Password login is not offered (the original never implemented it).
     PasswordLoginUnsupported => ("password_login_unsupported", OK),
