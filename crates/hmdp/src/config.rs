@@ -340,6 +340,15 @@ settings! {
         /// (`127.0.0.1/32,10.0.0.0/8`): the client is the rightmost entry not in them. Empty: the
         /// TCP peer is the client and the header is ignored
         HMDP_TRUSTED_PROXIES trusted_proxies: TrustedProxies = TrustedProxies::default();
+        /// open connections at most; more are closed as soon as they are accepted (`0` = off).
+        /// Keep it below the open-files limit, which start-up raises to its hard limit
+        HMDP_MAX_CONNECTIONS max_connections: usize = 10_000;
+        /// open connections from one client address (an IPv6 /64 counts as one; the TCP peer,
+        /// trusted proxies exempt); more are closed as soon as they are accepted (`0` = off)
+        HMDP_MAX_CONNECTIONS_PER_IP max_connections_per_ip: usize = 256;
+        /// largest request head (request line and headers); a larger one is answered 431 and its
+        /// connection closed
+        HMDP_MAX_HEADER_BYTES max_header_bytes: usize = 16 * 1024, check between(1024, 1 << 20);
         /// log filter (`hmdp=debug,info`; falls back to `RUST_LOG`)
         HMDP_LOG log_filter: String = "info".to_owned();
         /// `text` or `json`
@@ -879,6 +888,9 @@ mod tests {
             "a phone's day cannot be used up from one address"
         );
         assert!(c.trusted_proxies.is_empty(), "no proxy is trusted");
+        assert_eq!(c.max_connections, 10_000);
+        assert_eq!(c.max_connections_per_ip, 256);
+        assert_eq!(c.max_header_bytes, 16 * 1024);
         assert!(c.redacted_summary().contains("trusted_proxies=\"\" "));
         let c = Config::from_sources(None, &env(&[("HMDP_CODE_IP_PER_MIN", "0")])).unwrap();
         assert_eq!(c.code.ip_per_min, 0, "0 turns the per-IP code quota off");

@@ -53,6 +53,7 @@ pub struct Application {
     listener: TcpListener,
     router: axum::Router,
     state: AppState,
+    connections: Arc<http::ConnectionStats>,
     managed_redis: Option<ManagedRedis>,
     worker: Option<OrderWorker>,
 }
@@ -67,6 +68,7 @@ impl Application {
     /// managed `redis-server` if so configured), settles the admin token and binds the
     /// listener.
     pub async fn build_with(config: Config, deps: Dependencies) -> anyhow::Result<Self> {
+        check_open_files_limit(&config);
         let db = connect_database(&config).await?;
         let (redis_url, managed_redis) = resolve_redis(&config).await?;
         let redis = RedisConn::connect(&redis_url).await.with_context(|| {
@@ -151,9 +153,11 @@ impl Application {
             check_broker(w, &config).await?;
         }
         let http_metrics = Arc::new(crate::http::HttpMetrics::default());
+        let connections = Arc::new(http::ConnectionStats::default());
         let stream_metrics = StreamMetrics::default();
         let mut registry = Registry::default();
         http_metrics.register(&mut registry);
+        connections.register(&mut registry);
         seckill.stats().register(&mut registry);
         registry.register_collector(Box::new(CacheCollector(catalogue.cache().clone())));
         registry.register_collector(Box::new(LockCollector(locks.clone())));
@@ -223,6 +227,7 @@ impl Application {
             router: http::app(state.clone()),
             listener,
             state,
+            connections,
             managed_redis,
             worker,
         })
@@ -255,8 +260,8 @@ impl Application {
         });
         // In-flight requests get their own time limit plus a second to finish on shutdown.
         let drain = self.state.config.request_timeout + Duration::from_secs(1);
-        let idle = self.state.config.idle_timeout;
-        let served = http::serve(self.listener, self.router, shutdown, idle, drain).await;
+        let options = http::ServeOptions::new(&self.state.config, drain, self.connections);
+        let served = http::serve(self.listener, self.router, shutdown, options).await;
         tracing::info!("http server stopped; finishing the order worker's current batch");
         let _ = stop_worker.send(());
         if let Some(w) = worker {
@@ -349,7 +354,9 @@ pub async fn run_worker_with(
         Some(listener) => {
             let addr = listener.local_addr()?;
             let stream_metrics = StreamMetrics::default();
+            let connections = Arc::new(http::ConnectionStats::default());
             let mut metrics = Registry::default();
+            connections.register(&mut metrics);
             worker.stats().register(&mut metrics);
             if worker.uses_rabbitmq() {
                 worker.amqp_stats().register(&mut metrics);
@@ -365,7 +372,7 @@ pub async fn run_worker_with(
                 stream_metrics,
             });
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let idle = config.idle_timeout;
+            let options = http::ServeOptions::new(&config, Duration::from_secs(5), connections);
             let server = tokio::spawn(async move {
                 http::serve(
                     listener,
@@ -373,8 +380,7 @@ pub async fn run_worker_with(
                     async {
                         let _ = stopped.await;
                     },
-                    idle,
-                    Duration::from_secs(5),
+                    options,
                 )
                 .await
             });
@@ -409,6 +415,64 @@ async fn check_broker(worker: &OrderWorker, config: &Config) -> anyhow::Result<(
         })?;
     }
     Ok(())
+}
+
+/// Raises the soft limit on open files to the hard limit, and returns `(before, after)`.
+///
+/// Every connection is a file descriptor, and the usual soft limit (1024) is far below what
+/// `HMDP_MAX_CONNECTIONS` allows; the hard limit is what the administrator granted, the soft one
+/// only a default for programs that never ask.
+pub fn raise_open_files_limit() -> std::io::Result<(u64, u64)> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let before = limit.rlim_cur;
+    if limit.rlim_cur < limit.rlim_max {
+        limit.rlim_cur = limit.rlim_max;
+        // SAFETY: setrlimit only reads the struct it is given.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok((before, limit.rlim_cur))
+}
+
+/// Raises the open-files limit ([`raise_open_files_limit`]) and says whether
+/// `HMDP_MAX_CONNECTIONS` fits under it.
+fn check_open_files_limit(config: &Config) {
+    // Descriptors that are not client connections: database pool, Redis, SQLite files, logs.
+    const RESERVE: u64 = 256;
+    let limit = match raise_open_files_limit() {
+        Ok((before, after)) => {
+            if before < after {
+                tracing::info!(
+                    before,
+                    after,
+                    "raised the open-files limit to its hard limit"
+                );
+            }
+            after
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot raise the open-files limit");
+            return;
+        }
+    };
+    let max = config.max_connections as u64;
+    if max > 0 && max + RESERVE > limit {
+        tracing::warn!(
+            open_files = limit,
+            max_connections = max,
+            "HMDP_MAX_CONNECTIONS does not leave {RESERVE} of the open-files limit for the rest \
+             of the service: with that many connections, accepting may fail (raise the hard \
+             limit, e.g. `ulimit -Hn` or systemd's LimitNOFILE, or lower HMDP_MAX_CONNECTIONS)"
+        );
+    }
 }
 
 /// Connects to the configured database and brings its schema up to date.

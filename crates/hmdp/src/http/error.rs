@@ -147,6 +147,9 @@ error_codes! {
     MethodNotAllowed => ("method_not_allowed", METHOD_NOT_ALLOWED),
     /// The request body is larger than the configured limit.
     PayloadTooLarge => ("payload_too_large", PAYLOAD_TOO_LARGE),
+    /// The request line and headers are larger than the configured limit; the connection is
+    /// closed.
+    HeadersTooLarge => ("headers_too_large", REQUEST_HEADER_FIELDS_TOO_LARGE),
     /// Too many requests of this kind (e.g. login codes for one phone).
     RateLimited => ("rate_limited", TOO_MANY_REQUESTS),
     /// Redis or the database cannot be reached right now; retry later.
@@ -239,9 +242,12 @@ impl IntoResponse for ApiError {
             }),
         )
             .into_response();
-        if status == StatusCode::PAYLOAD_TOO_LARGE {
-            // The rest of the body was never read, so the connection cannot carry another
-            // request. Saying so keeps clients from reusing it and racing the server's close.
+        if status == StatusCode::PAYLOAD_TOO_LARGE
+            || status == StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        {
+            // The rest of the body was never read (or the client is sending heads no one
+            // should), so the connection cannot carry another request. Saying so keeps clients
+            // from reusing it and racing the server's close.
             response
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));

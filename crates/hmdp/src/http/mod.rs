@@ -52,7 +52,7 @@ pub use error::{ApiError, ApiResult, Envelope, ErrorCode, Reply, ok, ok_empty};
 pub use extract::{Admin, AppJson, AppPath, AppQuery, CurrentUser};
 pub use limits::Limits;
 pub use metrics::HttpMetrics;
-pub use serve::serve;
+pub use serve::{ConnectionStats, ServeOptions, serve};
 pub use worker::{WorkerEndpoint, worker_app};
 
 use crate::{

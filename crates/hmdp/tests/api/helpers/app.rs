@@ -71,6 +71,7 @@ pub fn test_config(database_url: String, dir: &std::path::Path) -> Config {
         // Tests fire bursts from one address; the limits have their own test.
         rate_limit_ip: 0,
         rate_limit_user: 0,
+        max_connections_per_ip: 0,
         ..Config::default()
     };
     // Tests ask for many codes from 127.0.0.1; the per-IP code quota has its own test.
@@ -355,6 +356,17 @@ pub fn client_from(ip: [u8; 4]) -> reqwest::Client {
         .timeout(Duration::from_secs(20))
         .build()
         .unwrap()
+}
+
+/// A child process (e.g. from [`TestApp::binary`]) killed and reaped when dropped, also when
+/// the test panics.
+pub struct ChildGuard(pub std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Waits until a service on `port` (e.g. one started with [`TestApp::binary`]) answers
