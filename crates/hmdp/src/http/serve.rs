@@ -20,7 +20,7 @@
 //! - a limit on the request head (`HMDP_MAX_HEADER_BYTES`; hyper's default read buffer allows
 //!   about 400 KiB per connection): a larger head is answered 431 `headers_too_large` with
 //!   `Connection: close`. Hyper's buffer is twice the limit, so a head that does not even fit
-//!   gets hyper's own bare 431 and the connection is closed all the same;
+//!   gets hyper's own 431 (no envelope, `connection: close` as well) and is closed all the same;
 //! - a limit on reading a request head (`HMDP_IDLE_TIMEOUT_SECS`), which is also the idle
 //!   keep-alive timeout: a client that opens connections and sends nothing, or a byte at a time
 //!   (slowloris), cannot pin them forever;
