@@ -12,7 +12,7 @@ for side in A B; do
   data=$(mktemp -d); DATA[$side]=$data
   HMDP_LISTEN=127.0.0.1:${PORT[$side]} HMDP_DATA_DIR=$data HMDP_REDIS_PREFIX=ab$side$RANDOM: \
     HMDP_ADMIN_TOKEN=benchadmintoken0123456789 HMDP_LOG=warn HMDP_REDIS_MANAGED=never \
-    HMDP_RATE_LIMIT_IP=0 HMDP_RATE_LIMIT_USER=0 "$dir/release/hmdp" serve > "$data/server.log" 2>&1 &
+    HMDP_RATE_LIMIT_IP=0 HMDP_RATE_LIMIT_USER=0 HMDP_MAX_CONNECTIONS_PER_IP=0 "$dir/release/hmdp" serve > "$data/server.log" 2>&1 &
   PID[$side]=$!
   echo "$side = $dir/release/hmdp on :${PORT[$side]}"
 done

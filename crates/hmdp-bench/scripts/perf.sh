@@ -9,6 +9,7 @@ P=benchperf$RANDOM:
 HMDP_LISTEN=127.0.0.1:18082 HMDP_DATABASE_URL=sqlite:///tmp/hmdpsrv/hmdp.db HMDP_REDIS_PREFIX=$P \
   HMDP_ADMIN_TOKEN=benchadmintoken0123456789 HMDP_DATA_DIR=/tmp/hmdpsrv HMDP_LOG=warn \
   HMDP_REDIS_MANAGED=never HMDP_CODE_IP_PER_MIN=0 HMDP_RATE_LIMIT_IP=0 HMDP_RATE_LIMIT_USER=0 \
+  HMDP_MAX_CONNECTIONS=0 HMDP_MAX_CONNECTIONS_PER_IP=0 \
   $CARGO_TARGET_DIR/release/hmdp serve > /tmp/hmdpsrv/server.log 2>&1 &
 SRV=$!
 for _ in $(seq 100); do curl -sf http://127.0.0.1:18082/health >/dev/null && break; sleep 0.2; done

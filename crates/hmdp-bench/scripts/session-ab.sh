@@ -12,6 +12,7 @@ for round in 1 2 3; do
     HMDP_LISTEN=127.0.0.1:18083 HMDP_DATABASE_URL=sqlite:///tmp/hmdpab/hmdp.db HMDP_REDIS_PREFIX=$P \
       HMDP_ADMIN_TOKEN=benchadmintoken0123456789 HMDP_DATA_DIR=/tmp/hmdpab HMDP_LOG=warn \
       HMDP_REDIS_MANAGED=never HMDP_CODE_IP_PER_MIN=0 HMDP_RATE_LIMIT_IP=0 HMDP_RATE_LIMIT_USER=0 \
+      HMDP_MAX_CONNECTIONS=0 HMDP_MAX_CONNECTIONS_PER_IP=0 \
       HMDP_SESSION_CACHE_MS=$cache $CARGO_TARGET_DIR/release/hmdp serve > /tmp/hmdpab/server.log 2>&1 &
     SRV=$!
     for _ in $(seq 100); do curl -sf http://127.0.0.1:18083/health >/dev/null && break; sleep 0.2; done

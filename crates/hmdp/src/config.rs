@@ -336,8 +336,8 @@ settings! {
         /// Measured: 1.23× grab throughput, the same p99 (BENCHMARKS.md)
         HMDP_SESSION_CACHE_MS session_cache: Duration as Millis = Duration::ZERO,
             check at_most(60_000);
-        /// requests per second per client IP, bursts of twice that (`0` = off, e.g. behind a
-        /// proxy or for benchmarks)
+        /// requests per second per client address (an IPv6 /64 counts as one), bursts of twice
+        /// that (`0` = off, e.g. for benchmarks; behind a proxy set `HMDP_TRUSTED_PROXIES`)
         HMDP_RATE_LIMIT_IP rate_limit_ip: u32 = 200;
         /// requests per second per logged-in user (`0` = off)
         HMDP_RATE_LIMIT_USER rate_limit_user: u32 = 20;
@@ -350,6 +350,19 @@ settings! {
         /// connection stays open (slow or silent clients cannot pin connections)
         HMDP_IDLE_TIMEOUT_SECS idle_timeout: Duration as Secs = Duration::from_secs(30),
             check at_least(1);
+        /// reverse proxies whose `X-Forwarded-For` is believed, comma-separated CIDRs or addresses
+        /// (`127.0.0.1/32,10.0.0.0/8`): the client is the rightmost entry not in them. Empty: the
+        /// TCP peer is the client and the header is ignored
+        HMDP_TRUSTED_PROXIES trusted_proxies: TrustedProxies = TrustedProxies::default();
+        /// open connections at most; more are closed as soon as they are accepted (`0` = off).
+        /// Keep it below the open-files limit, which start-up raises to its hard limit
+        HMDP_MAX_CONNECTIONS max_connections: usize = 10_000;
+        /// open connections from one client address (an IPv6 /64 counts as one; the TCP peer,
+        /// trusted proxies exempt); more are closed as soon as they are accepted (`0` = off)
+        HMDP_MAX_CONNECTIONS_PER_IP max_connections_per_ip: usize = 256;
+        /// largest request head (request line and headers); a larger one is answered 431 and its
+        /// connection closed
+        HMDP_MAX_HEADER_BYTES max_header_bytes: usize = 16 * 1024, check between(1024, 1 << 20);
         /// log filter (`hmdp=debug,info`; falls back to `RUST_LOG`)
         HMDP_LOG log_filter: String = "info".to_owned();
         /// `text` or `json`
@@ -370,20 +383,28 @@ settings! {
 }
 
 settings! {
-    /// Limits on how often and how many login codes a phone can get and try.
+    /// Limits on how often and how many login codes a phone can get and try (see
+    /// [`crate::auth::CodeIssuer`] for what a third party can and cannot do with them).
     #[derive(Debug, Clone)]
     pub struct CodePolicy {
         /// login code lifetime (the original's 2 minutes)
         HMDP_CODE_TTL_SECS ttl: Duration as Secs = Duration::from_secs(120), check at_least(1);
         /// minimum time between two codes for one phone
         HMDP_CODE_MIN_INTERVAL_SECS min_interval: Duration as Secs = Duration::from_secs(60);
-        /// codes per phone per day (a fixed 24-hour window that opens with the phone's first code)
-        HMDP_CODE_DAILY_LIMIT daily_limit: u32 = 10, check at_least(1);
-        /// login-code requests per minute from one client IP, in bursts of up to that many: one
-        /// client cannot make the service text many different phones (`0` = off, e.g. behind a
-        /// proxy, where every client shares its address, or for benchmarks)
+        /// codes per phone per day from all client addresses together (a fixed 24-hour window
+        /// that opens with the phone's first code): the ceiling over
+        /// `HMDP_CODE_PHONE_IP_DAILY_LIMIT`, so only many addresses together can use it up
+        HMDP_CODE_DAILY_LIMIT daily_limit: u32 = 50, check at_least(1);
+        /// codes per phone per day asked for from one client address (an IPv6 /64 counts as one):
+        /// nobody can use up a phone's day from one address
+        HMDP_CODE_PHONE_IP_DAILY_LIMIT phone_ip_daily_limit: u32 = 10, check at_least(1);
+        /// login-code requests per minute from one client address, in bursts of up to that many:
+        /// one client cannot make the service text many different phones (`0` = off, e.g. for
+        /// benchmarks)
         HMDP_CODE_IP_PER_MIN ip_per_min: u32 = 10;
-        /// wrong tries after which a code is void
+        /// wrong tries from one client address against a phone's codes, after which that address
+        /// must ask for a new code; all addresses together get this × `HMDP_CODE_DAILY_LIMIT` a
+        /// day (once per live code tried), after which every wrong try voids the phone's codes
         HMDP_CODE_MAX_ATTEMPTS max_attempts: u32 = 5, check at_least(1);
     }
 }
@@ -537,6 +558,56 @@ impl FromStr for TimeZone {
 impl fmt::Display for TimeZone {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.0.name())
+    }
+}
+
+/// The reverse proxies of `HMDP_TRUSTED_PROXIES`: CIDRs, or single addresses (a /32 or /128).
+///
+/// Parsed once here, so a typo stops the start instead of silently trusting nobody; the client
+/// address is resolved from them in [`crate::http`] (`client`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies(Vec<ipnet::IpNet>);
+
+impl TrustedProxies {
+    /// Whether `ip` is one of the proxies (IPv4-mapped IPv6 addresses count as IPv4).
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.0.iter().any(|net| net.contains(&ip))
+    }
+
+    /// No proxy is trusted.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl FromStr for TrustedProxies {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        s.split([',', ' ', '\t', '\n'])
+            .filter(|part| !part.is_empty())
+            .map(|part| {
+                part.parse::<ipnet::IpNet>()
+                    .or_else(|_| part.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                    .map(|net| net.trunc())
+                    .map_err(|_| {
+                        format!("`{part}` is not a CIDR (e.g. 10.0.0.0/8) nor an IP address")
+                    })
+            })
+            .collect::<Result<_, _>>()
+            .map(TrustedProxies)
+    }
+}
+
+impl fmt::Display for TrustedProxies {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, net) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{net}")?;
+        }
+        Ok(())
     }
 }
 
@@ -807,7 +878,7 @@ macro_rules! setting {
 setting!(as written: u32, u64, usize, f64, bool, String, SocketAddr);
 setting!(as written: ManagedRedis, AppendFsync, LogFormat, ShopCacheStrategy, SeckillMode, IdMode,
     OrderTransport, AmqpRole, SmsMode);
-setting!(as written: TimeZone);
+setting!(as written: TimeZone, TrustedProxies);
 setting! {
     Plain: PathBuf = PathBuf, |raw| raw, |v| Some(v.display().to_string());
     Plain: Secret = String, |raw| Secret(raw), |_v| Some("***".to_owned());
@@ -913,6 +984,16 @@ mod tests {
         assert_eq!(c.session_ttl, Duration::from_secs(1800));
         assert_eq!(c.code.ttl, Duration::from_secs(120));
         assert_eq!(c.code.ip_per_min, 10);
+        assert_eq!(
+            (c.code.daily_limit, c.code.phone_ip_daily_limit),
+            (50, 10),
+            "a phone's day cannot be used up from one address"
+        );
+        assert!(c.trusted_proxies.is_empty(), "no proxy is trusted");
+        assert_eq!(c.max_connections, 10_000);
+        assert_eq!(c.max_connections_per_ip, 256);
+        assert_eq!(c.max_header_bytes, 16 * 1024);
+        assert!(c.redacted_summary().contains("trusted_proxies=\"\" "));
         let c = Config::from_sources(None, &env(&[("HMDP_CODE_IP_PER_MIN", "0")])).unwrap();
         assert_eq!(c.code.ip_per_min, 0, "0 turns the per-IP code quota off");
         assert!(c.redacted_summary().contains("code_ip_per_min=0 "));
@@ -1003,6 +1084,41 @@ mod tests {
             let err = Config::from_sources(None, &env(&bad)).unwrap_err();
             assert!(err.to_string().contains("HMDP_SESSION_CACHE_MS"), "{err}");
         }
+    }
+
+    #[test]
+    fn trusted_proxies_are_cidrs_or_addresses() {
+        let c = Config::from_sources(
+            None,
+            &env(&[("HMDP_TRUSTED_PROXIES", "127.0.0.1, 10.1.2.3/8 fd00::/8")]),
+        )
+        .unwrap();
+        assert_eq!(
+            c.trusted_proxies.to_string(),
+            "127.0.0.1/32,10.0.0.0/8,fd00::/8"
+        );
+        assert!(
+            c.redacted_summary()
+                .contains("trusted_proxies=127.0.0.1/32,10.0.0.0/8,fd00::/8 ")
+        );
+        for (ip, trusted) in [
+            ("127.0.0.1", true),
+            ("127.0.0.2", false),
+            ("10.200.0.1", true),
+            ("::ffff:10.0.0.1", true),
+            ("fd12::1", true),
+            ("2001:db8::1", false),
+        ] {
+            assert_eq!(
+                c.trusted_proxies.contains(ip.parse().unwrap()),
+                trusted,
+                "{ip}"
+            );
+        }
+        let err = Config::from_sources(None, &env(&[("HMDP_TRUSTED_PROXIES", "10.0.0.0/33")]))
+            .unwrap_err();
+        assert!(err.to_string().contains("HMDP_TRUSTED_PROXIES"), "{err}");
+        assert!(err.to_string().contains("10.0.0.0/33"), "{err}");
     }
 
     #[test]

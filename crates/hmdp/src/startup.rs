@@ -51,6 +51,7 @@ pub struct Application {
     metrics_listener: Option<TcpListener>,
     router: axum::Router,
     state: AppState,
+    connections: Arc<http::ConnectionStats>,
     managed_redis: Option<ManagedRedis>,
     worker: Option<OrderWorker>,
 }
@@ -66,6 +67,7 @@ impl Application {
     /// managed `redis-server` if so configured), settles the admin token and binds the
     /// listener.
     pub async fn build_with(config: Config, deps: Dependencies) -> anyhow::Result<Self> {
+        check_open_files_limit(&config);
         let db = connect_database(&config).await?;
         let (redis_url, managed_redis) = resolve_redis(&config).await?;
         let redis = RedisConn::connect(&redis_url).await.with_context(|| {
@@ -155,9 +157,11 @@ impl Application {
             check_broker(w, &config).await?;
         }
         let http_metrics = Arc::new(crate::http::HttpMetrics::default());
+        let connections = Arc::new(http::ConnectionStats::default());
         let stream_metrics = StreamMetrics::default();
         let mut registry = Registry::default();
         http_metrics.register(&mut registry);
+        connections.register(&mut registry);
         seckill.stats().register(&mut registry);
         registry.register_collector(Box::new(CacheCollector(catalogue.cache().clone())));
         registry.register_collector(Box::new(LockCollector(locks.clone())));
@@ -236,6 +240,7 @@ impl Application {
             listener,
             metrics_listener,
             state,
+            connections,
             managed_redis,
             worker,
         })
@@ -267,7 +272,6 @@ impl Application {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         tracing::info!(addr = %self.local_addr(), "hmdp listening");
-        let idle = self.state.config.idle_timeout;
         let ops = self.metrics_listener.map(|listener| {
             let state = &self.state;
             OpsListener::start(
@@ -281,7 +285,12 @@ impl Application {
                     metrics: state.metrics.clone(),
                     stream_metrics: state.stream_metrics.clone(),
                 },
-                idle,
+                // Its own connection count: the scraper's connections are not the service's.
+                http::ServeOptions::new(
+                    &state.config,
+                    Duration::from_secs(5),
+                    Arc::new(http::ConnectionStats::default()),
+                ),
             )
         });
         let (stop_worker, worker_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -292,7 +301,8 @@ impl Application {
         });
         // In-flight requests get their own time limit plus a second to finish on shutdown.
         let drain = self.state.config.request_timeout + Duration::from_secs(1);
-        let served = http::serve(self.listener, self.router, shutdown, idle, drain).await;
+        let options = http::ServeOptions::new(&self.state.config, drain, self.connections);
+        let served = http::serve(self.listener, self.router, shutdown, options).await;
         tracing::info!("http server stopped; finishing the order worker's current batch");
         let _ = stop_worker.send(());
         if let Some(w) = worker {
@@ -387,7 +397,9 @@ pub async fn run_worker_with(
     check_broker(&worker, &config).await?;
     let endpoint = listener.map(|listener| {
         let stream_metrics = StreamMetrics::default();
+        let connections = Arc::new(http::ConnectionStats::default());
         let mut metrics = Registry::default();
+        connections.register(&mut metrics);
         worker.stats().register(&mut metrics);
         if worker.uses_rabbitmq() {
             worker.amqp_stats().register(&mut metrics);
@@ -404,7 +416,7 @@ pub async fn run_worker_with(
                 metrics: Arc::new(metrics),
                 stream_metrics,
             },
-            config.idle_timeout,
+            http::ServeOptions::new(&config, Duration::from_secs(5), connections),
         )
     });
     worker.run_until(shutdown).await;
@@ -423,7 +435,11 @@ struct OpsListener {
 }
 
 impl OpsListener {
-    fn start(listener: TcpListener, endpoint: http::OpsEndpoint, idle: Duration) -> Self {
+    fn start(
+        listener: TcpListener,
+        endpoint: http::OpsEndpoint,
+        options: http::ServeOptions,
+    ) -> Self {
         let addr = listener.local_addr().ok();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(http::serve(
@@ -432,8 +448,7 @@ impl OpsListener {
             async {
                 let _ = stopped.await;
             },
-            idle,
-            Duration::from_secs(5),
+            options,
         ));
         if let Some(addr) = addr {
             tracing::info!(%addr, "metrics at http://{addr}/metrics");
@@ -464,6 +479,64 @@ async fn check_broker(worker: &OrderWorker, config: &Config) -> anyhow::Result<(
         })?;
     }
     Ok(())
+}
+
+/// Raises the soft limit on open files to the hard limit, and returns `(before, after)`.
+///
+/// Every connection is a file descriptor, and the usual soft limit (1024) is far below what
+/// `HMDP_MAX_CONNECTIONS` allows; the hard limit is what the administrator granted, the soft one
+/// only a default for programs that never ask.
+pub fn raise_open_files_limit() -> std::io::Result<(u64, u64)> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let before = limit.rlim_cur;
+    if limit.rlim_cur < limit.rlim_max {
+        limit.rlim_cur = limit.rlim_max;
+        // SAFETY: setrlimit only reads the struct it is given.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok((before, limit.rlim_cur))
+}
+
+/// Raises the open-files limit ([`raise_open_files_limit`]) and says whether
+/// `HMDP_MAX_CONNECTIONS` fits under it.
+fn check_open_files_limit(config: &Config) {
+    // Descriptors that are not client connections: database pool, Redis, SQLite files, logs.
+    const RESERVE: u64 = 256;
+    let limit = match raise_open_files_limit() {
+        Ok((before, after)) => {
+            if before < after {
+                tracing::info!(
+                    before,
+                    after,
+                    "raised the open-files limit to its hard limit"
+                );
+            }
+            after
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot raise the open-files limit");
+            return;
+        }
+    };
+    let max = config.max_connections as u64;
+    if max > 0 && max + RESERVE > limit {
+        tracing::warn!(
+            open_files = limit,
+            max_connections = max,
+            "HMDP_MAX_CONNECTIONS does not leave {RESERVE} of the open-files limit for the rest \
+             of the service: with that many connections, accepting may fail (raise the hard \
+             limit, e.g. `ulimit -Hn` or systemd's LimitNOFILE, or lower HMDP_MAX_CONNECTIONS)"
+        );
+    }
 }
 
 /// Connects to the configured database and brings its schema up to date.

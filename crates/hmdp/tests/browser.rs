@@ -47,6 +47,7 @@ async fn spawn(adjust: impl FnOnce(&mut Config)) -> TestApp {
         c.rate_limit_ip = defaults.rate_limit_ip;
         c.rate_limit_user = defaults.rate_limit_user;
         c.code.ip_per_min = defaults.code.ip_per_min;
+        c.max_connections_per_ip = defaults.max_connections_per_ip;
         adjust(c);
     })
     .await;

@@ -1,8 +1,8 @@
 //! Unique visitors: a HyperLogLog per shop and day (`uv:shop:{<id>}:<yyyyMMdd>`) and one for
 //! the whole site (`uv:{site}:<yyyyMMdd>`: visitors of any shop page).
 //!
-//! A visitor is the logged-in user, else the client address (the TCP peer, as the rate limits
-//! use it: behind a reverse proxy every anonymous reader is the proxy). Recording a visit is on
+//! A visitor is the logged-in user, else the client address as the rate limits key it (resolved
+//! through `HMDP_TRUSTED_PROXIES` behind a reverse proxy; an IPv6 client by its /64). Recording a visit is on
 //! the hottest path, the cached `GET /shop/{id}`, so it does no Redis round trip: the visit
 //! goes into an in-memory buffer (sharded mutexes over sets, so a visitor re-reading a shop
 //! costs one hash lookup and nothing in Redis), and a background task sends the buffer every

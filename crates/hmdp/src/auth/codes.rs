@@ -1,9 +1,31 @@
-//! Login codes in Redis: issue with rate limits, check with a try counter, consume once.
+//! Login codes in Redis: issue with rate limits, check with try counters, consume once.
 //!
 //! All three operations are Lua scripts so that each is one atomic step; their keys are slot
 //! mates of the code key (see [`crate::kv::slot_mate`]), so they also run on a Redis Cluster.
+//!
+//! A phone may have several live codes at once (at most [`MAX_LIVE_CODES`]), each valid until it
+//! expires or one of them logs in, which uses them all up: a new code no longer voids the one the
+//! owner is typing. `login:code:{phone}` keeps the newest one, as in the original.
+//!
+//! What a third party (who does not hold the phone) can and cannot do:
+//! - It cannot use up the phone's day from one address: each (phone, client address) gets
+//!   `HMDP_CODE_PHONE_IP_DAILY_LIMIT` codes a day, and only the much higher per-phone ceiling
+//!   `HMDP_CODE_DAILY_LIMIT`, reached from many addresses together, refuses the owner.
+//! - It cannot void the owner's codes by guessing from one address: wrong tries are counted per
+//!   (phone, address), and an address that used its `HMDP_CODE_MAX_ATTEMPTS` is refused (even with
+//!   the right code) until it is sent a new code, while the codes stay valid for everyone else.
+//! - It cannot brute-force a code: an address gets `HMDP_CODE_MAX_ATTEMPTS` guesses per code it
+//!   is sent (capped per day as above), and all addresses together get `HMDP_CODE_MAX_ATTEMPTS` ×
+//!   `HMDP_CODE_DAILY_LIMIT` guesses per day, a guess counting once for each live code it is
+//!   compared with. Past that every wrong try voids all the phone's codes, so a day of guessing
+//!   wins with odds of about 3 in 10,000 with the defaults (250 guesses, then one per code sent),
+//!   and many addresses together can keep the owner from logging in for the rest of that day;
+//!   from one address nobody can.
+//! - It can delay the owner's next code by up to `HMDP_CODE_MIN_INTERVAL_SECS` (the cooldown is
+//!   per phone, so the phone gets one SMS a minute at most): the codes it triggers reach the
+//!   owner's phone and stay valid, so the owner can log in with them meanwhile.
 
-use std::{sync::LazyLock, time::Duration};
+use std::{net::IpAddr, sync::LazyLock, time::Duration};
 
 use redis::Script;
 
@@ -13,16 +35,24 @@ use crate::{
     kv::{Keys, RedisConn},
 };
 
-/// Stores a new code unless the phone is cooling down or over its daily cap.
+/// Live codes kept per phone, the newest ones: bounds the set, and the odds of a guess (which
+/// is compared with each). The defaults (2-minute codes, one a minute) never have more than 3.
+pub const MAX_LIVE_CODES: u32 = 5;
+
+/// Stores a new code unless the phone is cooling down or over a daily cap.
 ///
-/// KEYS: code, attempts, cooldown, daily. ARGV: code, code TTL ms, cooldown ms, daily cap,
-/// daily window ms. Returns `{0, 0}` when stored, `{1, ms}` while cooling down, `{2, ms}` when
-/// the daily cap is reached (`ms` = time until it lifts).
+/// KEYS: code, live, cooldown, daily, daily per address, wrong tries. ARGV: code, code TTL ms,
+/// cooldown ms, daily cap per phone, daily cap per address, daily window ms, client address, live
+/// codes kept. Returns `{0, 0}` when stored, `{1, ms}` while cooling down, `{2, ms}` when the
+/// phone's daily cap is reached, `{3, ms}` when this address's is (`ms` = time until it lifts).
 ///
-/// The daily cap is a fixed window, not a rolling one: the counter is created with the phone's
-/// first code and expires a day later, whatever came in between. One counter key per phone is
-/// all it costs (a rolling window would keep a timestamp per code); the worst case is twice the
-/// cap within a few minutes around the window's end, still a few codes a day.
+/// Expiries in the live set strictly increase (a code issued in the same millisecond as the
+/// previous one expires a millisecond later), so the oldest code is always the one dropped.
+///
+/// The daily caps are fixed windows, not rolling ones: each counter is created with the phone's
+/// first code and expires a day later, whatever came in between. One key per counter is all it
+/// costs (a rolling window would keep a timestamp per code); the worst case is twice the cap
+/// within a few minutes around the window's end. A new code gives its address fresh tries.
 static ISSUE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -32,44 +62,74 @@ local sent = tonumber(redis.call('GET', KEYS[4]) or '0')
 if sent >= tonumber(ARGV[4]) then
   return {2, math.max(redis.call('PTTL', KEYS[4]), 0)}
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('DEL', KEYS[2])
+local mine = tonumber(redis.call('HGET', KEYS[5], ARGV[7]) or '0')
+if mine >= tonumber(ARGV[5]) then
+  return {3, math.max(redis.call('PTTL', KEYS[5]), 0)}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local expiry = now + ttl
+local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
+if last and tonumber(last) >= expiry then expiry = tonumber(last) + 1 end
+redis.call('ZADD', KEYS[2], expiry, ARGV[1])
+redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(tonumber(ARGV[8]) + 1))
+redis.call('PEXPIRE', KEYS[2], ttl)
+redis.call('HDEL', KEYS[6], ARGV[7])
 if tonumber(ARGV[3]) > 0 then redis.call('SET', KEYS[3], '1', 'PX', ARGV[3]) end
-if redis.call('INCR', KEYS[4]) == 1 then redis.call('PEXPIRE', KEYS[4], ARGV[5]) end
+if redis.call('INCR', KEYS[4]) == 1 then redis.call('PEXPIRE', KEYS[4], ARGV[6]) end
+redis.call('HINCRBY', KEYS[5], ARGV[7], 1)
+if redis.call('PTTL', KEYS[5]) < 0 then redis.call('PEXPIRE', KEYS[5], ARGV[6]) end
 return {0, 0}
 ",
     )
 });
 
-/// Compares a submitted code without consuming it; a mismatch counts as a wrong try and the
-/// last allowed wrong try voids the code.
+/// Compares a submitted code with the phone's live ones without consuming them, counting a
+/// mismatch against the client address and the phone.
 ///
-/// KEYS: code, attempts. ARGV: submitted code, max wrong tries.
-/// Returns 0 = no code, 1 = match, 2 = wrong, 3 = wrong and now void; plus tries left.
+/// KEYS: code, live, wrong tries. ARGV: submitted code, client address, wrong tries per address,
+/// wrong tries per phone and day, daily window ms. Returns 0 = no live code, 1 = match, 2 =
+/// wrong, 3 = this address has no tries left, 4 = wrong and the phone's codes are now void;
+/// plus tries left. The newest code is also read from the code key alone, so a code stored
+/// before the live set existed still counts.
 static CHECK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-local code = redis.call('GET', KEYS[1])
-if not code then return {0, 0} end
-if code == ARGV[1] then return {1, 0} end
-local tries = redis.call('INCR', KEYS[2])
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
-local max = tonumber(ARGV[2])
-if tries >= max then
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local newest = redis.call('GET', KEYS[1])
+local live = redis.call('ZCARD', KEYS[2])
+if live == 0 and not newest then return {0, 0} end
+local max = tonumber(ARGV[3])
+local mine = tonumber(redis.call('HGET', KEYS[3], ARGV[2]) or '0')
+if mine >= max then return {3, 0} end
+if newest == ARGV[1] or redis.call('ZSCORE', KEYS[2], ARGV[1]) then return {1, 0} end
+mine = redis.call('HINCRBY', KEYS[3], ARGV[2], 1)
+local total = redis.call('HINCRBY', KEYS[3], '*', math.max(live, 1))
+if redis.call('PTTL', KEYS[3]) < 0 then redis.call('PEXPIRE', KEYS[3], ARGV[5]) end
+if total >= tonumber(ARGV[4]) then
   redis.call('DEL', KEYS[1], KEYS[2])
-  return {3, 0}
+  return {4, 0}
 end
-return {2, max - tries}
+if mine >= max then return {3, 0} end
+return {2, max - mine}
 ",
     )
 });
 
-/// Deletes the code if it is still the one given: the single use. KEYS: code, attempts.
+/// Uses up every live code of the phone if the given one is among them: the single use.
+/// KEYS: code, live. ARGV: code.
 static CONSUME: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+if redis.call('GET', KEYS[1]) == ARGV[1] or redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   redis.call('DEL', KEYS[1], KEYS[2])
   return 1
 end
@@ -83,8 +143,14 @@ return 0
 pub enum CodeError {
     #[error("wait {retry_after:?} before asking for another code")]
     Cooldown { retry_after: Duration },
+    /// The phone's own cap (`HMDP_CODE_DAILY_LIMIT`).
     #[error("daily code limit reached; next code in {retry_after:?}")]
     DailyLimit { retry_after: Duration },
+    /// This phone's cap for this client address (`HMDP_CODE_PHONE_IP_DAILY_LIMIT`).
+    #[error(
+        "daily code limit for this phone from this address reached; next code in {retry_after:?}"
+    )]
+    AddressDailyLimit { retry_after: Duration },
     #[error(transparent)]
     Redis(#[from] redis::RedisError),
 }
@@ -92,13 +158,16 @@ pub enum CodeError {
 /// The outcome of checking a submitted code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CodeVerdict {
-    /// The code matches; call [`CodeIssuer::consume`] once the login has succeeded.
+    /// The code is live; call [`CodeIssuer::consume`] once the login has succeeded.
     Match,
-    /// Wrong code; `tries_left` more wrong tries before the code is void.
+    /// Wrong code; `tries_left` more wrong tries from this address.
     Wrong { tries_left: u32 },
-    /// Wrong code, and that was the last allowed try: the code is gone.
+    /// This address has used its wrong tries (just now or before): it is refused, even with the
+    /// right code, until it asks for a new code.
+    Exhausted,
+    /// Wrong code, and the phone's wrong tries for the day are used up: its codes are gone.
     Void,
-    /// No code for this phone (never sent, expired, used or voided).
+    /// No live code for this phone (never sent, expired, used or voided).
     Missing,
 }
 
@@ -121,27 +190,34 @@ impl CodeIssuer {
         }
     }
 
-    /// Stores a fresh code for `phone` and returns it, or says why not.
-    pub async fn issue(&self, phone: &Phone) -> Result<LoginCode, CodeError> {
+    /// Stores a fresh code for `phone`, asked for by `client` (a client key: see
+    /// [`crate::http::ClientIp::key`]), and returns it, or says why not.
+    pub async fn issue(&self, phone: &Phone, client: IpAddr) -> Result<LoginCode, CodeError> {
         let code = LoginCode::generate();
         let p = phone.as_str();
         let (status, ms): (i64, i64) = ISSUE
             .key(self.keys.login_code(p))
-            .key(self.keys.login_code_attempts(p))
+            .key(self.keys.login_code_live(p))
             .key(self.keys.login_code_cooldown(p))
             .key(self.keys.login_code_daily(p))
+            .key(self.keys.login_code_daily_ip(p))
+            .key(self.keys.login_code_wrong(p))
             .arg(code.as_str())
             .arg(millis(self.policy.ttl))
             .arg(millis(self.policy.min_interval))
             .arg(self.policy.daily_limit)
+            .arg(self.policy.phone_ip_daily_limit)
             .arg(millis(DAY))
+            .arg(client.to_string())
+            .arg(MAX_LIVE_CODES)
             .invoke_async(&mut self.redis.clone())
             .await?;
         let retry_after = Duration::from_millis(ms.max(0) as u64);
         match status {
             0 => Ok(code),
             1 => Err(CodeError::Cooldown { retry_after }),
-            _ => Err(CodeError::DailyLimit { retry_after }),
+            2 => Err(CodeError::DailyLimit { retry_after }),
+            _ => Err(CodeError::AddressDailyLimit { retry_after }),
         }
     }
 
@@ -154,18 +230,24 @@ impl CodeIssuer {
         Ok(())
     }
 
-    /// Compares `code` with the stored one, counting a wrong try.
+    /// Compares `code`, sent by `client` (a client key), with the phone's live codes, counting
+    /// a wrong try.
     pub async fn check(
         &self,
         phone: &Phone,
         code: &LoginCode,
+        client: IpAddr,
     ) -> Result<CodeVerdict, redis::RedisError> {
         let p = phone.as_str();
         let (status, left): (i64, i64) = CHECK
             .key(self.keys.login_code(p))
-            .key(self.keys.login_code_attempts(p))
+            .key(self.keys.login_code_live(p))
+            .key(self.keys.login_code_wrong(p))
             .arg(code.as_str())
+            .arg(client.to_string())
             .arg(self.policy.max_attempts)
+            .arg(self.phone_wrong_tries())
+            .arg(millis(DAY))
             .invoke_async(&mut self.redis.clone())
             .await?;
         Ok(match status {
@@ -173,12 +255,14 @@ impl CodeIssuer {
             2 => CodeVerdict::Wrong {
                 tries_left: left.max(0) as u32,
             },
-            3 => CodeVerdict::Void,
+            3 => CodeVerdict::Exhausted,
+            4 => CodeVerdict::Void,
             _ => CodeVerdict::Missing,
         })
     }
 
-    /// Uses the code up. False if another request used it first.
+    /// Uses up the phone's codes if `code` is one of them. False if another request used them
+    /// first.
     pub async fn consume(
         &self,
         phone: &Phone,
@@ -187,11 +271,17 @@ impl CodeIssuer {
         let p = phone.as_str();
         let n: i64 = CONSUME
             .key(self.keys.login_code(p))
-            .key(self.keys.login_code_attempts(p))
+            .key(self.keys.login_code_live(p))
             .arg(code.as_str())
             .invoke_async(&mut self.redis.clone())
             .await?;
         Ok(n == 1)
+    }
+
+    /// Wrong tries a phone's codes take a day from all addresses together: as many per code as
+    /// one address gets, for as many codes as the phone may be sent.
+    fn phone_wrong_tries(&self) -> u64 {
+        u64::from(self.policy.max_attempts) * u64::from(self.policy.daily_limit)
     }
 }
 

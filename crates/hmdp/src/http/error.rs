@@ -98,7 +98,7 @@ error_codes! {
     WrongCode => ("wrong_code", OK),
     /// There is no code for this phone: never sent, expired or already used.
     CodeExpired => ("code_expired", OK),
-    /// Too many wrong tries: the code is void, ask for a new one.
+    /// Too many wrong tries (from this address, or for this phone): ask for a new code.
     CodeVoid => ("code_void", OK),
     /// Password login is not offered (the original never implemented it).
     PasswordLoginUnsupported => ("password_login_unsupported", OK),
@@ -147,6 +147,9 @@ error_codes! {
     MethodNotAllowed => ("method_not_allowed", METHOD_NOT_ALLOWED),
     /// The request body is larger than the configured limit.
     PayloadTooLarge => ("payload_too_large", PAYLOAD_TOO_LARGE),
+    /// The request line and headers are larger than the configured limit; the connection is
+    /// closed.
+    HeadersTooLarge => ("headers_too_large", REQUEST_HEADER_FIELDS_TOO_LARGE),
     /// Too many requests of this kind (e.g. login codes for one phone).
     RateLimited => ("rate_limited", TOO_MANY_REQUESTS),
     /// Redis or the database cannot be reached right now; retry later.
@@ -248,9 +251,12 @@ impl IntoResponse for ApiError {
             }),
         )
             .into_response();
-        if status == StatusCode::PAYLOAD_TOO_LARGE {
-            // The rest of the body was never read, so the connection cannot carry another
-            // request. Saying so keeps clients from reusing it and racing the server's close.
+        if status == StatusCode::PAYLOAD_TOO_LARGE
+            || status == StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        {
+            // The rest of the body was never read (or the client is sending heads no one
+            // should), so the connection cannot carry another request. Saying so keeps clients
+            // from reusing it and racing the server's close.
             response
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));

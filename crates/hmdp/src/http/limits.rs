@@ -1,35 +1,34 @@
-//! Per-client-IP and per-user request rate limits (`HMDP_RATE_LIMIT_IP`, `HMDP_RATE_LIMIT_USER`).
+//! Per-client and per-user request rate limits (`HMDP_RATE_LIMIT_IP`, `HMDP_RATE_LIMIT_USER`).
 //!
 //! A flash sale invites bots: one client firing thousands of requests a second. Each instance
 //! keeps GCRA token buckets in memory (the `governor` crate) — a few nanoseconds per check and no
 //! Redis round trip, so the limiter cannot become the bottleneck it protects against. Limits are
 //! per instance: with N instances behind a balancer a client gets up to N times the rate, which
 //! is fine for abuse protection (exact global quotas are what the per-phone SMS limits in Redis
-//! are for). The IP check runs before the session lookup, so a flooding client costs no Redis
-//! work; the user check runs after it. The client IP is the TCP peer: behind a reverse proxy
-//! every request shares the proxy's address, so set `HMDP_RATE_LIMIT_IP=0` there and limit at
-//! the proxy. Both are off with 0 (benchmarks).
+//! are for). The client check runs before the session lookup, so a flooding client costs no
+//! Redis work; the user check runs after it. A client is its [`ClientIp::key`] (the address
+//! resolved through `HMDP_TRUSTED_PROXIES`, an IPv6 client by its /64). Both are off with 0
+//! (benchmarks).
 //!
 //! A third, much tighter quota guards `POST /user/code` (`HMDP_CODE_IP_PER_MIN`, [`CodeQuota`]):
-//! every code is an SMS someone pays for, and the per-phone cooldown and daily cap in Redis do
+//! every code is an SMS someone pays for, and the per-phone cooldown and daily caps in Redis do
 //! nothing against one client asking for codes for a thousand different phones. A person needs
 //! a code or two; the default lets one address have 10 at once and then one every 6 seconds.
-//! Behind a reverse proxy it has the same caveat as the IP limit (set it to 0 there).
 
 use std::{
-    net::{IpAddr, SocketAddr},
+    net::IpAddr,
     num::NonZeroU32,
     sync::atomic::{AtomicU64, Ordering},
 };
 
 use axum::{
-    extract::{ConnectInfo, Request, State},
+    extract::{Request, State},
     middleware::Next,
     response::{IntoResponse, Response},
 };
 use governor::{DefaultKeyedRateLimiter, Quota, clock::Clock};
 
-use super::{ApiError, AppState};
+use super::{ApiError, AppState, client::ClientIp};
 use crate::auth::SessionUser;
 
 /// The rate limiters of one instance.
@@ -91,7 +90,8 @@ impl CodeQuota {
         })
     }
 
-    /// Takes one code from `ip`'s quota, or says how long until the next one.
+    /// Takes one code from the quota of `ip` (a [`ClientIp::key`]), or says how long until the
+    /// next one.
     fn check(&self, ip: IpAddr) -> Result<(), std::time::Duration> {
         if self.checks.fetch_add(1, Ordering::Relaxed) % 1_000 == 999 {
             self.limiter.retain_recent();
@@ -102,15 +102,15 @@ impl CodeQuota {
     }
 }
 
-/// Refuses a client (by TCP peer address) that asked for more login codes than
-/// `HMDP_CODE_IP_PER_MIN` allows; for the `POST /user/code` route only.
+/// Refuses a client that asked for more login codes than `HMDP_CODE_IP_PER_MIN` allows; for the
+/// `POST /user/code` route only.
 pub async fn limit_codes(
     State(quota): State<std::sync::Arc<CodeQuota>>,
     req: Request,
     next: Next,
 ) -> Response {
-    if let Some(ConnectInfo(peer)) = req.extensions().get::<ConnectInfo<SocketAddr>>()
-        && let Err(wait) = quota.check(peer.ip())
+    if let Some(client) = req.extensions().get::<ClientIp>()
+        && let Err(wait) = quota.check(client.key())
     {
         let secs = wait.as_millis().div_ceil(1000).max(1);
         return ApiError::rate_limited(
@@ -124,14 +124,11 @@ pub async fn limit_codes(
     next.run(req).await
 }
 
-/// Refuses clients (by TCP peer address) over `HMDP_RATE_LIMIT_IP` requests per second.
+/// Refuses clients over `HMDP_RATE_LIMIT_IP` requests per second.
 pub async fn limit_ip(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if let (Some(limiter), Some(ConnectInfo(peer))) = (
-        &state.limits.ip,
-        req.extensions().get::<ConnectInfo<SocketAddr>>(),
-    ) {
+    if let (Some(limiter), Some(client)) = (&state.limits.ip, req.extensions().get::<ClientIp>()) {
         state.limits.housekeeping();
-        if let Err(not_until) = limiter.check_key(&peer.ip()) {
+        if let Err(not_until) = limiter.check_key(&client.key()) {
             let wait = not_until.wait_time_from(governor::clock::DefaultClock::default().now());
             return refuse("address", wait);
         }

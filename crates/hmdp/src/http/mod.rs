@@ -13,6 +13,7 @@
 //! [`api`] collects them, and [`openapi`] serves the document.
 
 mod blog;
+mod client;
 mod docs;
 mod error;
 mod extract;
@@ -48,12 +49,13 @@ use tower_http::{
 use tracing::Level;
 use utoipa_axum::router::OpenApiRouter;
 
+pub use client::{ClientIp, limit_key};
 pub use error::{ApiError, ApiResult, Envelope, ErrorCode, Reply, ok, ok_empty};
 pub use extract::{Admin, AppJson, AppPath, AppQuery, CurrentUser};
 pub use limits::Limits;
 pub use metrics::HttpMetrics;
 pub use ops::{OpsEndpoint, ops_app};
-pub use serve::serve;
+pub use serve::{ConnectionStats, ServeOptions, serve};
 
 use crate::{
     auth::{CodeIssuer, SessionStore, SmsSender},
@@ -162,8 +164,8 @@ pub fn app(state: AppState) -> Router {
         Some(dir) => router.fallback_service(static_files(dir)),
         None => router.fallback(not_found),
     };
-    // Layers run outside-in: trace, metrics, panic, timeout, body limit, IP limit, session,
-    // user limit. Axum applies `Router::layer` to each route (and the fallback) after routing,
+    // Layers run outside-in: trace, metrics, panic, timeout, body limit, client address, IP
+    // limit, session, user limit. Axum applies `Router::layer` to each route (and the fallback) after routing,
     // so every layer, the metrics one included, already sees the route template (`MatchedPath`).
     let router: Router = router
         .layer(middleware::from_fn_with_state(
@@ -177,6 +179,11 @@ pub fn app(state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(
             state.clone(),
             limits::limit_ip,
+        ))
+        // The one place the client address is decided (`HMDP_TRUSTED_PROXIES`).
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            client::resolve_client,
         ))
         .layer(DefaultBodyLimit::max(state.config.body_limit))
         .layer(middleware::from_fn_with_state(

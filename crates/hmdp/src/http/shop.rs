@@ -5,10 +5,8 @@
 //! the client address) in memory only: the activity service sends visits to Redis in batches,
 //! so the cached read makes no extra round trip.
 
-use std::net::SocketAddr;
-
 use axum::{
-    extract::{ConnectInfo, FromRequestParts, State},
+    extract::{FromRequestParts, State},
     http::request::Parts,
 };
 use serde::Deserialize;
@@ -17,6 +15,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
     ApiError, ApiResult, AppState, ErrorCode,
+    client::ClientIp,
     extract::{Admin, AppJson, AppPath, AppQuery},
     ok, ok_empty,
 };
@@ -67,8 +66,9 @@ async fn shop_by_id(
     }
 }
 
-/// Who is reading, as a visitor: the logged-in user, else the client address (none when the
-/// request came without a peer address, as in-process tests of the router do).
+/// Who is reading, as a visitor: the logged-in user, else the client address (its /64 for IPv6,
+/// whose privacy addresses change daily; none when the request came without a peer address, as
+/// in-process tests of the router do).
 struct Reader(Option<Visitor>);
 
 impl<S: Send + Sync> FromRequestParts<S> for Reader {
@@ -81,8 +81,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Reader {
         Ok(Reader(
             parts
                 .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|ConnectInfo(peer)| Visitor::Addr(peer.ip())),
+                .get::<ClientIp>()
+                .map(|client| Visitor::Addr(client.key())),
         ))
     }
 }

@@ -12,6 +12,7 @@ use utoipa_axum::{
 
 use super::{
     ApiError, ApiResult, AppState, ErrorCode,
+    client::ClientIp,
     extract::{AppJson, AppPath, AppQuery, CurrentUser},
     limits::{self, CodeQuota},
     ok, ok_empty,
@@ -54,18 +55,20 @@ struct CodeParams {
 
 /// Send a 6-digit login code (by SMS gateway, or logged as the original does: `HMDP_SMS`).
 ///
-/// Each phone has a cooldown and a daily cap, each client IP a quota of code requests
-/// (`HMDP_CODE_IP_PER_MIN`). When the code cannot be sent the answer is 503 and the phone's
-/// cooldown is lifted.
+/// Each phone has a cooldown and a daily cap, each phone and client address a daily cap, each
+/// client address a quota of code requests (`HMDP_CODE_IP_PER_MIN`). Earlier codes stay valid.
+/// When the code cannot be sent the answer is 503 and the phone's cooldown is lifted.
 // The IP quota is the route layer in `router` (`limits::limit_codes`).
 #[utoipa::path(post, path = "/user/code", tag = TAG, params(CodeParams))]
 async fn send_code(
     axum::extract::State(state): axum::extract::State<AppState>,
+    client: ClientIp,
     AppQuery(params): AppQuery<CodeParams>,
 ) -> ApiResult<()> {
     let phone = Phone::parse(&params.phone)
         .map_err(|e| ApiError::new(ErrorCode::InvalidPhone, e.to_string()))?;
-    let code = state.codes.issue(&phone).await.map_err(|e| match e {
+    let issued = state.codes.issue(&phone, client.key()).await;
+    let code = issued.map_err(|e| match e {
         CodeError::Cooldown { retry_after } => ApiError::rate_limited(
             format!(
                 "验证码发送过于频繁，请 {} 秒后再试 (too many codes: retry in {} s)",
@@ -77,6 +80,13 @@ async fn send_code(
         CodeError::DailyLimit { retry_after } => ApiError::rate_limited(
             format!(
                 "今日验证码次数已用完 (daily code limit reached: retry in {} s)",
+                ceil_secs(retry_after)
+            ),
+            retry_after,
+        ),
+        CodeError::AddressDailyLimit { retry_after } => ApiError::rate_limited(
+            format!(
+                "今日从此网络获取验证码的次数已用完 (daily code limit for this phone from this address reached: retry in {} s)",
                 ceil_secs(retry_after)
             ),
             retry_after,
@@ -108,11 +118,13 @@ struct LoginForm {
 
 /// Log in with phone and code; data is the session token.
 ///
-/// Send the token in the `authorization` header of later requests.
+/// Any live code of the phone will do, and the login uses them all up. Send the token in the
+/// `authorization` header of later requests.
 #[utoipa::path(post, path = "/user/login", tag = TAG, request_body = LoginForm,
     responses((status = OK, body = String)))]
 async fn login(
     axum::extract::State(state): axum::extract::State<AppState>,
+    client: ClientIp,
     AppJson(form): AppJson<LoginForm>,
 ) -> ApiResult<String> {
     let phone = Phone::parse(&form.phone)
@@ -130,7 +142,7 @@ async fn login(
     let code =
         LoginCode::parse(code).map_err(|e| ApiError::new(ErrorCode::InvalidCode, e.to_string()))?;
 
-    match state.codes.check(&phone, &code).await? {
+    match state.codes.check(&phone, &code, client.key()).await? {
         CodeVerdict::Match => {}
         CodeVerdict::Wrong { tries_left } => {
             return Err(ApiError::new(
@@ -138,10 +150,16 @@ async fn login(
                 format!("验证码错误 (wrong code: {tries_left} tries left)"),
             ));
         }
+        CodeVerdict::Exhausted => {
+            return Err(ApiError::new(
+                ErrorCode::CodeVoid,
+                "验证码错误次数过多，请重新获取 (too many wrong tries from this address: request a new code)",
+            ));
+        }
         CodeVerdict::Void => {
             return Err(ApiError::new(
                 ErrorCode::CodeVoid,
-                "验证码错误次数过多，请重新获取 (too many wrong tries: request a new code)",
+                "验证码错误次数过多，请重新获取 (too many wrong tries for this phone: its codes are void, request a new code)",
             ));
         }
         CodeVerdict::Missing => {

@@ -126,14 +126,21 @@ impl Keys {
         &self.prefix
     }
 
-    /// `login:code:{phone}`: the current SMS code of a phone (the original's key).
+    /// `login:code:{phone}`: the newest SMS code of a phone (the original's key and value; the
+    /// other live codes are in [`Keys::login_code_live`]).
     pub fn login_code(&self, phone: &str) -> String {
         format!("{}login:code:{phone}", self.prefix)
     }
 
-    /// Wrong tries against the current code; a slot mate of [`Keys::login_code`].
-    pub fn login_code_attempts(&self, phone: &str) -> String {
-        slot_mate(&self.login_code(phone), "attempts")
+    /// Every live code of a phone, scored by its expiry (ms); a slot mate of the code key.
+    pub fn login_code_live(&self, phone: &str) -> String {
+        slot_mate(&self.login_code(phone), "live")
+    }
+
+    /// Wrong tries against a phone's codes: a field per client address and `*` for all of them
+    /// (hash); a slot mate of the code key.
+    pub fn login_code_wrong(&self, phone: &str) -> String {
+        slot_mate(&self.login_code(phone), "wrong")
     }
 
     /// Present while a phone must wait before the next code; a slot mate of the code key.
@@ -144,6 +151,12 @@ impl Keys {
     /// Codes sent to a phone in the current 24-hour window; a slot mate of the code key.
     pub fn login_code_daily(&self, phone: &str) -> String {
         slot_mate(&self.login_code(phone), "daily")
+    }
+
+    /// Codes sent to a phone in the current 24-hour window, a field per client address that
+    /// asked (hash); a slot mate of the code key.
+    pub fn login_code_daily_ip(&self, phone: &str) -> String {
+        slot_mate(&self.login_code(phone), "daily:ip")
     }
 
     /// `login:token:{token}`: the session hash (id, nickName, icon) (the original's key).
@@ -309,8 +322,8 @@ impl Keys {
 ///
 /// ```
 /// use hmdp::kv::{key_slot, slot_mate};
-/// let mate = slot_mate("login:code:13812345678", "attempts");
-/// assert_eq!(mate, "{login:code:13812345678}:attempts");
+/// let mate = slot_mate("login:code:13812345678", "wrong");
+/// assert_eq!(mate, "{login:code:13812345678}:wrong");
 /// assert_eq!(key_slot(&mate), key_slot("login:code:13812345678"));
 /// ```
 pub fn slot_mate(key: &str, suffix: &str) -> String {
@@ -370,9 +383,11 @@ mod tests {
         let code = keys.login_code("13812345678");
         assert_eq!(code, "t1:login:code:13812345678");
         for mate in [
-            keys.login_code_attempts("13812345678"),
+            keys.login_code_live("13812345678"),
+            keys.login_code_wrong("13812345678"),
             keys.login_code_cooldown("13812345678"),
             keys.login_code_daily("13812345678"),
+            keys.login_code_daily_ip("13812345678"),
         ] {
             assert_eq!(key_slot(&mate), key_slot(&code), "{mate}");
             assert_ne!(mate, code);

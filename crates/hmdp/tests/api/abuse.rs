@@ -6,7 +6,7 @@ use serde_json::json;
 
 use crate::{
     both_backends,
-    helpers::{Backend, spawn_app},
+    helpers::{Backend, Resp, TestApp, client_from, spawn_app, spawn_app_with},
 };
 
 const PAYLOADS: &[&str] = &[
@@ -23,7 +23,7 @@ const PAYLOADS: &[&str] = &[
 
 both_backends!(sql_injection_attempts_are_just_strings);
 
-async fn user_count(app: &crate::helpers::TestApp) -> i64 {
+async fn user_count(app: &TestApp) -> i64 {
     match &app.state.db {
         hmdp::storage::Db::Sqlite(p) => sqlx::query_scalar("SELECT COUNT(*) FROM tb_user")
             .fetch_one(p)
@@ -122,7 +122,6 @@ fn urlencode(s: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn floods_from_one_address_or_one_user_are_rate_limited() {
-    use crate::helpers::spawn_app_with;
     // 1 request per second with bursts of 2: however slow this machine, 100 requests in a row
     // (well under a minute) overrun it.
     let app = spawn_app_with(Backend::Sqlite, |c| c.rate_limit_ip = 1).await;
@@ -167,7 +166,6 @@ async fn floods_from_one_address_or_one_user_are_rate_limited() {
 /// getting codes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_address_cannot_flood_sms_to_many_phones() {
-    use crate::helpers::spawn_app_with;
     let default_quota = hmdp::Config::default().code.ip_per_min;
     assert_eq!(default_quota, 10);
     let app = spawn_app_with(Backend::Sqlite, |c| c.code.ip_per_min = default_quota).await;
@@ -193,15 +191,9 @@ async fn one_address_cannot_flood_sms_to_many_phones() {
     assert_eq!(first_refusal, Some(10), "a burst of 10, then 429");
     assert_eq!(app.sms.count(), 10, "only 10 SMS went out");
 
-    // Another address (any 127.x reaches the loopback listener) has its own quota.
-    let other = reqwest::Client::builder()
-        .no_proxy()
-        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
-        .build()
-        .unwrap();
-    let r = app
-        .send(other.post(app.url("/api/user/code?phone=13912345678")))
-        .await;
+    // Another address has its own quota.
+    let other = client_from([127, 0, 0, 2]);
+    let r = app.send_code_via(&other, "13912345678").await;
     assert!(r.success(), "{r:?}");
 }
 
@@ -213,7 +205,7 @@ async fn slow_and_idle_connections_are_closed_after_the_idle_timeout() {
     use std::time::{Duration, Instant};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    let app = crate::helpers::spawn_app_with(Backend::Sqlite, |c| {
+    let app = spawn_app_with(Backend::Sqlite, |c| {
         c.idle_timeout = Duration::from_secs(1);
     })
     .await;
@@ -245,6 +237,109 @@ async fn slow_and_idle_connections_are_closed_after_the_idle_timeout() {
             started.elapsed() >= Duration::from_millis(900),
             "the {name} connection closed after {:?}",
             started.elapsed()
+        );
+    }
+}
+
+/// `POST /user/code` for a fresh phone, as relayed by a proxy on 127.0.0.1 that says the
+/// request came through `forwarded_for` (an `X-Forwarded-For` value; none when empty).
+async fn code_forwarded_for(app: &TestApp, forwarded_for: &str) -> Resp {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static PHONES: AtomicU32 = AtomicU32::new(0);
+    let phone = format!("1380000{:04}", PHONES.fetch_add(1, Ordering::Relaxed));
+    let mut req = app
+        .client
+        .post(app.url(&format!("/api/user/code?phone={phone}")));
+    if !forwarded_for.is_empty() {
+        req = req.header("x-forwarded-for", forwarded_for);
+    }
+    app.send(req).await
+}
+
+/// Behind trusted proxies (`HMDP_TRUSTED_PROXIES`, e.g. nginx on the same machine) every client
+/// has its own per-address quotas, found as the rightmost `X-Forwarded-For` entry that is not a
+/// proxy; what a client writes further left changes nothing, and an IPv6 client is one /64.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_quota() {
+    let app = spawn_app_with(Backend::Sqlite, |c| {
+        c.code.ip_per_min = 2;
+        c.trusted_proxies = "127.0.0.1/32, 10.0.0.0/8".parse().unwrap();
+    })
+    .await;
+    let refused = |r: &Resp| r.status == 429 && r.code() == "rate_limited";
+    for _ in 0..2 {
+        let r = code_forwarded_for(&app, "203.0.113.7").await;
+        assert!(r.success(), "{r:?}");
+    }
+    for spoofed in [
+        "203.0.113.7",
+        // The client wrote the left part; the proxy appended what it saw.
+        "198.51.100.1, 203.0.113.7",
+        // Through a second, inner proxy (10.x): still the same client.
+        "198.51.100.1, 203.0.113.7, 10.1.2.3",
+    ] {
+        let r = code_forwarded_for(&app, spoofed).await;
+        assert!(refused(&r), "{spoofed}: {r:?}");
+    }
+    // Another client behind the same proxy has its own quota.
+    let r = code_forwarded_for(&app, "203.0.113.8").await;
+    assert!(r.success(), "{r:?}");
+    // IPv6: one /64 is one client, whatever its addresses; the next /64 is another.
+    for ip in ["2001:db8:1:2::1", "2001:db8:1:2:ffff:ffff:ffff:ffff"] {
+        let r = code_forwarded_for(&app, ip).await;
+        assert!(r.success(), "{ip}: {r:?}");
+    }
+    let r = code_forwarded_for(&app, "2001:db8:1:2:abcd::9").await;
+    assert!(refused(&r), "{r:?}");
+    let r = code_forwarded_for(&app, "2001:db8:1:3::1").await;
+    assert!(r.success(), "{r:?}");
+
+    // The request rate limit keys clients the same way.
+    let app = spawn_app_with(Backend::Sqlite, |c| {
+        c.rate_limit_ip = 1;
+        c.trusted_proxies = "127.0.0.1".parse().unwrap();
+    })
+    .await;
+    let get = |xff: &'static str| {
+        let req = app.client.get(app.url("/api/shop-type/list"));
+        app.send(req.header("x-forwarded-for", xff))
+    };
+    let mut limited = 0;
+    for _ in 0..20 {
+        if get("203.0.113.7").await.status == 429 {
+            limited += 1;
+        }
+    }
+    assert!(
+        limited >= 10,
+        "1/s with bursts of 2: {limited} of 20 refused"
+    );
+    let r = get("203.0.113.8").await;
+    assert!(
+        r.success(),
+        "another forwarded client is not limited: {r:?}"
+    );
+}
+
+/// A peer that is not a trusted proxy is the client, whatever `X-Forwarded-For` it sends: it
+/// cannot escape its quota by making up addresses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_peer_cannot_escape_its_quota_with_x_forwarded_for() {
+    let app = spawn_app_with(Backend::Sqlite, |c| {
+        c.code.ip_per_min = 2;
+        c.trusted_proxies = "10.0.0.0/8".parse().unwrap();
+    })
+    .await;
+    for xff in ["203.0.113.1", "203.0.113.2"] {
+        let r = code_forwarded_for(&app, xff).await;
+        assert!(r.success(), "{r:?}");
+    }
+    for xff in ["203.0.113.3", "2001:db8::1", "10.0.0.1", ""] {
+        let r = code_forwarded_for(&app, xff).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (429, "rate_limited"),
+            "{xff:?}: {r:?}"
         );
     }
 }

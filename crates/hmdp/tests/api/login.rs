@@ -4,7 +4,7 @@ use serde_json::json;
 
 use crate::{
     both_backends,
-    helpers::{Backend, spawn_app, spawn_app_with},
+    helpers::{Backend, client_from, spawn_app, spawn_app_with},
 };
 
 both_backends!(
@@ -12,9 +12,13 @@ both_backends!(
     the_session_ttl_slides_with_use,
     an_expired_session_is_a_401,
     a_code_is_single_use,
-    five_wrong_tries_void_the_code,
+    five_wrong_tries_stop_that_address_until_it_asks_again,
     codes_are_rate_limited_per_phone,
     the_daily_code_cap_applies,
+    a_third_party_cannot_use_up_a_phones_codes_from_one_address,
+    earlier_codes_stay_valid_until_one_is_used,
+    wrong_tries_from_another_address_do_not_void_the_owners_code,
+    guessing_from_many_addresses_is_bounded_per_phone,
     bad_input_gets_a_clear_error,
     a_first_login_creates_the_user_once,
     the_code_lives_at_the_original_key,
@@ -115,8 +119,8 @@ async fn a_code_is_single_use(backend: Backend) {
     assert_eq!(again.code(), "code_expired");
 }
 
-async fn five_wrong_tries_void_the_code(backend: Backend) {
-    let app = spawn_app(backend).await;
+async fn five_wrong_tries_stop_that_address_until_it_asks_again(backend: Backend) {
+    let app = spawn_app_with(backend, |c| c.code.min_interval = std::time::Duration::ZERO).await;
     let phone = "18612345678";
     app.send_code(phone).await;
     let code = app.sms.last_code_for(phone).unwrap();
@@ -129,10 +133,14 @@ async fn five_wrong_tries_void_the_code(backend: Backend) {
     }
     let fifth = app.login_with(phone, wrong).await;
     assert_eq!(fifth.code(), "code_void", "{fifth:?}");
-    // The right code is worthless now.
+    // This address gets no sixth guess, not even with the right code...
     let right = app.login_with(phone, &code).await;
     assert!(!right.success());
-    assert_eq!(right.code(), "code_expired");
+    assert_eq!(right.code(), "code_void", "{right:?}");
+    // ...until it asks for a new code, which gives it fresh tries.
+    assert!(app.send_code(phone).await.success());
+    let new = app.sms.last_code_for(phone).unwrap();
+    assert!(app.login_with(phone, &new).await.success());
 }
 
 async fn codes_are_rate_limited_per_phone(backend: Backend) {
@@ -166,6 +174,126 @@ async fn the_daily_code_cap_applies(backend: Backend) {
     assert_eq!(fourth.status, 429);
     assert!(fourth.msg().contains("daily"), "{fourth:?}");
     assert_eq!(app.sms.count(), 3);
+}
+
+/// Issue "Step 11", item 3: ten code requests from one address used to use up the phone's day.
+/// Now each (phone, address) has its own cap, under a much higher one for the phone.
+async fn a_third_party_cannot_use_up_a_phones_codes_from_one_address(backend: Backend) {
+    let app = spawn_app_with(backend, |c| {
+        c.code.min_interval = std::time::Duration::ZERO;
+        c.code.phone_ip_daily_limit = 2;
+        c.code.daily_limit = 5;
+    })
+    .await;
+    let phone = "13912345678";
+    let attacker = client_from([127, 0, 0, 2]);
+    for _ in 0..2 {
+        assert!(app.send_code_via(&attacker, phone).await.success());
+    }
+    let r = app.send_code_via(&attacker, phone).await;
+    assert_eq!((r.status, r.code()), (429, "rate_limited"), "{r:?}");
+    assert!(r.msg().contains("from this address"), "{r:?}");
+    // The owner, at another address, still gets a code and logs in with it.
+    let token = app.login(phone).await;
+    assert!(app.get("/api/user/me", Some(&token)).await.success());
+    // Only many addresses together reach the phone's own cap (5: 2 + 1 + 2).
+    let second = client_from([127, 0, 0, 3]);
+    for _ in 0..2 {
+        assert!(app.send_code_via(&second, phone).await.success());
+    }
+    let r = app.send_code_via(&client_from([127, 0, 0, 4]), phone).await;
+    assert_eq!(r.status, 429, "{r:?}");
+    assert!(r.msg().contains("daily code limit reached"), "{r:?}");
+    assert_eq!(app.sms.count(), 5);
+}
+
+/// A new code does not void the one the owner is typing: every code stays valid until it
+/// expires or one of them logs in (at most the newest five are kept).
+async fn earlier_codes_stay_valid_until_one_is_used(backend: Backend) {
+    let app = spawn_app_with(backend, |c| c.code.min_interval = std::time::Duration::ZERO).await;
+    let phone = "13812340000";
+    let mut codes = Vec::new();
+    for _ in 0..6 {
+        assert!(app.send_code(phone).await.success());
+        codes.push(app.sms.last_code_for(phone).unwrap());
+    }
+    // The original's key holds the newest code.
+    let key = format!("{}login:code:{phone}", app.prefix);
+    let stored: String = redis::AsyncCommands::get(&mut app.redis().await, &key)
+        .await
+        .unwrap();
+    assert_eq!(stored, codes[5]);
+    // The oldest of six fell out (unless a later one happens to be the same six digits).
+    if !codes[1..].contains(&codes[0]) {
+        let r = app.login_with(phone, &codes[0]).await;
+        assert_eq!(r.code(), "wrong_code", "{r:?}");
+    }
+    let r = app.login_with(phone, &codes[1]).await;
+    assert!(r.success(), "an earlier code logs in: {r:?}");
+    // One login uses them all up.
+    let r = app.login_with(phone, &codes[5]).await;
+    assert_eq!(r.code(), "code_expired", "{r:?}");
+}
+
+/// Someone else guessing from another address runs out of tries there; the owner's code stays
+/// valid (before, five wrong tries from anywhere voided it).
+async fn wrong_tries_from_another_address_do_not_void_the_owners_code(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let phone = "15012340000";
+    assert!(app.send_code(phone).await.success());
+    let code = app.sms.last_code_for(phone).unwrap();
+    let wrong = if code == "000000" { "111111" } else { "000000" };
+    let attacker = client_from([127, 0, 0, 2]);
+    for _ in 0..4 {
+        let r = app.login_via(&attacker, phone, wrong).await;
+        assert_eq!(r.code(), "wrong_code", "{r:?}");
+    }
+    let r = app.login_via(&attacker, phone, wrong).await;
+    assert_eq!(r.code(), "code_void", "{r:?}");
+    // Out of tries: even the right code is refused from there.
+    let r = app.login_via(&attacker, phone, &code).await;
+    assert_eq!(r.code(), "code_void", "{r:?}");
+    let r = app.login_with(phone, &code).await;
+    assert!(r.success(), "the owner logs in: {r:?}");
+}
+
+/// Guessing from many addresses is bounded per phone: after `HMDP_CODE_MAX_ATTEMPTS` ×
+/// `HMDP_CODE_DAILY_LIMIT` wrong tries a day, every wrong try voids all the phone's codes.
+async fn guessing_from_many_addresses_is_bounded_per_phone(backend: Backend) {
+    let app = spawn_app_with(backend, |c| {
+        c.code.min_interval = std::time::Duration::ZERO;
+        c.code.max_attempts = 2;
+        c.code.daily_limit = 2;
+    })
+    .await;
+    let phone = "17712340000";
+    assert!(app.send_code(phone).await.success());
+    let code = app.sms.last_code_for(phone).unwrap();
+    let wrong = if code == "000000" { "111111" } else { "000000" };
+    // 2 × 2 = 4 wrong tries for the day, from two addresses.
+    let (a, b) = (client_from([127, 0, 0, 2]), client_from([127, 0, 0, 3]));
+    let a1 = app.login_via(&a, phone, wrong).await;
+    assert_eq!(a1.code(), "wrong_code", "{a1:?}");
+    let a2 = app.login_via(&a, phone, wrong).await;
+    assert_eq!(a2.code(), "code_void", "{a2:?}");
+    assert!(a2.msg().contains("from this address"), "{a2:?}");
+    let b1 = app.login_via(&b, phone, wrong).await;
+    assert_eq!(b1.code(), "wrong_code", "{b1:?}");
+    let b2 = app.login_via(&b, phone, wrong).await;
+    assert_eq!(b2.code(), "code_void", "{b2:?}");
+    assert!(b2.msg().contains("for this phone"), "{b2:?}");
+    let r = app.login_with(phone, &code).await;
+    assert_eq!(r.code(), "code_expired", "the code is gone: {r:?}");
+    // From now on one wrong try, from a fresh address, voids a new code too.
+    assert!(app.send_code(phone).await.success());
+    let code = app.sms.last_code_for(phone).unwrap();
+    let wrong = if code == "000000" { "111111" } else { "000000" };
+    let r = app
+        .login_via(&client_from([127, 0, 0, 4]), phone, wrong)
+        .await;
+    assert_eq!(r.code(), "code_void", "{r:?}");
+    let r = app.login_with(phone, &code).await;
+    assert_eq!(r.code(), "code_expired", "{r:?}");
 }
 
 async fn bad_input_gets_a_clear_error(backend: Backend) {

@@ -15,6 +15,7 @@ mod activity;
 mod admin;
 mod cluster;
 mod compat;
+mod connections;
 mod costly;
 mod embedded;
 mod failures;

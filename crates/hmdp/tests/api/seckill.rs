@@ -772,6 +772,7 @@ fn serve_process(app: &TestApp, port: u16, dir: &std::path::Path) -> std::proces
         .env("HMDP_WORKER_CLAIM_IDLE_MS", "500")
         .env("HMDP_RATE_LIMIT_IP", "0")
         .env("HMDP_RATE_LIMIT_USER", "0")
+        .env("HMDP_MAX_CONNECTIONS_PER_IP", "0")
         .spawn()
         .unwrap()
 }

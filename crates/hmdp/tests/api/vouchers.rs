@@ -6,14 +6,12 @@
 //! original's local format and a time with an offset. The second test runs the service as a
 //! separate process in another zone than this test, so a zone mix-up cannot hide.
 
-use std::process::Child;
-
 use chrono::{DateTime, Local, NaiveDateTime, TimeZone};
 use serde_json::{Value, json};
 
 use crate::{
     both_backends,
-    helpers::{ADMIN_TOKEN, Backend, spawn_app, wait_until_up},
+    helpers::{ADMIN_TOKEN, Backend, ChildGuard, spawn_app, wait_until_up},
 };
 
 both_backends!(flash_sale_windows_come_as_instants_too);
@@ -148,16 +146,6 @@ async fn flash_sale_windows_come_as_instants_too(backend: Backend) {
     assert!(plain.get("beginMillis").is_none(), "{plain}");
     assert!(plain.get("beginTime").is_none(), "{plain}");
     app.stop().await;
-}
-
-/// Kills the child service however the test ends.
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -73,6 +73,7 @@ pub fn test_config(database_url: String, dir: &std::path::Path) -> Config {
         // Tests fire bursts from one address; the limits have their own test.
         rate_limit_ip: 0,
         rate_limit_user: 0,
+        max_connections_per_ip: 0,
         ..Config::default()
     };
     // Tests ask for many codes from 127.0.0.1; the per-IP code quota has its own test.
@@ -314,17 +315,24 @@ impl TestApp {
     }
 
     pub async fn send_code(&self, phone: &str) -> Resp {
-        self.post(&format!("/api/user/code?phone={phone}"), None)
-            .await
+        self.send_code_via(&self.client, phone).await
+    }
+
+    /// `POST /api/user/code` through `client` (e.g. [`client_from`] another address).
+    pub async fn send_code_via(&self, client: &reqwest::Client, phone: &str) -> Resp {
+        let url = self.url(&format!("/api/user/code?phone={phone}"));
+        self.send(client.post(url)).await
     }
 
     pub async fn login_with(&self, phone: &str, code: &str) -> Resp {
-        self.post_json(
-            "/api/user/login",
-            &serde_json::json!({"phone": phone, "code": code}),
-            None,
-        )
-        .await
+        self.login_via(&self.client, phone, code).await
+    }
+
+    /// `POST /api/user/login` through `client` (e.g. [`client_from`] another address).
+    pub async fn login_via(&self, client: &reqwest::Client, phone: &str, code: &str) -> Resp {
+        let body = serde_json::json!({"phone": phone, "code": code});
+        self.send(client.post(self.url("/api/user/login")).json(&body))
+            .await
     }
 
     /// Full login: ask for a code, read it from the captured SMS, log in; the token.
@@ -385,6 +393,28 @@ impl Drop for TestApp {
             let _ = tx.send(());
         }
         remove_keys(&redis_url(), &self.prefix);
+    }
+}
+
+/// A client whose connections come from `ip`: any 127.x address reaches the loopback listener,
+/// so a test can act as several client addresses.
+pub fn client_from(ip: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .local_address(std::net::IpAddr::from(ip))
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+/// A child process (e.g. from [`TestApp::binary`]) killed and reaped when dropped, also when
+/// the test panics.
+pub struct ChildGuard(pub std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 

@@ -11,9 +11,9 @@ mod images;
 mod seckill;
 
 pub use app::{
-    ADMIN_TOKEN, Backend, Resp, TestApp, assert_nothing_outside, raw_get, spawn_app,
-    spawn_app_with, spawn_app_with_configured_sms, spawn_app_with_rabbitmq, spawn_with_config,
-    test_config, wait_until_up,
+    ADMIN_TOKEN, Backend, ChildGuard, Resp, TestApp, assert_nothing_outside, client_from, raw_get,
+    spawn_app, spawn_app_with, spawn_app_with_configured_sms, spawn_app_with_rabbitmq,
+    spawn_with_config, test_config, wait_until_up,
 };
 pub use database::{SchemaDump, TestDatabase, mysql_via_proxy};
 pub use hmdp_testkit::{
