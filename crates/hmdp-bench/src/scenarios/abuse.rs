@@ -197,7 +197,7 @@ pub async fn run(cli: &Cli, args: &AbuseArgs) -> anyhow::Result<Report> {
         );
         report
             .rows
-            .push(Row::from_outcome(&format!("  grab beside it"), &buying));
+            .push(Row::from_outcome("  grab beside it", &buying));
         lines.push(summary(attack.name, &alone, &buying, &attacking));
     }
     report.summary.extend(lines);
