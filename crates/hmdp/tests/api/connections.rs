@@ -81,6 +81,7 @@ async fn a_thousand_idle_connections_from_one_address_leave_room_for_everyone_el
     let refused = async || -> u64 {
         let text = other
             .get(&metrics)
+            .header("x-admin-token", ADMIN_TOKEN)
             .send()
             .await
             .unwrap()
