@@ -30,7 +30,7 @@ for round in 1 2; do
     echo "== round $round, $which ($bin)" | tee -a $R/abuse.txt
     $B abuse --url http://127.0.0.1:$PORT --database-url $MYSQL/$db --redis-prefix $prefix \
       --admin-token $token -c 64 --attackers 32 --seconds 10 2>/dev/null \
-      | grep -E '^\| (grab|attack|  grab)|^[a-z].*sustains' | tee -a $R/abuse.txt
+      | grep -E '^\| (grab|attack|  grab|  my orders)|^[a-z].*attacker gets' | tee -a $R/abuse.txt
     kill $server; wait $server || true
     mysql -uroot -h127.0.0.1 -e "DROP DATABASE $db"
     redis-cli --scan --pattern "$prefix*" | xargs -r -n 1000 redis-cli del > /dev/null

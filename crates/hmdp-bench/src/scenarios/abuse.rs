@@ -1,7 +1,9 @@
 //! `abuse`: cheap requests that cost the service a lot, each sent by an attacker (`--attackers`
 //! connections) while buyers grab a voucher (`--connections`), against the grab alone.
-//! For each pattern: the requests/s the attacker sustains, and the grab's rate and p99 beside
-//! it. Run it against two builds (`--url`, see `scripts/abuse.sh`) for before/after.
+//! For each pattern, run as fast as it is answered and at a fixed `--attack-rate`: the
+//! requests/s the attacker gets, and the p99 of the grab and of a buyer's database read ("my
+//! orders") beside it. Run it against two builds (`--url`, see `scripts/abuse.sh`) for
+//! before/after.
 //!
 //! The patterns (issue "Safe to expose", item 4):
 //! - the public sale stats of a voucher, in a table of `--orders` orders of other vouchers
@@ -25,7 +27,7 @@ use super::{
 };
 use crate::{
     Cli,
-    load::{Outcome, Req, Stop, request_phase},
+    load::{Outcome, Req, Stop, paced_request_phase, request_phase},
     report::{Report, Row},
 };
 
@@ -44,6 +46,10 @@ pub struct AbuseArgs {
     /// Shops whose name matches the attacker's search, put in `tb_shop` first.
     #[arg(long, default_value_t = 20_000)]
     pub shops: u64,
+    /// Each attack also runs at this fixed rate (requests/s over its connections): the same
+    /// pressure before and after, so the victims' p99 compares what one request costs.
+    #[arg(long, default_value_t = 15.0)]
+    pub attack_rate: f64,
 }
 
 /// Rows per multi-row `INSERT` of the set-up.
@@ -96,6 +102,17 @@ async fn fill(db: &Db, args: &AbuseArgs) -> anyhow::Result<()> {
             &format!("INSERT INTO tb_shop (name, type_id, images, address, x, y) VALUES {values}"),
         )
         .await?;
+    }
+    // Fresh statistics, as a database that grew to this size would have: right after a bulk
+    // insert the optimizer still sees empty tables and picks plans (a backwards primary-key
+    // scan for "my orders") that would make the first phase measure that instead.
+    let analyze = match db {
+        Db::Sqlite(_) => "ANALYZE",
+        Db::MySql(_) => "ANALYZE TABLE tb_voucher_order, tb_shop",
+    };
+    match db {
+        Db::Sqlite(p) => sqlx::query(analyze).execute(p).await.map(|_| ())?,
+        Db::MySql(p) => sqlx::query(analyze).fetch_all(p).await.map(|_| ())?,
     }
     Ok(())
 }
@@ -153,69 +170,142 @@ pub async fn run(cli: &Cli, args: &AbuseArgs) -> anyhow::Result<Report> {
         },
     ];
 
-    let seconds = Duration::from_secs(cli.seconds);
+    let mine = users.clone();
+    let my_orders: Arc<dyn Fn(u64) -> Req + Send + Sync> = Arc::new(move |i| {
+        Req::get("/api/voucher-order/of/me")
+            .header("authorization", &mine[pick_user(i, n) as usize].token)
+    });
+    let victims = Victims {
+        addr: t.addr,
+        seconds: Duration::from_secs(cli.seconds),
+        connections: cli.connections,
+        grab,
+        my_orders,
+    };
     let mut report = Report::new("abuse", cli.connections);
-    let alone = request_phase(
-        "grab, no attack",
-        t.addr,
-        cli.connections,
-        Stop::After(seconds),
-        false,
-        grab.clone(),
-    )
-    .await?;
+    let (alone, alone_reads, _) = victims.beside(None).await?;
     report
         .rows
         .push(Row::from_outcome("grab, no attack", &alone).note(format!(
             "{} buyers, {} connections",
             args.users, cli.connections
         )));
-    let mut lines = Vec::new();
+    report.rows.push(
+        Row::from_outcome("  my orders (a database read), no attack", &alone_reads)
+            .note(format!("{READERS} connections")),
+    );
     for attack in attacks {
-        let (buying, attacking) = tokio::join!(
-            request_phase(
-                "grab under attack",
-                t.addr,
-                cli.connections,
-                Stop::After(seconds),
-                false,
-                grab.clone(),
-            ),
-            request_phase(
-                attack.name,
-                t.addr,
-                args.attackers,
-                Stop::After(seconds),
-                false,
-                attack.make.clone(),
-            ),
-        );
-        let (buying, attacking) = (buying?, attacking?);
-        report.rows.push(
-            Row::from_outcome(&format!("attack: {}", attack.name), &attacking)
-                .note(format!("{} connections", args.attackers)),
-        );
-        report
-            .rows
-            .push(Row::from_outcome("  grab beside it", &buying));
-        lines.push(summary(attack.name, &alone, &buying, &attacking));
+        for rate in [None, Some(args.attack_rate)] {
+            let how = match rate {
+                None => format!("{} connections, as fast as answered", args.attackers),
+                Some(r) => format!("{r} req/s"),
+            };
+            let (buying, reading, attacking) = victims
+                .beside(Some((&attack, args.attackers, rate)))
+                .await?;
+            let attacking = attacking.expect("an attack ran");
+            let row = match rate {
+                None => format!("attack: {}", attack.name),
+                Some(r) => format!("attack at {r}/s: {}", attack.name),
+            };
+            report
+                .rows
+                .push(Row::from_outcome(&row, &attacking).note(&how));
+            report
+                .rows
+                .push(Row::from_outcome("  grab beside it", &buying));
+            report
+                .rows
+                .push(Row::from_outcome("  my orders beside it", &reading));
+            report.summary.push(summary(
+                &format!("{} ({how})", attack.name),
+                (&alone, &alone_reads),
+                (&buying, &reading),
+                &attacking,
+            ));
+        }
     }
-    report.summary.extend(lines);
     if let Some(s) = t.server {
         s.stop().await;
     }
     Ok(report)
 }
 
-/// One line per attack: what the attacker sustained and what it did to the grab.
-fn summary(name: &str, alone: &Outcome, buying: &Outcome, attacking: &Outcome) -> String {
+/// Connections of the buyers reading their orders.
+const READERS: usize = 8;
+
+/// What an attack is measured against: buyers grabbing, and buyers reading their orders (a
+/// database read, which is what a costly request takes from others).
+struct Victims {
+    addr: std::net::SocketAddr,
+    seconds: Duration,
+    connections: usize,
+    grab: Arc<dyn Fn(u64) -> Req + Send + Sync>,
+    my_orders: Arc<dyn Fn(u64) -> Req + Send + Sync>,
+}
+
+impl Victims {
+    /// Runs the victims for the phase, beside `attack` (its connections, and its rate or as
+    /// fast as answered) when there is one: `(grabs, reads, attack)`.
+    async fn beside(
+        &self,
+        attack: Option<(&Attack, usize, Option<f64>)>,
+    ) -> anyhow::Result<(Outcome, Outcome, Option<Outcome>)> {
+        let stop = Stop::After(self.seconds);
+        let attacking = async {
+            match attack {
+                None => Ok(None),
+                Some((a, connections, rate)) => paced_request_phase(
+                    a.name,
+                    self.addr,
+                    connections,
+                    stop,
+                    false,
+                    rate,
+                    a.make.clone(),
+                )
+                .await
+                .map(Some),
+            }
+        };
+        let (buying, reading, attacking) = tokio::join!(
+            request_phase(
+                "grab",
+                self.addr,
+                self.connections,
+                stop,
+                false,
+                self.grab.clone()
+            ),
+            request_phase(
+                "my orders",
+                self.addr,
+                READERS,
+                stop,
+                false,
+                self.my_orders.clone()
+            ),
+            attacking,
+        );
+        Ok((buying?, reading?, attacking?))
+    }
+}
+
+/// One line per attack: what the attacker sustained and what it did to the victims.
+fn summary(
+    name: &str,
+    (alone, alone_reads): (&Outcome, &Outcome),
+    (buying, reading): (&Outcome, &Outcome),
+    attacking: &Outcome,
+) -> String {
     let p99 = |o: &Outcome| o.latency.value_at_quantile(0.99) as f64 / 1000.0;
     format!(
-        "{name}: the attacker sustains {:.0} req/s; the grab runs at {:.0} req/s ({:.2}x alone), p99 {:.2} ms ({:.2}x alone)",
+        "{name}: the attacker gets {:.0} req/s (p50 {:.2} ms); grab p99 {:.2} ms ({:.2}x alone), my-orders p99 {:.2} ms ({:.2}x alone)",
         attacking.rate(),
-        buying.rate(),
-        buying.rate() / alone.rate().max(1e-9),
+        attacking.latency.value_at_quantile(0.5) as f64 / 1000.0,
         p99(buying),
         p99(buying) / p99(alone).max(1e-9),
+        p99(reading),
+        p99(reading) / p99(alone_reads).max(1e-9),
     )
 }
