@@ -12,6 +12,8 @@ use crate::helpers::{
 
 crate::both_backends!(
     counting_a_sales_orders_uses_an_index,
+    concurrent_stats_requests_share_one_computation,
+    unknown_voucher_ids_cost_no_warm_up_and_repeats_no_redis,
     deep_name_search_pages_are_empty,
     the_order_worker_writes_while_readers_hold_every_connection
 );
@@ -52,9 +54,8 @@ async fn counting_a_sales_orders_uses_an_index(backend: Backend) {
 }
 
 /// A flood of dashboard reads computes each sale's view once per second per instance.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_stats_requests_share_one_computation() {
-    let app = Arc::new(spawn_app(Backend::Sqlite).await);
+async fn concurrent_stats_requests_share_one_computation(backend: Backend) {
+    let app = Arc::new(spawn_app(backend).await);
     let voucher = create_sale(&app, 10, -60, 3600).await;
     let computed = || app.state.seckill.stats().stats_computed.get();
     let before = computed();
@@ -89,9 +90,8 @@ async fn concurrent_stats_requests_share_one_computation() {
 
 /// A grab for an id that is no flash-sale voucher is settled by the primary key, with no
 /// warm-up (lock, stream and dead-letter scans); a repeated one is answered from memory.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unknown_voucher_ids_cost_no_warm_up_and_repeats_no_redis() {
-    let app = spawn_app_with(Backend::Sqlite, |c| c.seckill.worker = false).await;
+async fn unknown_voucher_ids_cost_no_warm_up_and_repeats_no_redis(backend: Backend) {
+    let app = spawn_app_with(backend, |c| c.seckill.worker = false).await;
     let token = app.login("13812345678").await;
     let unknown = 987_654;
     let (_, body) = grab_raw(&app, unknown, &token).await;
