@@ -29,6 +29,7 @@ pub enum Command {
 
 /// Runs the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> i32 {
+    crate::secret_files::private_umask();
     let config = match Config::load(cli.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {

@@ -12,6 +12,15 @@ use rand::RngCore;
 
 use crate::config::Secret;
 
+/// Makes every file this process creates from now on readable and writable by its own user
+/// only (umask 077): the SQLite database and its journal, uploaded photos, generated
+/// credentials. They hold phones, sessions' owners and orders; nothing but the service reads
+/// them (it serves the photos itself). Called first thing by the `hmdp` binary.
+pub fn private_umask() {
+    // SAFETY: umask only sets the process's file-creation mask.
+    unsafe { libc::umask(0o077) };
+}
+
 /// A credential kept in `path`: read when the file holds one (made private if others could read
 /// it), else 24 random bytes in hex, written with mode 600. Also says whether it was generated
 /// now. `what` names it in messages.

@@ -144,6 +144,14 @@ async fn the_binary_with_no_configuration_comes_up_healthy() {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
+    // Every file of the service is its user's alone (umask 077): the database first of all.
+    for file in ["data/hmdp.db", "data/hmdp.db-wal"] {
+        let path = dir.path().join(file);
+        if path.exists() {
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "{file} is readable by others: {mode:o}");
+        }
+    }
 
     let status = terminate(&mut child);
     assert!(status.success(), "graceful exit on SIGTERM, got {status}");
