@@ -27,6 +27,8 @@
 //!   twice, drain rate.
 //! - `abuse`: cheap requests that cost a lot (sale stats, unknown voucher ids, a deep name
 //!   search), each beside a grab load: what the attacker sustains, what it does to the grab.
+//! - `floor`, `tokens`: the bare server and the logged-in users of `scripts/wrk-floor.sh`, which
+//!   measures hmdp against the floor with wrk (a C client) and a token on every request.
 //! - `publish-cost`: a RabbitMQ publish with a confirm inside each request (the course's
 //!   design) against an `XADD` per request (hmdp's outbox) and the relay's confirmed batches.
 //!
@@ -134,6 +136,25 @@ pub enum Scenario {
     /// What publishing to RabbitMQ with a confirm inside each request (the course's design)
     /// costs, against an XADD per request and the relay's confirmed batches.
     PublishCost(scenarios::publish::PublishArgs),
+    /// The bare server of the wrk comparison: every request answered `{"success":true}`.
+    Floor {
+        /// Address to serve on.
+        #[arg(long, default_value = "127.0.0.1:18094")]
+        listen: std::net::SocketAddr,
+    },
+    /// Logs users in through the running hmdp of `--url`, writes their tokens one per line, and
+    /// creates a flash-sale voucher (its id on stdout): the wrk comparison's set-up.
+    Tokens {
+        /// Users to log in.
+        #[arg(long, default_value_t = 2000)]
+        users: usize,
+        /// The voucher's stock.
+        #[arg(long, default_value_t = 1)]
+        stock: i64,
+        /// Where the tokens go.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// The consumer process of `queues` (started and killed by it).
     #[command(hide = true)]
     QueuesConsumer(scenarios::queues::ConsumerArgs),
@@ -156,6 +177,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Scenario::Queues(args) => scenarios::queues::run(&cli, args).await?,
         Scenario::PublishCost(args) => scenarios::publish::run(&cli, args).await?,
         Scenario::Abuse(args) => scenarios::abuse::run(&cli, args).await?,
+        // The wrk comparison's pieces print no report (the floor runs until killed).
+        Scenario::Floor { listen } => return scenarios::floor::serve_floor(*listen).await,
+        Scenario::Tokens { users, stock, out } => {
+            return scenarios::floor::tokens(&cli, *users, *stock, out).await;
+        }
         // Runs until killed; prints no report.
         Scenario::QueuesConsumer(args) => return scenarios::queues::consume(&cli, args).await,
     };

@@ -3,6 +3,7 @@
 pub mod abuse;
 pub mod baselines;
 pub mod conns;
+pub mod floor;
 pub mod ids;
 pub mod lock;
 pub mod login;
