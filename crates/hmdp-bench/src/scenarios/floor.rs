@@ -14,7 +14,7 @@ use http_body_util::Full;
 use hyper::{Response, server::conn::http1, service::service_fn};
 use hyper_util::rt::TokioIo;
 
-use super::setup::{CodeSource, create_users, create_voucher};
+use super::setup::{CodeSource, admin_token, create_users, create_voucher};
 use crate::Cli;
 
 /// The fixed answer of the floor.
@@ -52,17 +52,8 @@ pub async fn tokens(cli: &Cli, users: usize, stock: i64, out: &PathBuf) -> anyho
         .as_deref()
         .ok_or_else(|| anyhow::anyhow!("tokens needs --url (a running hmdp)"))?;
     let addr = super::shop::target(url)?;
-    let admin_token = cli
-        .admin_token
-        .clone()
-        .or_else(|| std::env::var("HMDP_ADMIN_TOKEN").ok())
-        .ok_or_else(|| anyhow::anyhow!("tokens needs --admin-token (or HMDP_ADMIN_TOKEN)"))?;
-    let codes = CodeSource::Redis {
-        conn: redis::Client::open(cli.redis_url.as_str())?
-            .get_multiplexed_async_connection()
-            .await?,
-        prefix: cli.redis_prefix.clone(),
-    };
+    let admin_token = admin_token(cli)?;
+    let codes = CodeSource::of_running_server(cli).await?;
     let logged_in = create_users(addr, &codes, users, 32).await?;
     let lines: Vec<&str> = logged_in.iter().map(|u| u.token.as_str()).collect();
     std::fs::write(out, lines.join("\n") + "\n")?;

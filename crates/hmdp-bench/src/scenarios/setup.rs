@@ -56,27 +56,24 @@ impl Target {
             .database_url
             .as_deref()
             .ok_or_else(|| anyhow::anyhow!("--url needs --database-url (the server's database)"))?;
-        let admin_token = cli
-            .admin_token
-            .clone()
-            .or_else(|| std::env::var("HMDP_ADMIN_TOKEN").ok())
-            .ok_or_else(|| anyhow::anyhow!("--url needs --admin-token (or HMDP_ADMIN_TOKEN)"))?;
-        let conn = redis::Client::open(cli.redis_url.as_str())?
-            .get_multiplexed_async_connection()
-            .await?;
         Ok(Target {
             addr: super::shop::target(url)?,
             server: None,
             db: Db::connect(database_url, 4).await?,
             keys: Keys::new(cli.redis_prefix.clone()),
             shards: cli.seckill_shards,
-            admin_token,
-            codes: CodeSource::Redis {
-                conn,
-                prefix: cli.redis_prefix.clone(),
-            },
+            admin_token: admin_token(cli)?,
+            codes: CodeSource::of_running_server(cli).await?,
         })
     }
+}
+
+/// A running server's admin token: `--admin-token`, else `$HMDP_ADMIN_TOKEN`.
+pub fn admin_token(cli: &Cli) -> anyhow::Result<String> {
+    cli.admin_token
+        .clone()
+        .or_else(|| std::env::var("HMDP_ADMIN_TOKEN").ok())
+        .ok_or_else(|| anyhow::anyhow!("--url needs --admin-token (or HMDP_ADMIN_TOKEN)"))
 }
 
 /// Where login codes come from.
@@ -92,6 +89,16 @@ pub enum CodeSource {
 }
 
 impl CodeSource {
+    /// Codes of the running server of `--url`: read from `--redis-url` under `--redis-prefix`.
+    pub async fn of_running_server(cli: &Cli) -> anyhow::Result<Self> {
+        Ok(CodeSource::Redis {
+            conn: redis::Client::open(cli.redis_url.as_str())?
+                .get_multiplexed_async_connection()
+                .await?,
+            prefix: cli.redis_prefix.clone(),
+        })
+    }
+
     async fn code(&self, phone: &str) -> anyhow::Result<String> {
         match self {
             CodeSource::Sms(sms) => sms

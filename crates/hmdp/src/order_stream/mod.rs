@@ -139,15 +139,9 @@ pub async fn create_pending(
     order_id: i64,
     record: PendingRecord,
 ) -> redis::RedisResult<bool> {
-    let set: Option<String> = redis::cmd("SET")
-        .arg(keys.seckill_pending(order_id))
-        .arg(record.to_string())
-        .arg("PX")
-        .arg(PENDING_TTL.as_millis() as u64)
-        .arg("NX")
-        .query_async(&mut redis.clone())
-        .await?;
-    Ok(set.is_some())
+    let mut set = pending_set(keys, order_id, record);
+    let stored: Option<String> = set.arg("NX").query_async(&mut redis.clone()).await?;
+    Ok(stored.is_some())
 }
 
 /// Writes the pending record of an order (kept for [`PENDING_TTL`]), replacing any: for the
@@ -158,13 +152,19 @@ pub async fn write_pending(
     order_id: i64,
     record: PendingRecord,
 ) -> redis::RedisResult<()> {
-    redis::cmd("SET")
-        .arg(keys.seckill_pending(order_id))
-        .arg(record.to_string())
-        .arg("PX")
-        .arg(PENDING_TTL.as_millis() as u64)
+    pending_set(keys, order_id, record)
         .query_async(&mut redis.clone())
         .await
+}
+
+/// `SET` of a pending record with its lifetime.
+fn pending_set(keys: &Keys, order_id: i64, record: PendingRecord) -> redis::Cmd {
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(keys.seckill_pending(order_id))
+        .arg(record.to_string())
+        .arg("PX")
+        .arg(PENDING_TTL.as_millis() as u64);
+    cmd
 }
 
 /// The pending record of an order; `None` when there is none, or not one of ours.
