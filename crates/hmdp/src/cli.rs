@@ -1,4 +1,4 @@
-//! The `hmdp` command line: `hmdp [--config FILE] [serve|migrate]`.
+//! The `hmdp` command line: `hmdp [--config FILE] [serve|migrate|worker|reconcile]`.
 
 use std::path::PathBuf;
 
@@ -25,7 +25,21 @@ pub enum Command {
     Migrate,
     /// Run only the order worker: drain accepted flash-sale orders into the database.
     Worker,
+    /// Compare each flash sale's Redis state with the database and the order streams (after a
+    /// Redis failover, say). Exits 0 when they agree (or `--repair` fixed them), 3 on drift.
+    Reconcile {
+        /// Repair what differs: queue again the orders only Redis holds, then reload the sale
+        /// from the database and the streams.
+        #[arg(long)]
+        repair: bool,
+        /// Only this voucher (default: every flash-sale voucher on sale).
+        #[arg(long, value_name = "ID")]
+        voucher: Option<crate::domain::VoucherId>,
+    },
 }
+
+/// The exit code of `hmdp reconcile` when Redis disagrees and nothing was repaired.
+pub const EXIT_DRIFT: i32 = 3;
 
 /// Runs the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> i32 {
@@ -41,17 +55,33 @@ pub async fn run(cli: Cli) -> i32 {
     tracing::info!(config = %config.redacted_summary(), "effective configuration");
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => match startup::Application::build(config).await {
-            Ok(app) => app.run_until_stopped().await,
+            Ok(app) => app.run_until_stopped().await.map(|()| 0),
             Err(e) => Err(e),
         },
-        Command::Worker => startup::run_worker(config).await,
+        Command::Worker => startup::run_worker(config).await.map(|()| 0),
         Command::Migrate => startup::connect_database(&config).await.map(|db| {
             tracing::info!(data_dir = %startup::data_dir_display(&config).display(), "migrations done");
             drop(db);
+            0
         }),
+        Command::Reconcile { repair, voucher } => {
+            startup::reconcile(&config, voucher, repair).await.map(|checks| {
+                for check in &checks {
+                    println!("{check}");
+                }
+                let drift = checks.iter().filter(|c| c.drift()).count();
+                let left = checks.iter().filter(|c| c.drift() && !c.repaired).count();
+                println!(
+                    "{} sales checked, {drift} with drift, {} repaired",
+                    checks.len(),
+                    drift - left
+                );
+                if left > 0 { EXIT_DRIFT } else { 0 }
+            })
+        }
     };
     match result {
-        Ok(()) => 0,
+        Ok(code) => code,
         Err(e) => {
             // Exactly one line: through the log when it shows errors (so a JSON log stays all
             // JSON), else straight to stderr (e.g. `HMDP_LOG=off`) so it is never silent.

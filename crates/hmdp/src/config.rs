@@ -509,6 +509,16 @@ settings! {
         /// order ids: `compatible` (one `INCR` each, the original) or `segment` (blocks reserved
         /// with `INCRBY`)
         HMDP_ID_MODE id_mode: IdMode = IdMode::Segment;
+        /// answer an accepted grab only once this many replicas hold it (Redis `WAIT`), so a
+        /// promoted replica cannot forget an acknowledged order; `0` = off. One Redis primary
+        /// only (not with a cluster or the managed `redis-server`). Costs about one replication
+        /// round trip per accepted grab (BENCHMARKS.md)
+        HMDP_REDIS_WAIT_REPLICAS wait_replicas: u32 = 0, check at_most(16);
+        /// how long an accepted grab waits for `HMDP_REDIS_WAIT_REPLICAS`; when they do not all
+        /// confirm in time it answers 503 `not_replicated` with the order's id (a retry is
+        /// refused as a duplicate naming the order while the primary lives)
+        HMDP_REDIS_WAIT_TIMEOUT_MS wait_timeout: Duration as Millis = Duration::from_millis(200),
+            check between(1, 10_000);
     }
 }
 
@@ -726,6 +736,15 @@ impl Config {
             return Err(ConfigError::Invalid {
                 name: "HMDP_SESSION_CACHE_MS",
                 message: "must be shorter than the session TTL".to_owned(),
+            });
+        }
+        // `WAIT` reaches one node; a cluster spreads the grabs over several.
+        if config.seckill.wait_replicas > 0 && config.redis_url_or_default().contains(',') {
+            return Err(ConfigError::Invalid {
+                name: "HMDP_REDIS_WAIT_REPLICAS",
+                message: "works with one Redis primary, not with a Redis Cluster (several \
+                          HMDP_REDIS_URL addresses)"
+                    .to_owned(),
             });
         }
         config.sms.check(config.request_timeout)?;
@@ -1083,6 +1102,33 @@ mod tests {
         ] {
             let err = Config::from_sources(None, &env(&bad)).unwrap_err();
             assert!(err.to_string().contains("HMDP_SESSION_CACHE_MS"), "{err}");
+        }
+    }
+
+    #[test]
+    fn replica_waits_are_off_by_default_and_refused_on_a_cluster() {
+        let c = Config::from_sources(None, &env(&[])).unwrap();
+        assert_eq!(c.seckill.wait_replicas, 0);
+        let c = Config::from_sources(
+            None,
+            &env(&[
+                ("HMDP_REDIS_WAIT_REPLICAS", "2"),
+                ("HMDP_REDIS_WAIT_TIMEOUT_MS", "50"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.seckill.wait_replicas, 2);
+        assert_eq!(c.seckill.wait_timeout, Duration::from_millis(50));
+        for bad in [
+            vec![
+                ("HMDP_REDIS_WAIT_REPLICAS", "1"),
+                ("HMDP_REDIS_URL", "redis://a:7000,redis://b:7001"),
+            ],
+            vec![("HMDP_REDIS_WAIT_REPLICAS", "17")],
+            vec![("HMDP_REDIS_WAIT_TIMEOUT_MS", "0")],
+        ] {
+            let err = Config::from_sources(None, &env(&bad)).unwrap_err();
+            assert!(err.to_string().contains("HMDP_REDIS_WAIT_"), "{err}");
         }
     }
 

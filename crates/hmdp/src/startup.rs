@@ -130,6 +130,12 @@ impl Application {
             ids,
             config.seckill.clone(),
         );
+        let seckill = match config.seckill.wait_replicas {
+            0 => seckill,
+            _ => seckill.with_replica_wait(
+                replica_wait(&config, &redis_url, managed_redis.is_some()).await?,
+            ),
+        };
         if seckill.mode() == crate::config::SeckillMode::Async {
             // A service on another shard count than the one recorded in Redis would strand
             // orders and could oversell: refuse to start (the error says how to change it).
@@ -346,6 +352,42 @@ pub fn order_id_generator(
     builder
         .build()
         .context("cannot set up the order id generator")
+}
+
+/// `hmdp reconcile`: checks (and with `repair` fixes) each sale's Redis state against the
+/// database and the order streams, on the configured Redis (never a managed one it would start).
+pub async fn reconcile(
+    config: &Config,
+    only: Option<crate::domain::VoucherId>,
+    repair: bool,
+) -> anyhow::Result<Vec<crate::seckill::SaleCheck>> {
+    let db = connect_database(config).await?;
+    let url = config.redis_url_or_default();
+    let redis = RedisConn::connect(url).await.with_context(|| {
+        format!(
+            "cannot connect to Redis at {}",
+            crate::config::redact_url(url)
+        )
+    })?;
+    let first_node = url.split(',').next().unwrap_or(url).trim();
+    let locks = hmdp_lock::LockClient::builder(redis.clone())
+        .subscriber(redis::Client::open(first_node)?)
+        .key_prefix(config.redis_prefix.clone())
+        .build()
+        .context("cannot set up the lock client")?;
+    let seckill = Seckill::new(
+        db,
+        redis.clone(),
+        Keys::new(config.redis_prefix.clone()),
+        locks,
+        order_id_generator(redis, config)?,
+        config.seckill.clone(),
+    );
+    seckill
+        .check_shards()
+        .await
+        .context("cannot read the order streams")?;
+    Ok(seckill.reconcile(only, repair).await?)
 }
 
 /// Runs only the order worker (`hmdp worker`) until SIGINT or SIGTERM, with its `/metrics` and
@@ -575,6 +617,36 @@ async fn worker_database(config: &Config) -> anyhow::Result<Db> {
 }
 
 /// Decides which Redis to use, starting a managed one when configured or needed.
+/// The writers of `HMDP_REDIS_WAIT_REPLICAS`: one primary with replicas (the configuration
+/// refuses a cluster), so never the managed `redis-server` (it has no replica: every grab would
+/// time out). Fewer replicas connected than asked is
+/// worth a warning, not a refusal: they may be starting.
+async fn replica_wait(
+    config: &Config,
+    redis_url: &str,
+    managed: bool,
+) -> anyhow::Result<crate::kv::ReplicaWait> {
+    let wanted = config.seckill.wait_replicas;
+    if managed {
+        anyhow::bail!(
+            "HMDP_REDIS_WAIT_REPLICAS={wanted} needs a Redis primary with replicas \
+             (HMDP_REDIS_URL); the managed redis-server has none"
+        );
+    }
+    let replicas = crate::kv::ReplicaWait::new(redis_url, wanted, config.seckill.wait_timeout)?;
+    match replicas.connected_replicas().await {
+        Ok(n) if n >= wanted => {}
+        Ok(n) => tracing::warn!(
+            connected = n,
+            wanted,
+            "fewer Redis replicas connected than HMDP_REDIS_WAIT_REPLICAS: accepted grabs answer \
+             503 not_replicated until they are"
+        ),
+        Err(e) => tracing::warn!(error = %e, "cannot read the Redis replication state"),
+    }
+    Ok(replicas)
+}
+
 async fn resolve_redis(config: &Config) -> anyhow::Result<(String, Option<ManagedRedis>)> {
     let start_managed = match (config.redis_managed, &config.redis_url) {
         (ManagedMode::Always, _) => true,

@@ -103,6 +103,10 @@ pub struct SeckillArgs {
     /// grab-to-row lag is the pipeline's own and not a backlog's); unset: as fast as answered.
     #[arg(long)]
     pub rate: Option<f64>,
+    /// In-process: `HMDP_REDIS_WAIT_REPLICAS` (each accepted grab waits for this many replicas
+    /// of `--redis-url`).
+    #[arg(long, default_value_t = 0)]
+    pub wait_replicas: u32,
 }
 
 impl TransportArg {
@@ -308,6 +312,7 @@ async fn target_for(cli: &Cli, args: &SeckillArgs, mode: SeckillMode) -> anyhow:
         c.seckill.mode = mode;
         c.seckill.transport = args.transport.setting();
         c.seckill.amqp_url = args.amqp_url.clone();
+        c.seckill.wait_replicas = args.wait_replicas;
         if backlog {
             c.seckill.worker = false;
         }

@@ -154,6 +154,9 @@ error_codes! {
     RateLimited => ("rate_limited", TOO_MANY_REQUESTS),
     /// Redis or the database cannot be reached right now; retry later.
     Unavailable => ("unavailable", SERVICE_UNAVAILABLE),
+    /// The order was accepted (`data` names it) but the Redis replicas did not confirm it in
+    /// time (`HMDP_REDIS_WAIT_REPLICAS`): query it before buying again.
+    NotReplicated => ("not_replicated", SERVICE_UNAVAILABLE),
     /// The request took longer than the configured timeout.
     Timeout => ("timeout", SERVICE_UNAVAILABLE),
     /// A bug or unexpected failure; details are in the server log.
@@ -316,11 +319,27 @@ impl From<crate::seckill::SeckillError> for ApiError {
                 _ => None,
             }
         }
+        if let E::NotReplicated { order_id, .. } = e {
+            return Self {
+                source: Some(e.into()),
+                ..ApiError::new(
+                    ErrorCode::NotReplicated,
+                    "订单已受理，但尚未确认，请稍后查询订单 (order accepted but not yet confirmed \
+                     by the Redis replicas: query it before buying again)",
+                )
+            }
+            .with_data(Some(order_data(order_id)));
+        }
         match away(&e) {
             Some(what) => ApiError::unavailable(what, e),
             None => ApiError::internal(e),
         }
     }
+}
+
+/// An order's id as `data` of an answer: as a number and, for JavaScript, as a string.
+pub fn order_data(id: i64) -> serde_json::Value {
+    serde_json::json!({"id": id, "idStr": id.to_string()})
 }
 
 impl From<redis::RedisError> for ApiError {

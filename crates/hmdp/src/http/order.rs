@@ -28,7 +28,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// Grab a flash-sale voucher; data is the order id.
 ///
 /// Refusals: `sold_out`, `duplicate_order`, `seckill_not_started`, `seckill_ended`,
-/// `voucher_not_found`.
+/// `voucher_not_found`; with `HMDP_REDIS_WAIT_REPLICAS`, 503 `not_replicated` (naming the order)
+/// when the replicas did not confirm it in time.
 #[utoipa::path(post, path = "/voucher-order/seckill/{id}", tag = TAG, security(("session" = [])),
     params(("id" = inline(VoucherId), Path, description = "the voucher's id")),
     responses((status = OK, body = i64)))]
@@ -49,7 +50,7 @@ pub fn refusal_error(r: Refusal) -> ApiError {
         Refusal::SoldOut => ApiError::new(ErrorCode::SoldOut, "库存不足"),
         // With the order the user has: a retry after a lost answer finds it.
         Refusal::Duplicate(prior) => ApiError::new(ErrorCode::DuplicateOrder, "不能重复下单")
-            .with_data(prior.map(|id| serde_json::json!({"id": id, "idStr": id.to_string()}))),
+            .with_data(prior.map(super::error::order_data)),
         Refusal::NotStarted => ApiError::new(ErrorCode::SeckillNotStarted, "秒杀尚未开始"),
         Refusal::Ended => ApiError::new(ErrorCode::SeckillEnded, "秒杀已经结束"),
         Refusal::UnknownVoucher => ApiError::new(

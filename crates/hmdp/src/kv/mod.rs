@@ -11,6 +11,9 @@
 //! cluster, where all keys of one script must hash to one slot.
 
 pub mod managed;
+mod replicas;
+
+pub use replicas::{ReplicaWait, Replicated};
 
 use std::time::Duration;
 

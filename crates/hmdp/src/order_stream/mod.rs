@@ -86,6 +86,23 @@ pub async fn orders_of_voucher(
     Ok(out)
 }
 
+/// Appends an order to a stream with the entry fields the grab script writes (`hmdp reconcile`
+/// queues again an order that Redis acknowledged and that no stream or table holds).
+pub async fn append(redis: &RedisConn, stream: &str, order: NewOrder) -> redis::RedisResult<()> {
+    let _: String = redis::cmd("XADD")
+        .arg(stream)
+        .arg("*")
+        .arg(FIELD_ORDER_ID)
+        .arg(order.id)
+        .arg(FIELD_USER_ID)
+        .arg(order.user_id)
+        .arg(FIELD_VOUCHER_ID)
+        .arg(order.voucher_id)
+        .query_async(&mut redis.clone())
+        .await?;
+    Ok(())
+}
+
 /// How long the owner and voucher of an accepted (or failed) order are kept for the status
 /// query.
 pub const PENDING_TTL: Duration = Duration::from_secs(24 * 60 * 60);

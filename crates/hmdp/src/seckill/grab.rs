@@ -33,15 +33,25 @@ impl Seckill {
         let mut redis = self.redis.clone();
         let started = Instant::now();
         for attempt in 1.. {
-            let reply: Vec<i64> = scripts::GRAB
-                .key(self.keys.seckill_voucher(shard, voucher.get()))
+            let mut grab = scripts::GRAB.prepare_invoke();
+            grab.key(self.keys.seckill_voucher(shard, voucher.get()))
                 .key(self.keys.seckill_buyers(shard, voucher.get()))
                 .key(self.keys.seckill_stream(shard))
                 .arg(voucher.get())
                 .arg(user.get())
-                .arg(order_id)
-                .invoke_async(&mut redis)
-                .await?;
+                .arg(order_id);
+            // An accepted grab waits for the replicas on a connection of its own (`kv::replicas`).
+            let (reply, replicated): (Vec<i64>, _) = match &self.replicas {
+                None => (grab.invoke_async(&mut redis).await?, None),
+                Some(replicas) => {
+                    replicas
+                        .write(
+                            async |conn| grab.invoke_async(conn).await,
+                            |reply: &Vec<i64>| reply.first() == Some(&0),
+                        )
+                        .await?
+                }
+            };
             // `{code}`, or `{2, order id}` for a buyer who has an order.
             let (code, prior) = (reply.first().copied().unwrap_or(-1), reply.get(1).copied());
             match code {
@@ -65,6 +75,13 @@ impl Seckill {
                             "order id already used by another pending order (the id counter \
                              was reset?); the worker will refuse this one as a conflict"
                         );
+                    }
+                    if let Some(replicated) = replicated.filter(|r| !r.is_complete()) {
+                        self.stats.replica_wait_timeouts.inc();
+                        return Err(SeckillError::NotReplicated {
+                            order_id,
+                            replicated,
+                        });
                     }
                     return Ok(Ok(order_id));
                 }

@@ -6,6 +6,7 @@
 //! README, "The flash sale, and what survives what", says why each step is safe.
 
 mod grab;
+mod reconcile;
 pub mod scripts;
 mod stats;
 mod status;
@@ -18,13 +19,14 @@ use hmdp_id::IdGenerator;
 use hmdp_lock::LockClient;
 
 pub use crate::order_stream::ShardCountMismatch;
+pub use reconcile::SaleCheck;
 pub use stats::{SaleStats, SeckillStats};
 pub use status::OrderStatus;
 
 use crate::{
     config::{SeckillMode, SeckillSettings},
     domain::{UserId, VoucherId},
-    kv::{Keys, RedisConn},
+    kv::{Keys, RedisConn, ReplicaWait, Replicated},
     order_stream,
     storage::{Db, StorageError},
 };
@@ -49,6 +51,18 @@ pub enum SeckillError {
     /// A computation shared by concurrent callers (a sale's stats) failed.
     #[error(transparent)]
     Shared(Arc<SeckillError>),
+    /// The order was accepted by the Redis primary, but fewer replicas than configured confirmed
+    /// it in time: it is written if the primary lives, and lost if a replica without it is
+    /// promoted (the user may then buy again).
+    #[error(
+        "order {order_id} accepted, but only {} of {} replicas confirmed it in time",
+        replicated.confirmed,
+        replicated.wanted
+    )]
+    NotReplicated {
+        order_id: i64,
+        replicated: Replicated,
+    },
 }
 
 /// Why an order was refused.
@@ -81,6 +95,8 @@ pub struct Seckill {
     /// Each voucher's dashboard view for [`STATS_TTL`], computed once for all concurrent
     /// callers: the route is public, and each computation counts orders in the database.
     sale_stats: moka::future::Cache<i64, Option<SaleStats>>,
+    /// Set with `HMDP_REDIS_WAIT_REPLICAS`: accepted grabs wait for the replicas.
+    replicas: Option<Arc<ReplicaWait>>,
 }
 
 /// How long this instance remembers that a voucher id is unknown. Short, because a voucher
@@ -117,7 +133,15 @@ impl Seckill {
                 .max_capacity(UNKNOWN_CAPACITY)
                 .time_to_live(STATS_TTL)
                 .build(),
+            replicas: None,
         }
+    }
+
+    /// Makes every accepted grab wait for replicas before it is answered
+    /// (`HMDP_REDIS_WAIT_REPLICAS`).
+    pub fn with_replica_wait(mut self, replicas: ReplicaWait) -> Self {
+        self.replicas = Some(Arc::new(replicas));
+        self
     }
 
     /// Records this instance's shard count in Redis, or checks it against the recorded one;

@@ -108,3 +108,18 @@ return 1
 ",
     )
 });
+
+/// `hmdp reconcile`'s view of a sale in Redis: both hashes read at one instant.
+///
+/// KEYS: voucher hash, buyers hash. Returns `{voucher fields, buyers}` (`HGETALL` each).
+pub static READ_SALE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(r"return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}")
+});
+
+/// Drops a sale from Redis so that the next warm-up rebuilds it from the database and the
+/// streams (`hmdp reconcile --repair`, under the warm-up lock). Grabs meanwhile see "not
+/// loaded" and wait for that warm-up.
+///
+/// KEYS: voucher hash, buyers hash.
+pub static UNLOAD: LazyLock<Script> =
+    LazyLock::new(|| Script::new(r"return redis.call('DEL', KEYS[1], KEYS[2])"));

@@ -26,6 +26,8 @@ pub struct SeckillStats {
     pub id_collisions: Counter,
     /// Dashboard views computed (not served from the one-second memory).
     pub stats_computed: Counter,
+    /// Accepted grabs answered 503 because the replicas did not confirm them in time.
+    pub replica_wait_timeouts: Counter,
 }
 
 impl Default for SeckillStats {
@@ -43,6 +45,7 @@ impl Default for SeckillStats {
             warm_ups: Counter::default(),
             id_collisions: Counter::default(),
             stats_computed: Counter::default(),
+            replica_wait_timeouts: Counter::default(),
             outcomes,
         }
     }
@@ -65,6 +68,12 @@ impl SeckillStats {
             "hmdp_seckill_stats_computed",
             "Sale dashboard views computed from Redis and the database (the rest were reused)",
             self.stats_computed.clone(),
+        );
+        registry.register(
+            "hmdp_seckill_replica_wait_timeouts",
+            "Accepted grabs answered 503 because fewer replicas than HMDP_REDIS_WAIT_REPLICAS \
+             confirmed them within HMDP_REDIS_WAIT_TIMEOUT_MS",
+            self.replica_wait_timeouts.clone(),
         );
         registry.register(
             "hmdp_seckill_warm_ups",

@@ -24,17 +24,17 @@ const MISSING_TTL: Duration = Duration::from_secs(60);
 /// What a warm-up loads: the stock left once every accepted order is counted, and the buyers
 /// with their orders.
 #[derive(Debug, PartialEq, Eq)]
-struct Load {
-    stock: i64,
+pub(super) struct Load {
+    pub stock: i64,
     /// `(user id, order id)`: the written order of a buyer, else the first queued one.
-    buyers: Vec<(i64, i64)>,
+    pub buyers: Vec<(i64, i64)>,
     /// Accepted orders not in the database (queued, or given up on), one per buyer.
-    unwritten: i64,
+    pub unwritten: i64,
 }
 
 /// Counts the orders of the streams that the snapshot does not hold: each new buyer takes
 /// one from stock (a second order of a buyer can never be written: the unique key refuses it).
-fn plan(snapshot: &SaleSnapshot, queued: &[NewOrder], dead: &[NewOrder]) -> Load {
+pub(super) fn plan(snapshot: &SaleSnapshot, queued: &[NewOrder], dead: &[NewOrder]) -> Load {
     let persisted: HashSet<i64> = snapshot.orders.iter().map(|(id, _)| *id).collect();
     let mut buyers: BTreeMap<i64, i64> = snapshot.orders.iter().map(|(o, u)| (*u, *o)).collect();
     let mut unwritten = 0i64;
@@ -100,7 +100,11 @@ impl Seckill {
         Ok(())
     }
 
-    async fn load_from_database(&self, voucher: VoucherId, shard: u32) -> Result<(), SeckillError> {
+    pub(super) async fn load_from_database(
+        &self,
+        voucher: VoucherId,
+        shard: u32,
+    ) -> Result<(), SeckillError> {
         let mut redis = self.redis.clone();
         let hash = self.keys.seckill_voucher(shard, voucher.get());
         // 1. The streams first, 2. then the database snapshot (one transaction).

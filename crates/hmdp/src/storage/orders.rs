@@ -82,6 +82,18 @@ pub async fn seckill_voucher(db: &Db, id: VoucherId) -> Result<Option<SeckillVou
     }))
 }
 
+/// The ids of every flash-sale voucher on sale (`status = 1`), in order.
+pub async fn seckill_voucher_ids(db: &Db) -> Result<Vec<i64>> {
+    Ok(crate::on_pool!(db, pool => {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT CAST(sv.voucher_id AS SIGNED) FROM tb_seckill_voucher sv \
+             JOIN tb_voucher v ON v.id = sv.voucher_id WHERE v.status = 1 ORDER BY sv.voucher_id",
+        )
+        .fetch_all(pool)
+        .await?
+    }))
+}
+
 /// What the database knows of a sale, read in one transaction so the stock and the orders are
 /// one consistent snapshot (the cache warm-up relies on it).
 #[derive(Debug, Clone)]

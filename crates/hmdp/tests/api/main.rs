@@ -25,6 +25,7 @@ mod openapi;
 mod order_pipeline;
 mod pages;
 mod rabbitmq;
+mod replicas;
 mod seckill;
 mod shops;
 mod sms;

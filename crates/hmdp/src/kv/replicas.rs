@@ -1,0 +1,130 @@
+//! Writes that are acknowledged only once replicas hold them (`HMDP_REDIS_WAIT_REPLICAS`).
+//!
+//! `WAIT` covers the writes of the connection that sends it, and blocks that connection until
+//! the replicas confirm. On the shared multiplexed connection it would stall every other
+//! request behind it and cover their writes too, so the writes that must be replicated run on a
+//! small set of connections of their own, one request at a time each. Written here because a
+//! pool crate adds nothing but a dependency on its redis-rs version: what is needed is
+//! exclusivity, a fixed number of slots and dropping a connection after any error (a reconnected
+//! connection has written nothing, so its `WAIT` would confirm at once).
+
+use std::{
+    sync::atomic::{AtomicUsize, Ordering},
+    time::Duration,
+};
+
+use redis::{AsyncConnectionConfig, RedisResult, aio::MultiplexedConnection};
+use tokio::sync::Mutex;
+
+/// Connections for replicated writes: each serves one writer at a time, for its write and the
+/// `WAIT` after it.
+const CONNECTIONS: usize = 32;
+/// How long Redis may take to answer anything but the `WAIT` itself.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Runs writes on connections of their own and waits for replicas to confirm them.
+pub struct ReplicaWait {
+    client: redis::Client,
+    slots: Box<[Mutex<Option<MultiplexedConnection>>]>,
+    next: AtomicUsize,
+    replicas: u32,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for ReplicaWait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplicaWait")
+            .field("replicas", &self.replicas)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a write that needed replicas got from them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replicated {
+    /// Replicas that confirmed the write in time.
+    pub confirmed: u32,
+    /// Replicas asked for.
+    pub wanted: u32,
+}
+
+impl Replicated {
+    /// Every replica asked for confirmed.
+    pub fn is_complete(&self) -> bool {
+        self.confirmed >= self.wanted
+    }
+}
+
+impl ReplicaWait {
+    /// Prepares (lazily connecting) writers to the single Redis at `url` that wait for
+    /// `replicas` replicas, at most `timeout` each time.
+    pub fn new(url: &str, replicas: u32, timeout: Duration) -> RedisResult<Self> {
+        Ok(Self {
+            client: redis::Client::open(url)?,
+            slots: (0..CONNECTIONS).map(|_| Mutex::new(None)).collect(),
+            next: AtomicUsize::new(0),
+            replicas,
+            timeout,
+        })
+    }
+
+    /// Runs `write` on a connection no other request uses; then, if `wrote` says it changed
+    /// something, `WAIT`s for the replicas on that connection. Any error drops the connection.
+    pub async fn write<T>(
+        &self,
+        write: impl AsyncFnOnce(&mut MultiplexedConnection) -> RedisResult<T>,
+        wrote: impl FnOnce(&T) -> bool,
+    ) -> RedisResult<(T, Option<Replicated>)> {
+        let slot = &self.slots[self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()];
+        let mut guard = slot.lock().await;
+        let conn = match guard.as_mut() {
+            Some(conn) => conn,
+            None => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(RESPONSE_TIMEOUT))
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT + self.timeout));
+                let conn = self
+                    .client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                guard.insert(conn)
+            }
+        };
+        let result = async {
+            let value = write(conn).await?;
+            if !wrote(&value) {
+                return Ok((value, None));
+            }
+            let confirmed: u32 = redis::cmd("WAIT")
+                .arg(self.replicas)
+                .arg(self.timeout.as_millis() as u64)
+                .query_async(conn)
+                .await?;
+            let replicated = Replicated {
+                confirmed,
+                wanted: self.replicas,
+            };
+            Ok((value, Some(replicated)))
+        }
+        .await;
+        if result.is_err() {
+            *guard = None;
+        }
+        result
+    }
+
+    /// Replicas connected to the primary now (`INFO replication`), for the start-up check.
+    pub async fn connected_replicas(&self) -> RedisResult<u32> {
+        let mut conn = self.client.get_multiplexed_async_connection().await?;
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut conn)
+            .await?;
+        Ok(info
+            .lines()
+            .find_map(|line| line.strip_prefix("connected_slaves:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0))
+    }
+}

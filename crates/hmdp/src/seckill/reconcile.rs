@@ -1,0 +1,312 @@
+//! `hmdp reconcile`: does Redis agree with the database and the order streams about each sale?
+//!
+//! Redis decides every order, but it is not the truth: a replica promoted before it received
+//! some grabs forgets those orders, their stock and their buyers, while the database (or a
+//! stream) still has them; a lost stream entry leaves an order Redis acknowledged that nothing
+//! will ever write. The check compares what the warm-up would load ([`super::warm`]: the
+//! database snapshot plus the orders still in the streams) with what Redis holds, and the
+//! repair rebuilds the sale through that same warm-up, after queueing again the acknowledged
+//! orders nothing else holds. README, "Replicas, failover and `hmdp reconcile`", says when to
+//! run it.
+
+use std::{collections::HashMap, fmt, time::Duration};
+
+use super::{Seckill, SeckillError, scripts, warm};
+use crate::{
+    config::OrderTransport,
+    domain::VoucherId,
+    kv::Keys,
+    order_stream::{self, PendingRecord},
+    storage::orders::{self, NewOrder},
+};
+
+/// What the check found for one sale.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SaleCheck {
+    pub voucher: i64,
+    /// Redis holds the sale (else it loads from the database on first use: nothing to compare).
+    pub loaded: bool,
+    /// Redis remembers the voucher as "no such voucher" although the database sells it.
+    pub marked_unknown: bool,
+    pub redis_stock: i64,
+    /// The stock Redis should hold: the database's, less the accepted orders not written yet.
+    pub expected_stock: i64,
+    /// Buyers Redis holds.
+    pub buyers: usize,
+    /// `(user, order)` the database or a stream holds and Redis does not: they could buy again.
+    pub unknown_to_redis: Vec<(i64, i64)>,
+    /// `(user, order)` Redis acknowledged that neither the database nor a stream holds.
+    pub only_in_redis: Vec<(i64, i64)>,
+    /// `(user, order in Redis, order elsewhere)`: a buyer with two different orders.
+    pub other_order: Vec<(i64, i64, i64)>,
+    /// `--repair` rebuilt the sale (after queueing again the orders only Redis held).
+    pub repaired: bool,
+}
+
+impl SaleCheck {
+    /// Whether Redis disagrees with the database and the streams.
+    pub fn drift(&self) -> bool {
+        self.marked_unknown
+            || (self.loaded && self.redis_stock != self.expected_stock)
+            || !self.unknown_to_redis.is_empty()
+            || !self.only_in_redis.is_empty()
+            || !self.other_order.is_empty()
+    }
+}
+
+impl fmt::Display for SaleCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = self.voucher;
+        if self.marked_unknown {
+            write!(
+                f,
+                "voucher {v}: DRIFT: Redis refuses it as unknown, the database sells it"
+            )?;
+        } else if !self.loaded {
+            return write!(
+                f,
+                "voucher {v}: not in Redis (loaded from the database on first use)"
+            );
+        } else if !self.drift() {
+            return write!(
+                f,
+                "voucher {v}: ok (stock {}, {} buyers)",
+                self.redis_stock, self.buyers
+            );
+        } else {
+            write!(f, "voucher {v}: DRIFT")?;
+        }
+        if self.loaded && self.redis_stock != self.expected_stock {
+            let gap = self.redis_stock - self.expected_stock;
+            let what = if gap > 0 {
+                format!("Redis would sell {gap} more than the database allows")
+            } else {
+                format!("Redis would sell {} fewer", -gap)
+            };
+            write!(
+                f,
+                "\n  stock: Redis {}, expected {} ({what})",
+                self.redis_stock, self.expected_stock
+            )?;
+        }
+        let list = |pairs: &[(i64, i64)]| {
+            let shown: Vec<String> = pairs
+                .iter()
+                .take(10)
+                .map(|(u, o)| format!("user {u} order {o}"))
+                .collect();
+            let more = pairs.len().saturating_sub(10);
+            let more = if more > 0 {
+                format!(", and {more} more")
+            } else {
+                String::new()
+            };
+            format!("{}{more}", shown.join(", "))
+        };
+        if !self.unknown_to_redis.is_empty() {
+            write!(
+                f,
+                "\n  {} buyers the database or a stream holds are unknown to Redis (they could buy again): {}",
+                self.unknown_to_redis.len(),
+                list(&self.unknown_to_redis)
+            )?;
+        }
+        if !self.only_in_redis.is_empty() {
+            write!(
+                f,
+                "\n  {} orders Redis acknowledged are in neither the database nor a stream: {}",
+                self.only_in_redis.len(),
+                list(&self.only_in_redis)
+            )?;
+        }
+        for (user, in_redis, elsewhere) in self.other_order.iter().take(10) {
+            write!(
+                f,
+                "\n  user {user} has order {in_redis} in Redis but order {elsewhere} in the database or a stream"
+            )?;
+        }
+        if self.repaired {
+            write!(
+                f,
+                "\n  repaired: {} orders queued again, the sale reloaded from the database and the streams",
+                self.only_in_redis.len()
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Seckill {
+    /// Checks every flash-sale voucher on sale (or only `only`), repairing drift if `repair`.
+    pub async fn reconcile(
+        &self,
+        only: Option<VoucherId>,
+        repair: bool,
+    ) -> Result<Vec<SaleCheck>, SeckillError> {
+        let vouchers = match only {
+            Some(v) => vec![v.get()],
+            None => orders::seckill_voucher_ids(&self.db).await?,
+        };
+        let mut checks = Vec::with_capacity(vouchers.len());
+        for id in vouchers {
+            let Ok(voucher) = VoucherId::new(id) else {
+                continue;
+            };
+            if let Some(check) = self.reconcile_one(voucher, repair).await? {
+                checks.push(check);
+            }
+        }
+        Ok(checks)
+    }
+
+    /// One sale, under its warm-up lock (so no warm-up runs meanwhile); `None` when the
+    /// database does not sell it.
+    async fn reconcile_one(
+        &self,
+        voucher: VoucherId,
+        repair: bool,
+    ) -> Result<Option<SaleCheck>, SeckillError> {
+        let lock = self.locks.lock(&Keys::seckill_warm_lock(voucher.get()))?;
+        let Some(guard) = lock.try_lock(Duration::from_secs(30), None).await? else {
+            return Err(SeckillError::NotLoaded);
+        };
+        let result = self.compare(voucher).await;
+        let result = match result {
+            Ok(Some(mut check)) if repair && check.drift() => {
+                self.repair(voucher, &check).await.map(|()| {
+                    check.repaired = true;
+                    Some(check)
+                })
+            }
+            other => other,
+        };
+        let _ = guard.unlock().await;
+        result
+    }
+
+    /// Redis first (both hashes at one instant), then the streams, then the database: an order
+    /// accepted before the Redis read is then in a stream or in the table, and one accepted
+    /// after it is found again in Redis by the second look below.
+    async fn compare(&self, voucher: VoucherId) -> Result<Option<SaleCheck>, SeckillError> {
+        let shard = self.shard(voucher);
+        let (hash_key, buyers_key) = (
+            self.keys.seckill_voucher(shard, voucher.get()),
+            self.keys.seckill_buyers(shard, voucher.get()),
+        );
+        let (fields, in_redis): (HashMap<String, String>, HashMap<i64, i64>) = scripts::READ_SALE
+            .key(&hash_key)
+            .key(&buyers_key)
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        let queued = order_stream::orders_of_voucher(
+            &self.redis,
+            &self.keys.seckill_stream(shard),
+            voucher.get(),
+        )
+        .await?;
+        let dead = order_stream::orders_of_voucher(
+            &self.redis,
+            &self.keys.seckill_dead_letters(shard),
+            voucher.get(),
+        )
+        .await?;
+        let Some(snapshot) = orders::sale_snapshot(&self.db, voucher).await? else {
+            return Ok(None);
+        };
+        let load = warm::plan(&snapshot, &queued, &dead);
+        let mut check = SaleCheck {
+            voucher: voucher.get(),
+            marked_unknown: fields.contains_key("missing") && !fields.contains_key("stock"),
+            ..SaleCheck::default()
+        };
+        let Some(stock) = ["stock", "begin", "end"]
+            .iter()
+            .map(|f| fields.get(*f).and_then(|v| v.parse::<i64>().ok()))
+            .collect::<Option<Vec<i64>>>()
+            .map(|v| v[0])
+        else {
+            return Ok(Some(check));
+        };
+        check.loaded = true;
+        check.redis_stock = stock;
+        check.buyers = in_redis.len();
+        let elsewhere: HashMap<i64, i64> = load.buyers.iter().copied().collect();
+        let mut missing = Vec::new();
+        for &(user, order) in &load.buyers {
+            match in_redis.get(&user) {
+                None => missing.push((user, order)),
+                Some(&o) if o != order => check.other_order.push((user, o, order)),
+                Some(_) => {}
+            }
+        }
+        // Accepted after the Redis read: in Redis now, with the same order.
+        let mut late = 0;
+        if !missing.is_empty() {
+            let users: Vec<i64> = missing.iter().map(|(u, _)| *u).collect();
+            let now: Vec<Option<i64>> = redis::cmd("HMGET")
+                .arg(&buyers_key)
+                .arg(&users)
+                .query_async(&mut self.redis.clone())
+                .await?;
+            for ((user, order), now) in missing.into_iter().zip(now) {
+                match now {
+                    Some(o) if o == order => late += 1,
+                    Some(o) => check.other_order.push((user, o, order)),
+                    None => check.unknown_to_redis.push((user, order)),
+                }
+            }
+        }
+        // In Redis only. With RabbitMQ an order leaves the stream once the broker has it, so
+        // there its live pending record says it is on its way; with the stream it says nothing.
+        let via_broker = self.settings.transport == OrderTransport::RabbitMq;
+        let mut in_transit = 0;
+        for (&user, &order) in &in_redis {
+            if elsewhere.contains_key(&user) {
+                continue;
+            }
+            let pending = match via_broker {
+                true => order_stream::read_pending(&self.redis, &self.keys, order).await?,
+                false => None,
+            };
+            match pending {
+                Some(PendingRecord { failed: false, .. }) => in_transit += 1,
+                _ => check.only_in_redis.push((user, order)),
+            }
+        }
+        check.only_in_redis.sort_unstable();
+        check.unknown_to_redis.sort_unstable();
+        // Each order Redis counted and the plan did not takes one from Redis's stock; each one
+        // accepted after the Redis read took one from the plan's.
+        check.expected_stock =
+            load.stock + late - check.only_in_redis.len() as i64 - in_transit as i64;
+        Ok(Some(check))
+    }
+
+    /// Queues again the orders only Redis holds, then rebuilds the sale the way a warm-up
+    /// does, from the database and the streams.
+    async fn repair(&self, voucher: VoucherId, check: &SaleCheck) -> Result<(), SeckillError> {
+        let shard = self.shard(voucher);
+        let stream = self.keys.seckill_stream(shard);
+        for &(user_id, id) in &check.only_in_redis {
+            let order = NewOrder {
+                id,
+                user_id,
+                voucher_id: voucher.get(),
+            };
+            order_stream::append(&self.redis, &stream, order).await?;
+            let record = PendingRecord {
+                user_id,
+                voucher_id: voucher.get(),
+                failed: false,
+            };
+            order_stream::write_pending(&self.redis, &self.keys, id, record).await?;
+        }
+        let _: i64 = scripts::UNLOAD
+            .key(self.keys.seckill_voucher(shard, voucher.get()))
+            .key(self.keys.seckill_buyers(shard, voucher.get()))
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        self.unknown.invalidate(&voucher.get()).await;
+        self.load_from_database(voucher, shard).await
+    }
+}
