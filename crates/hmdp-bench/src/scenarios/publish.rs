@@ -23,7 +23,7 @@ use std::{
 };
 
 use hmdp::{
-    amqp::{AmqpStats, CONTENT_TYPE, OrderMessage, Publisher, topology},
+    amqp::{AmqpStats, CONTENT_TYPE, OrderMessage, Outgoing, Publisher, topology},
     storage::orders::NewOrder,
 };
 use lapin::{
@@ -92,7 +92,7 @@ async fn confirm_per_request(cli: &Cli, args: &PublishArgs) -> anyhow::Result<Ou
     let publisher = publisher(args);
     // Connect (and declare) before the clock starts.
     publisher
-        .publish(&[(order(u64::MAX / 2), now_ms())])
+        .publish(&[(order(u64::MAX / 2), now_ms()).into()])
         .await?;
     let ops: Vec<Op> = (0..cli.connections)
         .map(|_| {
@@ -101,7 +101,7 @@ async fn confirm_per_request(cli: &Cli, args: &PublishArgs) -> anyhow::Result<Ou
                 move |i: u64| -> futures_util::future::BoxFuture<'static, Result<u64, String>> {
                     let p = p.clone();
                     Box::pin(async move {
-                        p.publish(&[(order(i), now_ms())])
+                        p.publish(&[(order(i), now_ms()).into()])
                             .await
                             .map(|()| 1)
                             .map_err(|e| format!("{e}"))
@@ -167,7 +167,7 @@ async fn fire_and_forget(cli: &Cli, args: &PublishArgs) -> anyhow::Result<Outcom
 async fn relay(cli: &Cli, args: &PublishArgs) -> anyhow::Result<Outcome> {
     let publisher = publisher(args);
     publisher
-        .publish(&[(order(u64::MAX / 2), now_ms())])
+        .publish(&[(order(u64::MAX / 2), now_ms()).into()])
         .await?;
     let batch = args.batch as u64;
     let next = Arc::new(AtomicU64::new(0));
@@ -177,8 +177,9 @@ async fn relay(cli: &Cli, args: &PublishArgs) -> anyhow::Result<Outcome> {
         Box::pin(async move {
             let first = next.fetch_add(batch, std::sync::atomic::Ordering::Relaxed);
             let at = now_ms();
-            let orders: Vec<(NewOrder, u64)> =
-                (first..first + batch).map(|i| (order(i), at)).collect();
+            let orders: Vec<Outgoing> = (first..first + batch)
+                .map(|i| (order(i), at).into())
+                .collect();
             p.publish(&orders)
                 .await
                 .map(|()| batch)

@@ -43,6 +43,46 @@ pub const CONTENT_TYPE: &str = "application/json";
 /// the consumer's `hmdp_worker_order_lag_seconds`.
 pub const ACCEPTED_AT_HEADER: &str = "accepted-at-ms";
 
+/// Message header: where the order waits in the outbox (the relay's Redis stream entry), an
+/// opaque string the consumer hands back after its commit so the entry can go. Until then the
+/// entry stays, so a warm-up still counts an order the broker holds.
+pub const OUTBOX_HEADER: &str = "outbox-entry";
+
+/// An order to publish: the order, when the grab accepted it (Unix milliseconds, the
+/// [`ACCEPTED_AT_HEADER`]) and, from the relay, its outbox entry ([`OUTBOX_HEADER`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    pub order: NewOrder,
+    pub accepted_at_ms: u64,
+    pub outbox_entry: Option<String>,
+}
+
+impl From<(NewOrder, u64)> for Outgoing {
+    fn from((order, accepted_at_ms): (NewOrder, u64)) -> Self {
+        Self {
+            order,
+            accepted_at_ms,
+            outbox_entry: None,
+        }
+    }
+}
+
+/// The [`OUTBOX_HEADER`] of a delivery, if it has one.
+pub fn outbox_entry(d: &lapin::message::Delivery) -> Option<String> {
+    use lapin::types::AMQPValue;
+    match d
+        .properties
+        .headers()
+        .as_ref()?
+        .inner()
+        .get(OUTBOX_HEADER)?
+    {
+        AMQPValue::LongString(s) => Some(s.to_string()),
+        AMQPValue::ShortString(s) => Some(s.to_string()),
+        _ => None,
+    }
+}
+
 /// The [`ACCEPTED_AT_HEADER`] of a delivery, if it has one.
 pub fn accepted_at_ms(d: &lapin::message::Delivery) -> Option<u64> {
     header_u64(d, ACCEPTED_AT_HEADER)

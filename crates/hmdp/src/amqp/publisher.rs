@@ -21,9 +21,9 @@ use lapin::{
 use tokio::sync::Mutex;
 
 use super::{
-    ACCEPTED_AT_HEADER, AmqpError, AmqpStats, CONTENT_TYPE, OrderMessage, connect, topology,
+    ACCEPTED_AT_HEADER, AmqpError, AmqpStats, CONTENT_TYPE, OUTBOX_HEADER, OrderMessage, Outgoing,
+    connect, topology,
 };
-use crate::storage::orders::NewOrder;
 
 /// Why a batch was not confirmed. The batch is to be published again.
 #[derive(Debug, thiserror::Error)]
@@ -74,8 +74,8 @@ impl Publisher {
 
     /// Publishes one persistent, mandatory message per order to `hmdianping.direct` and waits
     /// for the broker to confirm them all. Each order comes with the time the grab accepted it
-    /// (Unix milliseconds; its [`ACCEPTED_AT_HEADER`]).
-    pub async fn publish(&self, orders: &[(NewOrder, u64)]) -> Result<(), PublishError> {
+    /// (its [`ACCEPTED_AT_HEADER`]) and maybe its outbox entry ([`OUTBOX_HEADER`]).
+    pub async fn publish(&self, orders: &[Outgoing]) -> Result<(), PublishError> {
         if orders.is_empty() {
             return Ok(());
         }
@@ -96,18 +96,25 @@ impl Publisher {
         result
     }
 
-    async fn publish_on(
-        &self,
-        channel: &Channel,
-        orders: &[(NewOrder, u64)],
-    ) -> Result<(), PublishError> {
+    async fn publish_on(&self, channel: &Channel, orders: &[Outgoing]) -> Result<(), PublishError> {
         let mut confirms = Vec::with_capacity(orders.len());
-        for (order, accepted_at) in orders {
+        for Outgoing {
+            order,
+            accepted_at_ms,
+            outbox_entry,
+        } in orders
+        {
             let mut headers = FieldTable::default();
             headers.insert(
                 ACCEPTED_AT_HEADER.into(),
-                AMQPValue::LongLongInt(i64::try_from(*accepted_at).unwrap_or(0)),
+                AMQPValue::LongLongInt(i64::try_from(*accepted_at_ms).unwrap_or(0)),
             );
+            if let Some(entry) = outbox_entry {
+                headers.insert(
+                    OUTBOX_HEADER.into(),
+                    AMQPValue::LongString(entry.as_str().into()),
+                );
+            }
             let properties = BasicProperties::default()
                 .with_delivery_mode(2) // persistent
                 .with_content_type(CONTENT_TYPE.into())

@@ -86,6 +86,18 @@ pub async fn orders_of_voucher(
     Ok(out)
 }
 
+/// Where an order waits in the outbox, as the RabbitMQ relay names it for the consumer:
+/// `<shard>/<entry id>`.
+pub fn outbox_entry(shard: u32, entry_id: &str) -> String {
+    format!("{shard}/{entry_id}")
+}
+
+/// The shard and entry id of an [`outbox_entry`].
+pub fn parse_outbox_entry(s: &str) -> Option<(u32, &str)> {
+    let (shard, id) = s.split_once('/')?;
+    (!id.is_empty()).then_some((shard.parse().ok()?, id))
+}
+
 /// Appends an order to a stream with the entry fields the grab script writes (`hmdp reconcile`
 /// queues again an order that Redis acknowledged and that no stream or table holds).
 pub async fn append(redis: &RedisConn, stream: &str, order: NewOrder) -> redis::RedisResult<()> {

@@ -28,6 +28,7 @@ use super::{
 };
 use crate::{
     amqp::{self, AmqpError, OrderMessage, topology},
+    order_stream,
     storage::orders::NewOrder,
 };
 
@@ -207,11 +208,36 @@ impl OrderWorker {
             // Harmless: the status query reads the database too, and the records expire.
             tracing::debug!(error = %e, "pending records of written orders not deleted");
         }
+        if let Err(e) = self.release_outbox(done).await {
+            // Harmless too: a warm-up skips an entry whose order is in the database.
+            tracing::debug!(error = %e, "outbox entries of written orders not deleted");
+        }
         for (d, _) in done {
             d.acker.ack(BasicAckOptions::default()).await?;
         }
         self.stats
             .observe_lag(done.iter().filter_map(|(d, _)| amqp::accepted_at_ms(d)));
+        Ok(())
+    }
+
+    /// Deletes the relay's stream entries of written orders (one `XDEL` per shard, each in
+    /// its shard's slot). An order given up on keeps its entry, so its stock stays taken and
+    /// its buyer recorded through a warm-up, as the stream's dead letters do.
+    async fn release_outbox(&self, done: &[(Delivery, NewOrder)]) -> redis::RedisResult<()> {
+        let mut by_shard: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
+        for (d, _) in done {
+            let entry = amqp::outbox_entry(d);
+            if let Some((shard, id)) = entry.as_deref().and_then(order_stream::parse_outbox_entry) {
+                by_shard.entry(shard).or_default().push(id.to_owned());
+            }
+        }
+        for (shard, ids) in by_shard {
+            let _: i64 = redis::cmd("XDEL")
+                .arg(self.keys.seckill_stream(shard))
+                .arg(&ids)
+                .query_async(&mut self.redis.clone())
+                .await?;
+        }
         Ok(())
     }
 

@@ -9,6 +9,7 @@ use redis::streams::StreamId;
 
 use super::{GROUP, Held, OrderWorker, Step, WorkerError, scripts::RECORD_FAILURE};
 use crate::{
+    amqp::Outgoing,
     kv::RedisConn,
     order_stream::{self, PendingRecord},
     storage::{
@@ -133,12 +134,17 @@ impl OrderWorker {
             return Ok(Step::Wrote(handled));
         }
         if let Some(publisher) = &self.publisher {
-            let orders: Vec<(NewOrder, u64)> = good
+            let orders: Vec<Outgoing> = good
                 .iter()
-                .map(|(e, o)| (*o, order_stream::accepted_at_ms(e).unwrap_or(0)))
+                .map(|(e, o)| Outgoing {
+                    order: *o,
+                    accepted_at_ms: order_stream::accepted_at_ms(e).unwrap_or(0),
+                    outbox_entry: Some(order_stream::outbox_entry(shard, &e.id)),
+                })
                 .collect();
             return match publisher.publish(&orders).await {
-                // The pending records stay: the queue's consumer removes them after its commit.
+                // The entries and the pending records stay: the queue's consumer removes both
+                // after its commit, so a warm-up meanwhile still counts these orders.
                 Ok(()) => {
                     self.ack(shard, &good, false).await?;
                     Ok(Step::Wrote(handled))

@@ -20,9 +20,9 @@ use lapin::{
 };
 
 use crate::helpers::{
-    Backend, CuttableProxy, TestApp, assert_same_orders, create_sale, db_order_ids, db_stock,
-    grab_raw, kill_a_worker_process_mid_drain, login_many, order_id_of, spawn_app_with_rabbitmq,
-    wait_for_orders, wait_until,
+    Backend, ChildGuard, CuttableProxy, TestApp, assert_same_orders, code_of, create_sale,
+    db_order_ids, db_stock, grab_raw, kill_a_worker_process_mid_drain, login_many, lose_voucher,
+    order_id_of, redis_stock, spawn_app_with_rabbitmq, wait_for_orders, wait_until, worker_for,
 };
 
 /// The service on a vhost of its own with the RabbitMQ transport; `app.amqp` is the vhost.
@@ -182,6 +182,63 @@ async fn sale_over_rabbitmq(backend: Backend) {
     assert!(metric(&app, "hmdp_worker_order_lag_seconds_count").await >= 150.0);
     let health = app.get("/health", None).await;
     assert_eq!(health.body["data"]["broker"], "ok", "{health:?}");
+}
+
+/// A voucher Redis loses while its orders wait in the queue is warmed up with them counted:
+/// their stream entries stay until the consumer has written them, so their stock stays taken
+/// and their buyers known; the consumer then writes every one, none refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_up_counts_the_orders_the_broker_holds() {
+    let app =
+        Arc::new(rabbit_app(Backend::Sqlite, |c| c.seckill.amqp_role = AmqpRole::Relay).await);
+    let voucher = create_sale(&app, 10, -60, 3600).await;
+    let tokens = login_many(&app, 6).await;
+    let mut won = grab_all(&app, voucher, &tokens[..5]).await;
+    wait_until(
+        Duration::from_secs(30),
+        "the broker confirming the 5 orders",
+        async || metric(&app, "hmdp_amqp_confirmed_total").await >= 5.0,
+    )
+    .await;
+    // The housekeeping trim drops nothing the broker holds.
+    worker_for(&app, "trimmer").trim(0).await.unwrap();
+    lose_voucher(&app, voucher).await;
+    let (status, body) = grab_raw(&app, voucher, &tokens[5]).await;
+    assert_eq!(status, 200);
+    won.insert(order_id_of(&body).unwrap_or_else(|| panic!("accepted: {body}")));
+    assert_eq!(
+        redis_stock(&app, voucher).await,
+        Some(4),
+        "5 queued + 1 taken"
+    );
+    for token in &tokens[..5] {
+        let (_, body) = grab_raw(&app, voucher, token).await;
+        assert_eq!(code_of(&body), "duplicate_order", "{body}");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let _consumer = ChildGuard(
+        app.binary(dir.path())
+            .arg("worker")
+            .env("HMDP_ORDER_TRANSPORT", "rabbitmq")
+            .env("HMDP_AMQP_URL", vhost_url(&app))
+            .env("HMDP_AMQP_ROLE", "consumer")
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_orders(&app, voucher, 6).await;
+    let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
+    assert_same_orders(&stored, &won);
+    assert_eq!(db_stock(&app, voucher).await, 4);
+    // Written, their entries go.
+    let stream = app.state.keys.seckill_stream(0);
+    wait_until(Duration::from_secs(30), "the outbox emptied", async || {
+        let len: i64 = redis::AsyncCommands::xlen(&mut app.redis().await, &stream)
+            .await
+            .unwrap();
+        len == 0
+    })
+    .await;
 }
 
 crate::both_backends!(
