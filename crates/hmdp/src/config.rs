@@ -28,6 +28,7 @@ use figment::{
     value::{Dict, Value},
 };
 use serde::{Deserialize, Deserializer, de::Error as _};
+use strum::{Display, EnumString, VariantNames};
 
 /// Errors found while reading the configuration; each names the setting at fault.
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +48,8 @@ pub enum ConfigError {
 }
 
 /// When to start a private `redis-server` child instead of using `redis_url`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum ManagedRedis {
     /// Only when `HMDP_REDIS_URL` is unset and nothing answers at the default URL.
     Auto,
@@ -62,8 +64,9 @@ pub enum ManagedRedis {
 /// This decides what a Redis crash can lose: an accepted flash-sale order exists only in Redis
 /// until the worker writes it, so with `everysec` up to about one second of accepted orders can
 /// vanish in a crash of Redis (or of the machine); `always` loses none, at the price of one
-/// `fsync` per write. [`AppendFsync::as_str`] is Redis's own name for the value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `fsync` per write. Its `Display` is Redis's own name for the value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum AppendFsync {
     /// `fsync` after every write: nothing acknowledged is lost; slowest.
     Always,
@@ -74,14 +77,16 @@ pub enum AppendFsync {
 }
 
 /// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum LogFormat {
     Text,
     Json,
 }
 
 /// How `GET /shop/{id}` rebuilds a missing or stale entry (`HMDP_SHOP_CACHE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum ShopCacheStrategy {
     /// Cache-aside with a rebuild mutex (single-flight + distributed lock). The default.
     Mutex,
@@ -92,7 +97,8 @@ pub enum ShopCacheStrategy {
 }
 
 /// How flash-sale orders are decided (`HMDP_SECKILL_MODE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum SeckillMode {
     /// One Lua script decides in Redis and queues the order on a stream; a worker writes it.
     Async,
@@ -101,7 +107,8 @@ pub enum SeckillMode {
 }
 
 /// How accepted flash-sale orders travel to the database writer (`HMDP_ORDER_TRANSPORT`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum OrderTransport {
     /// The worker reads the Redis order streams itself.
     Stream,
@@ -110,7 +117,8 @@ pub enum OrderTransport {
 }
 
 /// Which halves of the RabbitMQ pipeline a worker runs (`HMDP_AMQP_ROLE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum AmqpRole {
     /// The relay (stream to exchange) and the consumer (queue to database).
     Both,
@@ -133,7 +141,8 @@ impl AmqpRole {
 }
 
 /// Where login codes go (`HMDP_SMS`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum SmsMode {
     /// Written to the service log (development, demos): whoever reads the log can log in.
     Log,
@@ -142,57 +151,14 @@ pub enum SmsMode {
 }
 
 /// How order ids are drawn (`HMDP_ID_MODE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum IdMode {
     /// One `INCR` per id, exactly the original `RedisIdWorker`.
     Compatible,
     /// Blocks of ids reserved with `INCRBY`; most ids need no round trip.
     Segment,
 }
-
-/// Gives an enum its configuration names: read case-insensitively, shown in lower case.
-macro_rules! names {
-    ($ty:ty { $($text:literal => $variant:path),* $(,)? }) => {
-        impl $ty {
-            /// The value's name in the configuration.
-            pub fn as_str(self) -> &'static str {
-                match self { $($variant => $text),* }
-            }
-        }
-        impl FromStr for $ty {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                match s.to_ascii_lowercase().as_str() {
-                    $($text => Ok($variant),)*
-                    _ => Err(format!("expected one of: {}", [$($text),*].join(", "))),
-                }
-            }
-        }
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
-
-names!(ManagedRedis {
-    "auto" => ManagedRedis::Auto, "always" => ManagedRedis::Always, "never" => ManagedRedis::Never,
-});
-names!(AppendFsync {
-    "always" => AppendFsync::Always, "everysec" => AppendFsync::Everysec, "no" => AppendFsync::No,
-});
-names!(LogFormat { "text" => LogFormat::Text, "json" => LogFormat::Json });
-names!(ShopCacheStrategy {
-    "mutex" => ShopCacheStrategy::Mutex,
-    "logical" => ShopCacheStrategy::Logical,
-    "aside" => ShopCacheStrategy::Aside,
-});
-names!(SeckillMode { "async" => SeckillMode::Async, "sync" => SeckillMode::Sync });
-names!(OrderTransport { "stream" => OrderTransport::Stream, "rabbitmq" => OrderTransport::RabbitMq });
-names!(AmqpRole { "both" => AmqpRole::Both, "relay" => AmqpRole::Relay, "consumer" => AmqpRole::Consumer });
-names!(IdMode { "compatible" => IdMode::Compatible, "segment" => IdMode::Segment });
-names!(SmsMode { "log" => SmsMode::Log, "http" => SmsMode::Http });
 
 /// A secret string that never shows up in `Debug`/`Display` output or logs.
 #[derive(Clone, PartialEq, Eq)]
@@ -873,10 +839,13 @@ macro_rules! setting {
     (as written: $($ty:ty),*) => {
         setting! { $(Plain: $ty = $ty, |raw| raw, |v| Some(v.to_string());)* }
     };
+    (one of: $($ty:ty),*) => {
+        setting! { $(Plain: $ty = OneOf<$ty>, |raw| raw.0, |v| Some(v.to_string());)* }
+    };
 }
 
 setting!(as written: u32, u64, usize, f64, bool, String, SocketAddr);
-setting!(as written: ManagedRedis, AppendFsync, LogFormat, ShopCacheStrategy, SeckillMode, IdMode,
+setting!(one of: ManagedRedis, AppendFsync, LogFormat, ShopCacheStrategy, SeckillMode, IdMode,
     OrderTransport, AmqpRole, SmsMode);
 setting!(as written: TimeZone, TrustedProxies);
 setting! {
@@ -896,6 +865,17 @@ impl<U, T: Setting<U>> Setting<U> for Option<T> {
     }
     fn show(&self) -> Option<String> {
         self.as_ref().and_then(T::show)
+    }
+}
+
+/// One of an enum's names, case-insensitive; anything else is refused with the names.
+struct OneOf<T>(T);
+
+impl<T: FromStr + VariantNames> FromStr for OneOf<T> {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let expected = || format!("expected one of: {}", T::VARIANTS.join(", "));
+        s.parse().map(OneOf).map_err(|_| expected())
     }
 }
 
