@@ -13,8 +13,7 @@
 
 use std::{
     collections::HashMap,
-    fmt::{self, Write as _},
-    marker::PhantomData,
+    fmt,
     net::SocketAddr,
     path::{Path, PathBuf},
     str::FromStr,
@@ -24,10 +23,10 @@ use std::{
 
 use figment::{
     Figment,
-    providers::{Format as _, Serialized, Toml},
+    providers::{Format as _, Toml},
     value::{Dict, Value},
 };
-use serde::{Deserialize, Deserializer, de::Error as _};
+use strum::{Display, EnumString, VariantNames};
 
 /// Errors found while reading the configuration; each names the setting at fault.
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +46,8 @@ pub enum ConfigError {
 }
 
 /// When to start a private `redis-server` child instead of using `redis_url`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum ManagedRedis {
     /// Only when `HMDP_REDIS_URL` is unset and nothing answers at the default URL.
     Auto,
@@ -62,8 +62,9 @@ pub enum ManagedRedis {
 /// This decides what a Redis crash can lose: an accepted flash-sale order exists only in Redis
 /// until the worker writes it, so with `everysec` up to about one second of accepted orders can
 /// vanish in a crash of Redis (or of the machine); `always` loses none, at the price of one
-/// `fsync` per write. [`AppendFsync::as_str`] is Redis's own name for the value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `fsync` per write. Its `Display` is Redis's own name for the value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum AppendFsync {
     /// `fsync` after every write: nothing acknowledged is lost; slowest.
     Always,
@@ -74,14 +75,16 @@ pub enum AppendFsync {
 }
 
 /// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum LogFormat {
     Text,
     Json,
 }
 
 /// How `GET /shop/{id}` rebuilds a missing or stale entry (`HMDP_SHOP_CACHE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum ShopCacheStrategy {
     /// Cache-aside with a rebuild mutex (single-flight + distributed lock). The default.
     Mutex,
@@ -92,7 +95,8 @@ pub enum ShopCacheStrategy {
 }
 
 /// How flash-sale orders are decided (`HMDP_SECKILL_MODE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum SeckillMode {
     /// One Lua script decides in Redis and queues the order on a stream; a worker writes it.
     Async,
@@ -101,7 +105,8 @@ pub enum SeckillMode {
 }
 
 /// How accepted flash-sale orders travel to the database writer (`HMDP_ORDER_TRANSPORT`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum OrderTransport {
     /// The worker reads the Redis order streams itself.
     Stream,
@@ -110,7 +115,8 @@ pub enum OrderTransport {
 }
 
 /// Which halves of the RabbitMQ pipeline a worker runs (`HMDP_AMQP_ROLE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum AmqpRole {
     /// The relay (stream to exchange) and the consumer (queue to database).
     Both,
@@ -133,7 +139,8 @@ impl AmqpRole {
 }
 
 /// Where login codes go (`HMDP_SMS`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum SmsMode {
     /// Written to the service log (development, demos): whoever reads the log can log in.
     Log,
@@ -142,57 +149,14 @@ pub enum SmsMode {
 }
 
 /// How order ids are drawn (`HMDP_ID_MODE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
 pub enum IdMode {
     /// One `INCR` per id, exactly the original `RedisIdWorker`.
     Compatible,
     /// Blocks of ids reserved with `INCRBY`; most ids need no round trip.
     Segment,
 }
-
-/// Gives an enum its configuration names: read case-insensitively, shown in lower case.
-macro_rules! names {
-    ($ty:ty { $($text:literal => $variant:path),* $(,)? }) => {
-        impl $ty {
-            /// The value's name in the configuration.
-            pub fn as_str(self) -> &'static str {
-                match self { $($variant => $text),* }
-            }
-        }
-        impl FromStr for $ty {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                match s.to_ascii_lowercase().as_str() {
-                    $($text => Ok($variant),)*
-                    _ => Err(format!("expected one of: {}", [$($text),*].join(", "))),
-                }
-            }
-        }
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
-
-names!(ManagedRedis {
-    "auto" => ManagedRedis::Auto, "always" => ManagedRedis::Always, "never" => ManagedRedis::Never,
-});
-names!(AppendFsync {
-    "always" => AppendFsync::Always, "everysec" => AppendFsync::Everysec, "no" => AppendFsync::No,
-});
-names!(LogFormat { "text" => LogFormat::Text, "json" => LogFormat::Json });
-names!(ShopCacheStrategy {
-    "mutex" => ShopCacheStrategy::Mutex,
-    "logical" => ShopCacheStrategy::Logical,
-    "aside" => ShopCacheStrategy::Aside,
-});
-names!(SeckillMode { "async" => SeckillMode::Async, "sync" => SeckillMode::Sync });
-names!(OrderTransport { "stream" => OrderTransport::Stream, "rabbitmq" => OrderTransport::RabbitMq });
-names!(AmqpRole { "both" => AmqpRole::Both, "relay" => AmqpRole::Relay, "consumer" => AmqpRole::Consumer });
-names!(IdMode { "compatible" => IdMode::Compatible, "segment" => IdMode::Segment });
-names!(SmsMode { "log" => SmsMode::Log, "http" => SmsMode::Http });
 
 /// A secret string that never shows up in `Debug`/`Display` output or logs.
 #[derive(Clone, PartialEq, Eq)]
@@ -225,11 +189,9 @@ const DEFAULT_DATA_DIR: &str = "data";
 
 /// Declares a settings struct, each field once: `VARIABLE field: Type [as Unit] = default
 /// [, unset "what unset means"] [, check fn];` under its doc comment, which is also its line in
-/// the README. It derives the struct, its `Default`, the serde struct figment reads its variables
-/// into (an optional [`Parsed`] each), and its [`Row`]s; `groups` are nested settings structs.
+/// the README. It derives the struct, its `Default`, how a given value is parsed, checked and
+/// stored, and its [`Row`]s; `groups` are nested settings structs.
 macro_rules! settings {
-    (@unit) => { Plain };
-    (@unit $unit:ident) => { $unit };
     (@unset) => { String::from("unset") };
     (@unset $unset:expr) => { String::from($unset) };
     (@check) => { |_: &_| Ok(()) };
@@ -262,19 +224,12 @@ macro_rules! settings {
         }
 
         impl $name {
-            /// Overwrites each setting the layers give, once it passes its check.
-            fn apply(&mut self, layers: &Figment, fail: &dyn Fn(figment::Error) -> ConfigError)
-                -> Result<(), ConfigError> {
-                #[derive(Deserialize)]
-                #[allow(non_snake_case)]
-                struct Raw { $($var: Option<Parsed<$ty, settings!(@unit $($unit)?)>>,)* }
-                let raw: Raw = layers.extract().map_err(fail)?;
-                $(if let Some(Parsed(value, _)) = raw.$var {
-                    (settings!(@check $($check)?))(&value)
-                        .map_err(|message| ConfigError::Invalid { name: stringify!($var), message })?;
-                    self.$field = <$ty as Setting<settings!(@unit $($unit)?)>>::from_raw(value);
+            /// Overwrites each setting that is given, once it parses and passes its check.
+            fn apply(&mut self, given: &Given) -> Result<(), ConfigError> {
+                $(if let Some(raw) = parse(given, stringify!($var), settings!(@check $($check)?))? {
+                    self.$field = <$ty as Setting<$($unit)?>>::from_raw(raw);
                 })*
-                $($(self.$group.apply(layers, fail)?;)*)?
+                $($(self.$group.apply(given)?;)*)?
                 Ok(())
             }
 
@@ -284,7 +239,7 @@ macro_rules! settings {
                     var: stringify!($var),
                     doc: &[$($doc),*],
                     unset: settings!(@unset $($unset)?),
-                    value: <$ty as Setting<settings!(@unit $($unit)?)>>::show(&self.$field),
+                    value: <$ty as Setting<$($unit)?>>::show(&self.$field),
                 }),*];
                 rows.into_iter()$($(.chain(self.$group.all_rows()))*)?.collect()
             }
@@ -419,7 +374,7 @@ settings! {
         HMDP_SMS mode: Option<SmsMode> = None, unset "`log` on loopback, else required";
         /// `http`: the gateway URL; each code is POSTed there as JSON
         /// `{"id","phone","code","template","ttlSecs"}` (see [SMS gateway](#sms-gateway))
-        HMDP_SMS_URL url: Option<String> as Url = None, check http_scheme();
+        HMDP_SMS_URL url: Option<String> as Url = None, check scheme("http", "https");
         /// `http`: the header that carries `HMDP_SMS_SECRET`
         HMDP_SMS_HEADER header: String = "authorization".to_owned(), check header_name();
         /// `http`: the header's value, e.g. `Bearer …` (required with `http`)
@@ -499,7 +454,8 @@ settings! {
         /// `direct.seckill.queue`). Either way the grab appends to the stream first
         HMDP_ORDER_TRANSPORT transport: OrderTransport = OrderTransport::Stream;
         /// RabbitMQ for `HMDP_ORDER_TRANSPORT=rabbitmq`; the path is the vhost (`%2f` is `/`)
-        HMDP_AMQP_URL amqp_url: String as Url = DEFAULT_AMQP_URL.to_owned(), check amqp_scheme();
+        HMDP_AMQP_URL amqp_url: String as Url = DEFAULT_AMQP_URL.to_owned(),
+            check scheme("amqp", "amqps");
         /// with `rabbitmq`, what this worker runs: `both`, `relay` (stream to exchange) or
         /// `consumer` (queue to database), to scale or isolate the halves
         HMDP_AMQP_ROLE amqp_role: AmqpRole = AmqpRole::Both;
@@ -691,44 +647,25 @@ impl Config {
         env: &HashMap<String, String>,
     ) -> Result<Self, ConfigError> {
         let mut config = Config::default();
-        let rows = config.all_rows();
-        // Figment stacks the layers, keyed by variable: `HMDP_LOG` falls back to `RUST_LOG`
-        // below the file; the environment is on top.
-        let mut layers = Figment::new();
+        // `HMDP_LOG` falls back to `RUST_LOG`, below the file.
         if let Some(filter) = env.get("RUST_LOG").filter(|v| !v.trim().is_empty()) {
-            layers = layers.merge(Serialized::default("HMDP_LOG", filter));
+            config.log_filter = filter.clone();
         }
-        if let Some(path) = file {
-            layers = layers.merge(Serialized::defaults(file_layer(path, &rows)?));
-        }
-        // Only declared variables count. Empty means unset, except where empty is the default
-        // (`HMDP_REDIS_PREFIX=""` overrides a prefix from the file).
-        let env: HashMap<&str, &str> = rows
-            .iter()
-            .filter_map(|row| {
-                let value = env.get(row.var)?;
-                let keep_empty = row.value.as_deref() == Some("");
-                let value = if keep_empty { value } else { value.trim() };
-                (keep_empty || !value.is_empty()).then_some((row.var, value))
-            })
-            .collect();
-        let layers = layers.merge(Serialized::defaults(&env));
-        // A bad value names its variable, or the file (and the key) when it came from there.
-        config.apply(&layers, &|e| {
-            let name = rows
-                .iter()
-                .map(|r| r.var)
-                .find(|v| e.path.iter().any(|p| p == v));
-            let (name, message) = (name.unwrap_or("?"), e.kind.to_string());
-            match file.filter(|_| !env.contains_key(name)) {
-                Some(path) => ConfigError::Parse {
-                    path: path.to_owned(),
-                    message: format!("{}: {message}", file_key(name)),
-                },
-                None => ConfigError::Invalid { name, message },
-            }
-        })?;
-        if !layers.contains("HMDP_DATABASE_URL") {
+        let rows = config.all_rows();
+        let mut given = match file {
+            Some(path) => file_values(path, &rows)?,
+            None => HashMap::new(),
+        };
+        // The environment overrides the file, for declared variables only. Empty means unset,
+        // except where empty is the default (`HMDP_REDIS_PREFIX=""` overrides the file's prefix).
+        given.extend(rows.iter().filter_map(|row| {
+            let value = env.get(row.var)?;
+            let keep_empty = row.value.as_deref() == Some("");
+            let text = if keep_empty { value } else { value.trim() };
+            (keep_empty || !text.is_empty()).then(|| (row.var, (text.to_owned(), None)))
+        }));
+        config.apply(&given)?;
+        if !given.contains_key("HMDP_DATABASE_URL") {
             config.database_url = default_database_url(&config.data_dir);
         }
         // A session trusted longer than it lives could outlast its expiry by more than a blink.
@@ -772,22 +709,16 @@ impl Config {
 
     /// The README's configuration table (variable, default, meaning), one row per setting.
     pub fn markdown_table() -> String {
-        let mut table = String::from("| variable | default | meaning |\n|---|---|---|\n");
-        for row in Config::default().all_rows() {
+        let rows = Config::default().all_rows().into_iter().map(|row| {
             let default = match row.value.as_deref() {
                 Some("") => "empty".to_owned(),
                 Some(v) => format!("`{v}`"),
-                None => row.unset.clone(),
+                None => row.unset,
             };
             let meaning: Vec<&str> = row.doc.iter().map(|line| line.trim()).collect();
-            let _ = writeln!(
-                table,
-                "| `{}` | {default} | {} |",
-                row.var,
-                meaning.join(" ")
-            );
-        }
-        table
+            format!("| `{}` | {default} | {} |\n", row.var, meaning.join(" "))
+        });
+        "| variable | default | meaning |\n|---|---|---|\n".to_owned() + &rows.collect::<String>()
     }
 }
 
@@ -811,50 +742,73 @@ fn file_key(var: &str) -> String {
     var.trim_start_matches("HMDP_").to_ascii_lowercase()
 }
 
-/// The file's settings, keyed by variable like the environment; an unknown key is a typo.
-fn file_layer(path: &Path, rows: &[Row]) -> Result<Dict, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_owned(),
-        source,
+/// The settings given, by variable: the text, and the file it is in (`None`: the environment).
+type Given<'a> = HashMap<&'static str, (String, Option<&'a Path>)>;
+
+/// The raw value given for `var`, if any, parsed from its text and checked; a bad one names the
+/// variable, or the file and the key when it is the file's and does not parse.
+fn parse<R: FromStr<Err: fmt::Display>>(
+    given: &Given,
+    var: &'static str,
+    check: impl Fn(&R) -> Result<(), String>,
+) -> Result<Option<R>, ConfigError> {
+    let Some((text, file)) = given.get(var) else {
+        return Ok(None);
+    };
+    let raw = text.parse().map_err(|e| match file {
+        Some(path) => ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: format!("{}: {text:?}: {e}", file_key(var)),
+        },
+        None => ConfigError::Invalid {
+            name: var,
+            message: format!("{text:?}: {e}"),
+        },
     })?;
+    check(&raw).map_err(|message| ConfigError::Invalid { name: var, message })?;
+    Ok(Some(raw))
+}
+
+/// The file's settings by variable, as text (so a number may also be written as a string); an
+/// unknown key is a typo.
+fn file_values<'a>(path: &'a Path, rows: &[Row]) -> Result<Given<'a>, ConfigError> {
     let bad = |message| ConfigError::Parse {
         path: path.to_owned(),
         message,
     };
-    let given: Dict = Figment::from(Toml::string(&text))
+    let toml = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let mut values: Dict = Figment::from(Toml::string(&toml))
         .extract()
         .map_err(|e| bad(e.kind.to_string()))?;
-    let var = |key: &str| rows.iter().map(|r| r.var).find(|v| file_key(v) == key);
-    given
-        .into_iter()
-        .map(|(key, value)| match var(&key) {
-            Some(var) => Ok((var.to_owned(), value)),
-            None => Err(bad(format!("unknown key `{key}`"))),
-        })
-        .collect()
-}
-
-/// A setting as the file or the environment gives it: any scalar, parsed from its text into the
-/// raw value of the field's type in its unit (every value is read from text, so a number in the
-/// file may also be written as a string).
-struct Parsed<T: Setting<U>, U>(T::Raw, PhantomData<U>);
-
-impl<'de, T: Setting<U>, U> Deserialize<'de> for Parsed<T, U> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = match <Value as Deserialize>::deserialize(d)? {
-            Value::String(_, s) => s,
-            Value::Bool(_, b) => b.to_string(),
-            n @ Value::Num(..) => n.to_i128().map_or_else(
+    if let Some(key) = values
+        .keys()
+        .find(|k| !rows.iter().any(|r| file_key(r.var) == **k))
+    {
+        return Err(bad(format!("unknown key `{key}`")));
+    }
+    let mut given = HashMap::new();
+    for row in rows {
+        let key = file_key(row.var);
+        let text = match values.remove(&key) {
+            None => continue,
+            Some(Value::String(_, s)) => s,
+            Some(Value::Bool(_, b)) => b.to_string(),
+            Some(n @ Value::Num(..)) => n.to_i128().map_or_else(
                 || n.to_f64().unwrap_or(f64::NAN).to_string(),
                 |i| i.to_string(),
             ),
-            _ => return Err(D::Error::custom("expected a number, a string or a boolean")),
+            Some(_) => {
+                return Err(bad(format!(
+                    "{key}: expected a number, a string or a boolean"
+                )));
+            }
         };
-        match text.parse() {
-            Ok(raw) => Ok(Self(raw, PhantomData)),
-            Err(e) => Err(D::Error::custom(format!("{text:?}: {e}"))),
-        }
+        given.insert(row.var, (text, Some(path)));
     }
+    Ok(given)
 }
 
 /// How a field's type is written in the file and the environment, and shown; `U` is the unit
@@ -892,12 +846,14 @@ macro_rules! setting {
     (as written: $($ty:ty),*) => {
         setting! { $(Plain: $ty = $ty, |raw| raw, |v| Some(v.to_string());)* }
     };
+    (one of: $($ty:ty),*) => {
+        setting! { $(Plain: $ty = OneOf<$ty>, |raw| raw.0, |v| Some(v.to_string());)* }
+    };
 }
 
-setting!(as written: u32, u64, usize, f64, bool, String, SocketAddr);
-setting!(as written: ManagedRedis, AppendFsync, LogFormat, ShopCacheStrategy, SeckillMode, IdMode,
+setting!(as written: u32, u64, usize, f64, bool, String, SocketAddr, TimeZone, TrustedProxies);
+setting!(one of: ManagedRedis, AppendFsync, LogFormat, ShopCacheStrategy, SeckillMode, IdMode,
     OrderTransport, AmqpRole, SmsMode);
-setting!(as written: TimeZone, TrustedProxies);
 setting! {
     Plain: PathBuf = PathBuf, |raw| raw, |v| Some(v.display().to_string());
     Plain: Secret = String, |raw| Secret(raw), |_v| Some("***".to_owned());
@@ -918,58 +874,62 @@ impl<U, T: Setting<U>> Setting<U> for Option<T> {
     }
 }
 
-/// A check of a value as written: `message` unless `ok`.
-fn ensure<T>(message: String, ok: impl Fn(&T) -> bool) -> impl Fn(&T) -> Result<(), String> {
-    move |v| if ok(v) { Ok(()) } else { Err(message.clone()) }
+/// One of an enum's names, case-insensitive; anything else is refused with the names.
+struct OneOf<T>(T);
+
+impl<T: FromStr + VariantNames> FromStr for OneOf<T> {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let expected = || format!("expected one of: {}", T::VARIANTS.join(", "));
+        s.parse().map(OneOf).map_err(|_| expected())
+    }
+}
+
+/// `Ok` if `ok`, else the message: a failed check.
+fn ensure(ok: bool, message: impl Into<String>) -> Result<(), String> {
+    if ok { Ok(()) } else { Err(message.into()) }
 }
 
 fn at_least<T: PartialOrd + fmt::Display>(min: T) -> impl Fn(&T) -> Result<(), String> {
-    ensure(format!("must be at least {min}"), move |v| *v >= min)
+    let message = format!("must be at least {min}");
+    move |v| ensure(*v >= min, &message)
 }
 
 fn at_most<T: PartialOrd + fmt::Display>(max: T) -> impl Fn(&T) -> Result<(), String> {
-    ensure(format!("must be at most {max}"), move |v| *v <= max)
+    let message = format!("must be at most {max}");
+    move |v| ensure(*v <= max, &message)
 }
 
 fn between<T: PartialOrd + fmt::Display>(min: T, max: T) -> impl Fn(&T) -> Result<(), String> {
-    ensure(format!("must be between {min} and {max}"), move |v| {
-        min <= *v && *v <= max
-    })
+    let message = format!("must be between {min} and {max}");
+    move |v| ensure(min <= *v && *v <= max, &message)
 }
 
 fn min_len(min: usize) -> impl Fn(&String) -> Result<(), String> {
-    ensure(
-        format!("must be at least {min} characters long"),
-        move |v: &String| v.len() >= min,
-    )
+    let message = format!("must be at least {min} characters long");
+    move |v| ensure(v.len() >= min, &message)
 }
 
 /// Keys derive their Redis Cluster hash tags from their own parts; braces in the prefix would
 /// silently move every key into one slot.
 fn no_braces() -> impl Fn(&String) -> Result<(), String> {
-    ensure("must not contain '{' or '}'".into(), |v: &String| {
-        !v.contains(['{', '}'])
-    })
+    |v| ensure(!v.contains(['{', '}']), "must not contain '{' or '}'")
 }
 
-fn http_scheme() -> impl Fn(&String) -> Result<(), String> {
-    ensure(
-        "must be an `http://` or `https://` URL".into(),
-        |v: &String| v.starts_with("http://") || v.starts_with("https://"),
-    )
+/// A URL of scheme `a` or `b`.
+fn scheme(a: &'static str, b: &'static str) -> impl Fn(&String) -> Result<(), String> {
+    let message = format!("must be an `{a}://` or `{b}://` URL");
+    move |v| {
+        let ok = [a, b].iter().any(|s| v.starts_with(&format!("{s}://")));
+        ensure(ok, &message)
+    }
 }
 
 fn header_name() -> impl Fn(&String) -> Result<(), String> {
-    ensure("must be an HTTP header name".into(), |v: &String| {
-        axum::http::HeaderName::from_bytes(v.as_bytes()).is_ok()
-    })
-}
-
-fn amqp_scheme() -> impl Fn(&String) -> Result<(), String> {
-    ensure(
-        "must be an `amqp://` or `amqps://` URL".into(),
-        |v: &String| v.starts_with("amqp://") || v.starts_with("amqps://"),
-    )
+    |v| {
+        let ok = axum::http::HeaderName::from_bytes(v.as_bytes()).is_ok();
+        ensure(ok, "must be an HTTP header name")
+    }
 }
 
 /// Replaces the password of every `scheme://user:password@host` part with `***`.

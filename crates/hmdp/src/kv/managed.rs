@@ -108,7 +108,7 @@ impl ManagedRedis {
             .arg("--appendonly")
             .arg("yes")
             .arg("--appendfsync")
-            .arg(appendfsync.as_str())
+            .arg(appendfsync.to_string())
             .arg("--save")
             .arg("")
             .arg("--daemonize")
@@ -157,7 +157,7 @@ impl ManagedRedis {
         tracing::info!(
             url = %redact_url(&me.url),
             dir = %me.dir.display(),
-            appendfsync = %appendfsync.as_str(),
+            appendfsync = %appendfsync,
             "started a managed redis-server (AOF on)"
         );
         Ok(me)
@@ -243,7 +243,10 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(config_get(redis.url(), "appendonly").await, "yes");
-            assert_eq!(config_get(redis.url(), "appendfsync").await, fsync.as_str());
+            assert_eq!(
+                config_get(redis.url(), "appendfsync").await,
+                fsync.to_string()
+            );
 
             // A Ctrl-C to our process group does not reach the child.
             let pid = redis.child.id().expect("running") as libc::pid_t;
