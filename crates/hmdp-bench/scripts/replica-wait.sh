@@ -13,9 +13,9 @@ T=$(mktemp -d)
 P=6391
 S=6392
 redis-server --port $P --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
-  --pidfile $T/p.pid --logfile $T/p.log
+  --pidfile $T/p.pid --logfile $T/p.log --dir $T
 redis-server --port $S --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
-  --pidfile $T/s.pid --logfile $T/s.log --replicaof 127.0.0.1 $P
+  --pidfile $T/s.pid --logfile $T/s.log --dir $T --replicaof 127.0.0.1 $P
 trap 'kill $(cat $T/p.pid) $(cat $T/s.pid) 2>/dev/null; rm -rf "$T"' EXIT
 until redis-cli -p $S info replication | grep -q 'master_link_status:up'; do sleep 0.2; done
 uptime > $R/replica-wait.uptime
