@@ -52,11 +52,52 @@ impl L1Options {
     }
 }
 
-pub(crate) struct L1 {
-    cache: Cache<String, Arc<str>>,
+/// An in-process cache whose entries every instance drops when one instance says so over Redis
+/// pub/sub: the shop cache's L1, and anything else an application keeps in memory for a short
+/// while and must forget everywhere at once (sessions after a logout, say).
+///
+/// If the subscription breaks, messages may have been missed, so every entry is dropped on
+/// reconnect; the TTL bounds staleness even then.
+///
+/// ```no_run
+/// # async fn demo() -> hmdp_cache::Result<()> {
+/// use hmdp_cache::{InvalidatedCache, L1Options};
+/// let client = redis::Client::open("redis://127.0.0.1:6379")?;
+/// let sessions: InvalidatedCache<u64> =
+///     InvalidatedCache::start(L1Options::new(100_000, std::time::Duration::from_secs(5)), client.clone(), "app:sessions:drop")
+///         .await?;
+/// sessions.insert("token-1", 42).await;
+/// assert_eq!(sessions.get("token-1").await, Some(42));
+/// // After a logout: gone here at once, and on every other instance when the message arrives.
+/// sessions.invalidate_everywhere(&mut client.get_multiplexed_async_connection().await?, "token-1").await?;
+/// # Ok(()) }
+/// ```
+pub struct InvalidatedCache<V = Arc<str>> {
+    cache: Cache<String, V>,
     channel: String,
-    _listener: ListenerGuard,
+    _listener: Arc<ListenerGuard>,
 }
+
+impl<V> Clone for InvalidatedCache<V> {
+    fn clone(&self) -> Self {
+        Self {
+            cache: self.cache.clone(),
+            channel: self.channel.clone(),
+            _listener: self._listener.clone(),
+        }
+    }
+}
+
+impl<V> std::fmt::Debug for InvalidatedCache<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InvalidatedCache")
+            .field("channel", &self.channel)
+            .field("entries", &self.cache.entry_count())
+            .finish()
+    }
+}
+
+pub(crate) type L1 = InvalidatedCache<Arc<str>>;
 
 struct ListenerGuard(tokio::task::JoinHandle<()>);
 
@@ -66,13 +107,16 @@ impl Drop for ListenerGuard {
     }
 }
 
-impl L1 {
-    pub(crate) async fn start(
+impl<V: Clone + Send + Sync + 'static> InvalidatedCache<V> {
+    /// A cache of `options`' size and TTL that drops the keys published on `channel`
+    /// (subscribed through `subscriber` before this returns, so no later message is missed).
+    pub async fn start(
         options: L1Options,
         subscriber: redis::Client,
-        channel: String,
+        channel: impl Into<String>,
     ) -> Result<Self> {
-        let cache: Cache<String, Arc<str>> = Cache::builder()
+        let channel = channel.into();
+        let cache: Cache<String, V> = Cache::builder()
             .max_capacity(options.max_entries)
             .time_to_live(options.ttl)
             .build();
@@ -87,25 +131,27 @@ impl L1 {
         Ok(Self {
             cache,
             channel,
-            _listener: ListenerGuard(handle),
+            _listener: Arc::new(ListenerGuard(handle)),
         })
     }
 
-    pub(crate) async fn get(&self, key: &str) -> Option<Arc<str>> {
+    /// The entry of `key`, if this instance holds it.
+    pub async fn get(&self, key: &str) -> Option<V> {
         self.cache.get(key).await
     }
 
-    pub(crate) async fn insert(&self, key: &str, value: Arc<str>) {
+    /// Keeps `value` under `key` for at most the TTL.
+    pub async fn insert(&self, key: &str, value: V) {
         self.cache.insert(key.to_owned(), value).await;
     }
 
-    /// Drops `key` from this instance's L1 only.
-    pub(crate) async fn invalidate_local(&self, key: &str) {
+    /// Drops `key` from this instance only.
+    pub async fn invalidate_local(&self, key: &str) {
         self.cache.invalidate(key).await;
     }
 
-    /// Drops `key` from this instance's L1 and tells every other instance to drop it too.
-    pub(crate) async fn invalidate_everywhere<C: ConnectionLike + Send>(
+    /// Drops `key` here and tells every instance (through `conn`) to drop it too.
+    pub async fn invalidate_everywhere<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
         key: &str,
@@ -120,11 +166,11 @@ impl L1 {
     }
 }
 
-async fn listen(
+async fn listen<V: Clone + Send + Sync + 'static>(
     mut pubsub: redis::aio::PubSub,
     client: redis::Client,
     channel: String,
-    cache: Cache<String, Arc<str>>,
+    cache: Cache<String, V>,
 ) {
     loop {
         {
@@ -137,7 +183,7 @@ async fn listen(
         }
         // The subscription broke: anything may have changed meanwhile.
         cache.invalidate_all();
-        tracing::warn!(%channel, "L1 invalidation subscription lost; cleared L1, reconnecting");
+        tracing::warn!(%channel, "invalidation subscription lost; cache cleared, reconnecting");
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
             match client.get_async_pubsub().await {

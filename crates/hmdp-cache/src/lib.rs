@@ -61,7 +61,7 @@ pub use client::{
     CacheClient, CacheClientBuilder, CacheStats, ReadOptions, RedisDown, Strategy, jittered,
 };
 pub use error::{Error, ErrorKind, Result};
-pub use l1::L1Options;
+pub use l1::{InvalidatedCache, L1Options};
 
 /// A key in the same Redis Cluster slot as `key`: `{key}:suffix`, or `key:suffix` if `key`
 /// already has a hash tag.

@@ -285,11 +285,11 @@ settings! {
         /// sliding session lifetime, refreshed by every request with the token
         HMDP_SESSION_TTL_SECS session_ttl: Duration as Secs = Duration::from_secs(30 * 60),
             check at_least(1);
-        /// trust a session read from Redis for this long without asking again (at most 60000).
-        /// Off by default. When set, a logout through another instance, or an expiry, is only
-        /// seen here after up to this long; a logout through this instance takes effect at once.
-        /// Measured: 1.23× grab throughput, the same p99 (BENCHMARKS.md)
-        HMDP_SESSION_CACHE_MS session_cache: Duration as Millis = Duration::ZERO,
+        /// trust a session read from Redis for this long without asking again (at most 60000;
+        /// `0` = read Redis on every request): its TTL then slides at most once per window. A
+        /// logout on any instance ends the session everywhere at once (pub/sub); a session
+        /// deleted in Redis by other means is still trusted here for up to this long
+        HMDP_SESSION_CACHE_MS session_cache: Duration as Millis = Duration::from_secs(5),
             check at_most(60_000);
         /// requests per second per client address (an IPv6 /64 counts as one), bursts of twice
         /// that (`0` = off, e.g. for benchmarks; behind a proxy set `HMDP_TRUSTED_PROXIES`)
@@ -1046,10 +1046,10 @@ mod tests {
     }
 
     #[test]
-    fn the_session_cache_is_off_by_default_and_bounded() {
+    fn the_session_cache_is_on_by_default_and_bounded() {
         let c = Config::from_sources(None, &env(&[])).unwrap();
-        assert_eq!(c.session_cache, Duration::ZERO);
-        assert!(c.redacted_summary().contains("session_cache_ms=0 "));
+        assert_eq!(c.session_cache, Duration::from_secs(5));
+        assert!(c.redacted_summary().contains("session_cache_ms=5000 "));
         let c = Config::from_sources(None, &env(&[("HMDP_SESSION_CACHE_MS", "500")])).unwrap();
         assert_eq!(c.session_cache, Duration::from_millis(500));
         for bad in [

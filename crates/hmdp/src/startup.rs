@@ -107,7 +107,7 @@ impl Application {
             cache = cache
                 .l1(
                     L1Options::new(config.cache.l1_capacity, config.cache.l1_ttl),
-                    subscriber,
+                    subscriber.clone(),
                     &keys.cache_l1_channel(),
                 )
                 .await
@@ -162,6 +162,15 @@ impl Application {
         if let Some(w) = &worker {
             check_broker(w, &config).await?;
         }
+        let sessions = SessionStore::new(redis.clone(), keys.clone(), config.session_ttl)
+            .with_cache(
+                config.session_cache,
+                SESSIONS_IN_MEMORY,
+                subscriber.clone(),
+                keys.session_channel(),
+            )
+            .await
+            .context("cannot subscribe for session invalidations")?;
         let http_metrics = Arc::new(crate::http::HttpMetrics::default());
         let connections = Arc::new(http::ConnectionStats::default());
         let stream_metrics = StreamMetrics::default();
@@ -220,8 +229,7 @@ impl Application {
                 config.rate_limit_user,
             )),
             locks,
-            sessions: SessionStore::new(redis.clone(), keys.clone(), config.session_ttl)
-                .with_cache(config.session_cache, 100_000),
+            sessions,
             codes: CodeIssuer::new(redis.clone(), keys.clone(), config.code.clone()),
             db,
             redis,
@@ -617,6 +625,9 @@ async fn worker_database(config: &Config) -> anyhow::Result<Db> {
 }
 
 /// Decides which Redis to use, starting a managed one when configured or needed.
+/// Sessions an instance trusts from memory at most (`HMDP_SESSION_CACHE_MS`): about 30 MB.
+const SESSIONS_IN_MEMORY: u64 = 100_000;
+
 /// The writers of `HMDP_REDIS_WAIT_REPLICAS`: one primary with replicas (the configuration
 /// refuses a cluster), so never the managed `redis-server` (it has no replica: every grab would
 /// time out). Fewer replicas connected than asked is

@@ -1,23 +1,19 @@
 //! Sessions: `login:token:{token}` hashes with a sliding TTL (the original's Redis session).
 //!
-//! Redis is the only authority on a session. Every request that carries a token reads the hash
-//! and slides its TTL in one round trip, as the original's `RefreshTokenInterceptor` does.
-//!
-//! That round trip is the largest part of a flash-sale request after the grab script itself
-//! (BENCHMARKS.md: a grab runs at 81–92 % of the rate of `GET /user/me`, which is the session
-//! read alone). [`SessionStore::with_cache`] (`HMDP_SESSION_CACHE_MS`, off by default) lets an
-//! instance trust a session it read from Redis in the last N milliseconds without asking
-//! again. The price, bounded by N: a logout through *another* instance, a session deleted in
-//! Redis by hand, or one that expired there, is still accepted here for up to N ms; and the
-//! TTL slides at most once per N ms per instance (irrelevant next to a 30-minute TTL). A logout
-//! through this instance drops the cached copy at once (only a request of that session already
-//! reading Redis at that moment can put it back, for at most N ms). Only live sessions are
-//! cached: an
-//! unknown token always goes to Redis, so a session created on another instance works at once.
+//! Redis is the authority on a session. A request that carries a token reads the hash and
+//! slides its TTL in one round trip, as the original's `RefreshTokenInterceptor` does, unless
+//! this instance read that session within the last `HMDP_SESSION_CACHE_MS` (on by default):
+//! then it trusts the copy in memory, so a session costs at most one Redis round trip per
+//! window per instance, and its TTL slides at most once per window (nothing next to a
+//! 30-minute TTL). A logout on any instance publishes the token and every instance forgets it
+//! at once ([`hmdp_cache::InvalidatedCache`]); only a session deleted in Redis by other means
+//! (by hand, or expired, which a session in use within the window cannot be) is still trusted
+//! for up to the window. Unknown tokens are never cached, so a session created on another
+//! instance works at once.
 
 use std::time::Duration;
 
-use moka::future::Cache;
+use hmdp_cache::{InvalidatedCache, L1Options};
 use redis::AsyncCommands;
 
 use crate::{
@@ -39,7 +35,7 @@ pub struct SessionStore {
     keys: Keys,
     ttl: Duration,
     /// Sessions read from Redis recently, by token (see the module docs); `None` = off.
-    recent: Option<Cache<String, SessionUser>>,
+    recent: Option<InvalidatedCache<SessionUser>>,
 }
 
 impl SessionStore {
@@ -53,16 +49,20 @@ impl SessionStore {
     }
 
     /// Trusts a session read from Redis for `for_at_most` afterwards (at most `capacity`
-    /// sessions kept); a zero duration leaves the cache off. See the module docs for what
-    /// that trades.
-    pub fn with_cache(mut self, for_at_most: Duration, capacity: u64) -> Self {
-        self.recent = (!for_at_most.is_zero()).then(|| {
-            Cache::builder()
-                .max_capacity(capacity)
-                .time_to_live(for_at_most)
-                .build()
-        });
-        self
+    /// sessions kept), forgetting it when any instance publishes its logout on `channel`
+    /// (subscribed through `subscriber`); a zero duration leaves the cache off.
+    pub async fn with_cache(
+        mut self,
+        for_at_most: Duration,
+        capacity: u64,
+        subscriber: redis::Client,
+        channel: String,
+    ) -> hmdp_cache::Result<Self> {
+        if !for_at_most.is_zero() {
+            let options = L1Options::new(capacity, for_at_most);
+            self.recent = Some(InvalidatedCache::start(options, subscriber, channel).await?);
+        }
+        Ok(self)
     }
 
     /// Stores a new session for `user` and returns its token.
@@ -123,7 +123,7 @@ impl SessionStore {
             },
         });
         if let (Some(recent), Some(user)) = (&self.recent, &user) {
-            recent.insert(token.as_str().to_owned(), user.clone()).await;
+            recent.insert(token.as_str(), user.clone()).await;
         }
         Ok(user)
     }
@@ -137,8 +137,13 @@ impl SessionStore {
             .await?;
         // After the DEL, not before: a request of this session could otherwise read it back in
         // while the DEL is on its way.
-        if let Some(recent) = &self.recent {
-            recent.invalidate(token.as_str()).await;
+        if let Some(recent) = &self.recent
+            && let Err(e) = recent
+                .invalidate_everywhere(&mut self.redis.clone(), token.as_str())
+                .await
+        {
+            // Gone here and in Redis; other instances forget it within their window.
+            tracing::warn!(error = %e, "logout not published to the other instances");
         }
         Ok(())
     }

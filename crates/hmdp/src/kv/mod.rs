@@ -312,6 +312,12 @@ impl Keys {
         format!("{}upload:{name}", self.prefix)
     }
 
+    /// The pub/sub channel on which instances tell each other to forget a session (its token)
+    /// they trust from memory (`HMDP_SESSION_CACHE_MS`): a logout anywhere ends it everywhere.
+    pub fn session_channel(&self) -> String {
+        format!("{}session:invalidate", self.prefix)
+    }
+
     /// The pub/sub channel on which instances tell each other to drop L1 entries.
     pub fn cache_l1_channel(&self) -> String {
         format!("{}cache:l1:invalidate", self.prefix)

@@ -4,7 +4,7 @@ use serde_json::json;
 
 use crate::{
     both_backends,
-    helpers::{Backend, client_from, spawn_app, spawn_app_with},
+    helpers::{Backend, client_from, spawn_app, spawn_app_with, wait_until},
 };
 
 both_backends!(
@@ -66,9 +66,12 @@ async fn login_end_to_end(backend: Backend) {
     assert_eq!(app.get("/api/user/me", Some("Bearer x")).await.status, 401);
 }
 
+/// With the session cache off, every request slides the TTL (the original's behaviour; with it
+/// on, at most once per window: `a_session_cache_trusts_a_session_for_its_window_only`).
 async fn the_session_ttl_slides_with_use(backend: Backend) {
     let app = spawn_app_with(backend, |c| {
-        c.session_ttl = std::time::Duration::from_secs(600)
+        c.session_ttl = std::time::Duration::from_secs(600);
+        c.session_cache = std::time::Duration::ZERO;
     })
     .await;
     let token = app.login("13912345678").await;
@@ -435,6 +438,51 @@ async fn user_lookups_follow_the_original(backend: Backend) {
         app.get(&format!("/api/user/info/{id}"), None).await.status,
         401
     );
+}
+
+/// The session cache is on by default, and a logout through one instance ends the session on
+/// every instance at once: well inside the 5 s window, so the message did it, not the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_logout_on_one_instance_ends_the_session_on_every_instance() {
+    let a = spawn_app(Backend::Sqlite).await;
+    assert_eq!(
+        a.state.config.session_cache,
+        std::time::Duration::from_secs(5)
+    );
+    let b = spawn_app_with(Backend::Sqlite, |c| {
+        c.redis_prefix = a.prefix.clone();
+        c.database_url = a.state.config.database_url.clone();
+    })
+    .await;
+    let token = a.login("13612340001").await;
+    // B reads the session once and then trusts its copy: deleting the hash behind its back
+    // does not end it there.
+    assert!(b.get("/api/user/me", Some(&token)).await.success());
+    let key = format!("{}login:token:{token}", a.prefix);
+    let fields: std::collections::HashMap<String, String> =
+        redis::AsyncCommands::hgetall(&mut a.redis().await, &key)
+            .await
+            .unwrap();
+    let _: i64 = redis::AsyncCommands::del(&mut a.redis().await, &key)
+        .await
+        .unwrap();
+    assert!(
+        b.get("/api/user/me", Some(&token)).await.success(),
+        "B trusts its copy"
+    );
+    let pairs: Vec<(String, String)> = fields.into_iter().collect();
+    let _: () = redis::AsyncCommands::hset_multiple(&mut a.redis().await, &key, &pairs)
+        .await
+        .unwrap();
+    // The logout through A reaches B by pub/sub.
+    assert!(a.post("/api/user/logout", Some(&token)).await.success());
+    wait_until(
+        std::time::Duration::from_secs(2),
+        "B refusing the logged-out session",
+        async || b.get("/api/user/me", Some(&token)).await.status == 401,
+    )
+    .await;
+    assert_eq!(a.get("/api/user/me", Some(&token)).await.status, 401);
 }
 
 /// `HMDP_SESSION_CACHE_MS`: a session read from Redis is trusted for that long and no longer;
