@@ -11,7 +11,7 @@
 
 use std::{collections::HashMap, fmt, time::Duration};
 
-use super::{Seckill, SeckillError, scripts, warm};
+use super::{Seckill, SeckillError, scripts};
 use crate::{
     domain::VoucherId,
     kv::Keys,
@@ -197,22 +197,9 @@ impl Seckill {
             .key(&buyers_key)
             .invoke_async(&mut self.redis.clone())
             .await?;
-        let queued = order_stream::orders_of_voucher(
-            &self.redis,
-            &self.keys.seckill_stream(shard),
-            voucher.get(),
-        )
-        .await?;
-        let dead = order_stream::orders_of_voucher(
-            &self.redis,
-            &self.keys.seckill_dead_letters(shard),
-            voucher.get(),
-        )
-        .await?;
-        let Some(snapshot) = orders::sale_snapshot(&self.db, voucher).await? else {
+        let Some((_, load, _)) = self.what_to_load(voucher, shard).await? else {
             return Ok(None);
         };
-        let load = warm::plan(&snapshot, &queued, &dead);
         let mut check = SaleCheck {
             voucher: voucher.get(),
             marked_unknown: fields.contains_key("missing") && !fields.contains_key("stock"),

@@ -107,23 +107,9 @@ impl Seckill {
     ) -> Result<(), SeckillError> {
         let mut redis = self.redis.clone();
         let hash = self.keys.seckill_voucher(shard, voucher.get());
-        // 1. The streams first, 2. then the database snapshot (one transaction).
-        let queued = order_stream::orders_of_voucher(
-            &self.redis,
-            &self.keys.seckill_stream(shard),
-            voucher.get(),
-        )
-        .await?;
-        let dead = order_stream::orders_of_voucher(
-            &self.redis,
-            &self.keys.seckill_dead_letters(shard),
-            voucher.get(),
-        )
-        .await?;
-        let Some(snapshot) = orders::sale_snapshot(&self.db, voucher).await? else {
+        let Some((snapshot, load, dead)) = self.what_to_load(voucher, shard).await? else {
             return self.mark_missing(voucher).await;
         };
-        let load = plan(&snapshot, &queued, &dead);
         let buyers_key = self.keys.seckill_buyers(shard, voucher.get());
         for chunk in load.buyers.chunks(1000) {
             let _: i64 = redis::cmd("HSET")
@@ -146,11 +132,38 @@ impl Seckill {
             stock = load.stock,
             buyers = load.buyers.len(),
             queued_unwritten = load.unwritten,
-            dead_letters = dead.len(),
+            dead_letters = dead,
             loaded = loaded == 1,
             "flash-sale voucher loaded into Redis from the database"
         );
         Ok(())
+    }
+
+    /// What a warm-up loads now, read from the streams first and then from one database
+    /// snapshot (so an order on its way from one to the other is seen at least once): the
+    /// snapshot, the load and the dead letters' count; `None` if the database does not sell it.
+    pub(super) async fn what_to_load(
+        &self,
+        voucher: VoucherId,
+        shard: u32,
+    ) -> Result<Option<(SaleSnapshot, Load, usize)>, SeckillError> {
+        let queued = order_stream::orders_of_voucher(
+            &self.redis,
+            &self.keys.seckill_stream(shard),
+            voucher.get(),
+        )
+        .await?;
+        let dead = order_stream::orders_of_voucher(
+            &self.redis,
+            &self.keys.seckill_dead_letters(shard),
+            voucher.get(),
+        )
+        .await?;
+        let Some(snapshot) = orders::sale_snapshot(&self.db, voucher).await? else {
+            return Ok(None);
+        };
+        let load = plan(&snapshot, &queued, &dead);
+        Ok(Some((snapshot, load, dead.len())))
     }
 
     /// Remembers in Redis, for every instance, that `voucher` is no flash-sale voucher (unless
