@@ -12,7 +12,8 @@
 //! | **Redis down** | every read becomes a database read | configurable: fail fast, or fall back to the loader behind a concurrency limit ([`RedisDown`]) |
 //!
 //! An optional in-process L1 ([`L1Options`]) answers the hottest keys without a network round
-//! trip and is invalidated on every instance through pub/sub when a key changes.
+//! trip and is invalidated on every instance through pub/sub when a key changes; the same
+//! mechanism is public as [`InvalidatedCache`] for any value an application keeps in memory.
 //!
 //! ## Using it
 //!
