@@ -130,13 +130,18 @@ impl Application {
             ids,
             config.seckill.clone(),
         );
-        let seckill = match config.seckill.wait_replicas {
+        let mut seckill = match config.seckill.wait_replicas {
             0 => seckill,
             _ => seckill.with_replica_wait(
                 replica_wait(&config, &redis_url, managed_redis.is_some()).await?,
             ),
-        };
+        }
+        .with_publisher(subscriber.clone());
         if seckill.mode() == crate::config::SeckillMode::Async {
+            seckill
+                .remember_refusals(subscriber.clone())
+                .await
+                .context("cannot subscribe for flash-sale load announcements")?;
             // A service on another shard count than the one recorded in Redis would strand
             // orders and could oversell: refuse to start (the error says how to change it).
             seckill
@@ -377,9 +382,9 @@ pub async fn reconcile(
             crate::config::redact_url(url)
         )
     })?;
-    let first_node = url.split(',').next().unwrap_or(url).trim();
+    let first_node = redis::Client::open(url.split(',').next().unwrap_or(url).trim())?;
     let locks = hmdp_lock::LockClient::builder(redis.clone())
-        .subscriber(redis::Client::open(first_node)?)
+        .subscriber(first_node.clone())
         .key_prefix(config.redis_prefix.clone())
         .build()
         .context("cannot set up the lock client")?;
@@ -390,7 +395,9 @@ pub async fn reconcile(
         locks,
         order_id_generator(redis, config)?,
         config.seckill.clone(),
-    );
+    )
+    // A repair reloads sales: the running instances must hear it.
+    .with_publisher(first_node);
     seckill
         .check_shards()
         .await

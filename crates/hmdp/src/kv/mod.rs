@@ -276,6 +276,23 @@ impl Keys {
         format!("{}seckill:{{s{shard}}}:orders:failing", self.prefix)
     }
 
+    /// `seckill:{s<k>}:voucher:<id>:gen`: the voucher's newest load generation (a counter that
+    /// never goes back, see `scripts::NEXT_GENERATION`); a slot mate of the voucher hash.
+    pub fn seckill_generation(&self, shard: u32, voucher_id: i64) -> String {
+        slot_mate(&self.seckill_voucher(shard, voucher_id), "gen")
+    }
+
+    /// The pub/sub channel on which a voucher about to be (re)loaded into Redis is announced,
+    /// so that every instance forgets what it remembers of the sale (`seckill::memory`).
+    pub fn seckill_clear_channel(&self) -> String {
+        format!("{}seckill:clear", self.prefix)
+    }
+
+    /// `seckill:clear-ack:<nonce>`: how many instances acknowledged one announcement (short-lived).
+    pub fn seckill_clear_ack(&self, nonce: &str) -> String {
+        format!("{}seckill:clear-ack:{nonce}", self.prefix)
+    }
+
     /// `seckill:pending:<orderId>`: owner and voucher of an accepted order until it is written.
     pub fn seckill_pending(&self, order_id: i64) -> String {
         format!("{}seckill:pending:{order_id}", self.prefix)
@@ -416,6 +433,7 @@ mod tests {
             assert_eq!(key_slot(&keys.seckill_buyers(shard, voucher)), slot);
             assert_eq!(key_slot(&keys.seckill_dead_letters(shard)), slot);
             assert_eq!(key_slot(&keys.seckill_failing(shard)), slot);
+            assert_eq!(key_slot(&keys.seckill_generation(shard, voucher)), slot);
         }
         assert_ne!(
             key_slot(&keys.seckill_stream(0)),

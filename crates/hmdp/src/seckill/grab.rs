@@ -27,12 +27,25 @@ impl Seckill {
         if self.unknown.contains_key(&voucher.get()) {
             return Ok(Err(Refusal::UnknownVoucher));
         }
+        if let Some(memory) = &self.memory {
+            if memory.sold_out(voucher.get()) {
+                self.stats.memory_sold_out.inc();
+                return Ok(Err(Refusal::SoldOut));
+            }
+            if let Some(order) = memory.bought(voucher.get(), user.get()).await {
+                self.stats.memory_duplicate.inc();
+                return Ok(Err(Refusal::Duplicate(Some(order))));
+            }
+        }
         self.check_shards().await?;
         let shard = self.shard(voucher);
         let order_id = self.ids.next_id().await?;
         let mut redis = self.redis.clone();
         let started = Instant::now();
         for attempt in 1.. {
+            // Before the script runs: its answer is remembered only if no announcement can
+            // have been missed since.
+            let ticket = self.memory.as_ref().and_then(|m| m.ticket());
             let mut grab = scripts::GRAB.prepare_invoke();
             grab.key(self.keys.seckill_voucher(shard, voucher.get()))
                 .key(self.keys.seckill_buyers(shard, voucher.get()))
@@ -52,8 +65,10 @@ impl Seckill {
                         .await?
                 }
             };
-            // `{code}`, or `{2, order id}` for a buyer who has an order.
+            // `{code}`, `{0 | 1, gen}`, or `{2, order id, gen}` for a buyer who has an order.
             let (code, prior) = (reply.first().copied().unwrap_or(-1), reply.get(1).copied());
+            let generation = |i: usize| reply.get(i).map_or(0, |g| (*g).max(0) as u64);
+            let memory = self.memory.as_ref().zip(ticket);
             match code {
                 0 => {
                     // Best effort: only the status query reads it, and the worker's write
@@ -83,10 +98,33 @@ impl Seckill {
                             replicated,
                         });
                     }
+                    if let Some((memory, ticket)) = memory {
+                        memory
+                            .remember_buyer(
+                                voucher.get(),
+                                user.get(),
+                                order_id,
+                                generation(1),
+                                ticket,
+                            )
+                            .await;
+                    }
                     return Ok(Ok(order_id));
                 }
-                1 => return Ok(Err(Refusal::SoldOut)),
-                2 => return Ok(Err(Refusal::Duplicate(prior))),
+                1 => {
+                    if let Some((memory, ticket)) = memory {
+                        memory.remember_sold_out(voucher.get(), generation(1), ticket);
+                    }
+                    return Ok(Err(Refusal::SoldOut));
+                }
+                2 => {
+                    if let (Some((memory, ticket)), Some(order)) = (memory, prior) {
+                        memory
+                            .remember_buyer(voucher.get(), user.get(), order, generation(2), ticket)
+                            .await;
+                    }
+                    return Ok(Err(Refusal::Duplicate(prior)));
+                }
                 3 => return Ok(Err(Refusal::NotStarted)),
                 4 => return Ok(Err(Refusal::Ended)),
                 -2 => {

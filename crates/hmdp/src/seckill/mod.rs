@@ -3,9 +3,11 @@
 //! In `async` mode one Lua script decides in Redis and appends the order to the order stream
 //! ([`crate::order_stream`]), which the worker writes later; a voucher Redis lacks is loaded
 //! from the database first ([`Seckill::warm`]). `sync` mode is the course's database path.
-//! README, "The flash sale, and what survives what", says why each step is safe.
+//! Sold-out and already-bought answers are then repeated from memory without Redis
+//! ([`memory`]). README, "The flash sale, and what survives what", says why each step is safe.
 
 mod grab;
+mod memory;
 mod reconcile;
 pub mod scripts;
 mod stats;
@@ -97,6 +99,12 @@ pub struct Seckill {
     sale_stats: moka::future::Cache<i64, Option<SaleStats>>,
     /// Set with `HMDP_REDIS_WAIT_REPLICAS`: accepted grabs wait for the replicas.
     replicas: Option<Arc<ReplicaWait>>,
+    /// Refusals repeated without Redis, once [`Seckill::remember_refusals`] subscribed.
+    memory: Option<Arc<memory::SaleMemory>>,
+    listener: Option<Arc<memory::ListenerGuard>>,
+    /// Where load announcements are published (else on `redis`): the node instances subscribe
+    /// through.
+    publisher: Option<Arc<memory::Publisher>>,
 }
 
 /// How long this instance remembers that a voucher id is unknown. Short, because a voucher
@@ -134,7 +142,17 @@ impl Seckill {
                 .time_to_live(STATS_TTL)
                 .build(),
             replicas: None,
+            memory: None,
+            listener: None,
+            publisher: None,
         }
+    }
+
+    /// Publishes load announcements through `client` (a plain client of the node the instances
+    /// subscribe through: on a cluster, PUBLISH counts only that node's subscribers).
+    pub fn with_publisher(mut self, client: redis::Client) -> Self {
+        self.publisher = Some(Arc::new(memory::Publisher::new(client)));
+        self
     }
 
     /// Makes every accepted grab wait for replicas before it is answered

@@ -258,7 +258,8 @@ impl Seckill {
     }
 
     /// Queues again the orders only Redis holds, then rebuilds the sale the way a warm-up
-    /// does, from the database and the streams.
+    /// does, from the database and the streams (announced to every instance first, so none
+    /// keeps refusing it from memory: `super::memory`).
     async fn repair(&self, voucher: VoucherId, check: &SaleCheck) -> Result<(), SeckillError> {
         let shard = self.shard(voucher);
         let stream = self.keys.seckill_stream(shard);

@@ -1,8 +1,9 @@
 //! The flash sale's Lua scripts. Each gets every key it touches in `KEYS` (one shard's hash
 //! tag), is created once and invoked with `EVALSHA` (reloaded by redis-rs on `NOSCRIPT`).
 //!
-//! The voucher hash holds `stock`, `begin`, `end` (ms) and `sold` (orders accepted since it
-//! was loaded, counted for the buyer-set guard below), or only `missing` for "no such voucher".
+//! The voucher hash holds `stock`, `begin`, `end` (ms), `sold` (orders accepted since it
+//! was loaded, counted for the buyer-set guard below) and `gen` (the load's generation, see
+//! [`NEXT_GENERATION`]), or only `missing` for "no such voucher".
 
 use std::sync::LazyLock;
 
@@ -14,9 +15,11 @@ use crate::order_stream;
 ///
 /// KEYS: voucher hash, buyers hash (user id → order id), order stream.
 /// ARGV: voucher id, user id, order id.
-/// Returns `{code}` or `{2, order id}`: 0 accepted (stock taken, buyer recorded with the order,
-/// order appended to the stream with the [`order_stream`] fields), 1 sold out, 2 already
-/// bought (with the buyer's order), 3 not started, 4 ended, -1 not loaded, -2 no such voucher.
+/// Returns `{0, gen}`, `{1, gen}`, `{2, order id, gen}` or `{code}`: 0 accepted (stock taken,
+/// buyer recorded with the order, order appended to the stream with the [`order_stream`]
+/// fields), 1 sold out, 2 already bought (with the buyer's order), 3 not started, 4 ended, -1
+/// not loaded, -2 no such voucher. `gen` is the hash's load generation (0 for a hash loaded
+/// before generations existed): the answer is remembered only under it (`super::memory`).
 /// The order id goes back as Redis stored it (a string): a Lua number would round it.
 ///
 /// "Not loaded" (the caller warms the voucher and retries) also covers a hash missing any of
@@ -26,7 +29,7 @@ use crate::order_stream;
 pub static GRAB: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r"
-local v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'missing', 'sold')
+local v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'missing', 'sold', 'gen')
 if not (v[1] and v[2] and v[3]) then
   if v[4] and not v[1] then return {{-2}} end
   return {{-1}}
@@ -35,15 +38,16 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now < tonumber(v[2]) then return {{3}} end
 if now > tonumber(v[3]) then return {{4}} end
-if tonumber(v[1]) <= 0 then return {{1}} end
+local gen = tonumber(v[6]) or 0
+if tonumber(v[1]) <= 0 then return {{1, gen}} end
 local prior = redis.call('HGET', KEYS[2], ARGV[2])
-if prior then return {{2, prior}} end
+if prior then return {{2, prior, gen}} end
 if v[5] and tonumber(v[5]) > 0 and redis.call('EXISTS', KEYS[2]) == 0 then return {{-1}} end
 redis.call('HINCRBY', KEYS[1], 'stock', -1)
 redis.call('HINCRBY', KEYS[1], 'sold', 1)
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('XADD', KEYS[3], '*', '{order}', ARGV[3], '{user}', ARGV[2], '{voucher}', ARGV[1])
-return {{0}}
+return {{0, gen}}
 ",
         order = order_stream::FIELD_ORDER_ID,
         user = order_stream::FIELD_USER_ID,
@@ -54,7 +58,8 @@ return {{0}}
 /// Loads a voucher's sale fields unless it is already (completely) loaded; a `missing` marker
 /// or a partial hash is replaced.
 ///
-/// KEYS: voucher hash. ARGV: stock, begin ms, end ms, sold (buyers recorded in the buyers hash).
+/// KEYS: voucher hash. ARGV: stock, begin ms, end ms, sold (buyers recorded in the buyers hash),
+/// generation (announced to every instance before: `Seckill::announce_load`).
 /// Returns 1 if written, 0 if it was there.
 pub static LOAD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -62,8 +67,28 @@ pub static LOAD: LazyLock<Script> = LazyLock::new(|| {
 local v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end')
 if v[1] and v[2] and v[3] then return 0 end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'stock', ARGV[1], 'begin', ARGV[2], 'end', ARGV[3], 'sold', ARGV[4])
+redis.call('HSET', KEYS[1], 'stock', ARGV[1], 'begin', ARGV[2], 'end', ARGV[3], 'sold', ARGV[4],
+  'gen', ARGV[5])
 return 1
+",
+    )
+});
+
+/// The next load generation of a voucher: above every earlier one, and at least Redis's clock
+/// in ms, so that a lost counter key starts above the generations instances still remember.
+///
+/// KEYS: the voucher's generation key. Returns the new generation.
+pub static NEXT_GENERATION: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local g = redis.call('INCR', KEYS[1])
+if g < now then
+  redis.call('SET', KEYS[1], now)
+  g = now
+end
+return g
 ",
     )
 });

@@ -28,6 +28,12 @@ pub struct SeckillStats {
     pub stats_computed: Counter,
     /// Accepted grabs answered 503 because the replicas did not confirm them in time.
     pub replica_wait_timeouts: Counter,
+    memory_refusals: Family<[(&'static str, &'static str); 1], Counter>,
+    /// Refusals answered from this instance's memory, without Redis (also counted above).
+    pub memory_sold_out: Counter,
+    pub memory_duplicate: Counter,
+    /// Load announcements that not every instance acknowledged in time.
+    pub clear_ack_timeouts: Counter,
 }
 
 impl Default for SeckillStats {
@@ -35,7 +41,13 @@ impl Default for SeckillStats {
         let outcomes = Family::<[(&'static str, &'static str); 1], Counter>::default();
         // One handle per outcome, made once: counting a grab is one atomic add, no lookup.
         let outcome = |code| outcomes.get_or_create(&[("outcome", code)]).clone();
+        let memory_refusals = Family::<[(&'static str, &'static str); 1], Counter>::default();
+        let remembered = |code| memory_refusals.get_or_create(&[("outcome", code)]).clone();
         Self {
+            memory_sold_out: remembered("sold_out"),
+            memory_duplicate: remembered("duplicate_order"),
+            memory_refusals,
+            clear_ack_timeouts: Counter::default(),
             accepted: outcome("accepted"),
             sold_out: outcome("sold_out"),
             duplicate: outcome("duplicate_order"),
@@ -74,6 +86,18 @@ impl SeckillStats {
             "Accepted grabs answered 503 because fewer replicas than HMDP_REDIS_WAIT_REPLICAS \
              confirmed them within HMDP_REDIS_WAIT_TIMEOUT_MS",
             self.replica_wait_timeouts.clone(),
+        );
+        registry.register(
+            "hmdp_seckill_memory_refusals",
+            "Flash-sale refusals this instance answered from memory, without Redis, by outcome \
+             code (also counted in hmdp_seckill_outcomes)",
+            self.memory_refusals.clone(),
+        );
+        registry.register(
+            "hmdp_seckill_clear_ack_timeouts",
+            "Voucher loads that went ahead before every instance acknowledged the announcement \
+             (an instance may refuse as sold out for up to a second)",
+            self.clear_ack_timeouts.clone(),
         );
         registry.register(
             "hmdp_seckill_warm_ups",

@@ -118,6 +118,8 @@ impl Seckill {
                 .query_async(&mut redis)
                 .await?;
         }
+        // Every instance forgets its old answers before the stock can be taken.
+        let generation = self.announce_load(voucher, shard).await?;
         // The hash last, and only if nobody loaded it meanwhile.
         let loaded: i64 = scripts::LOAD
             .key(&hash)
@@ -125,6 +127,7 @@ impl Seckill {
             .arg(local_millis(snapshot.voucher.begin_time))
             .arg(local_millis(snapshot.voucher.end_time))
             .arg(load.buyers.len())
+            .arg(generation)
             .invoke_async(&mut redis)
             .await?;
         tracing::info!(
@@ -193,17 +196,20 @@ impl Seckill {
         if self.settings.mode == SeckillMode::Sync {
             return;
         }
-        let result: redis::RedisResult<i64> = scripts::LOAD
-            .key(
-                self.keys
-                    .seckill_voucher(self.shard(voucher), voucher.get()),
-            )
-            .arg(stock)
-            .arg(local_millis(begin))
-            .arg(local_millis(end))
-            .arg(0)
-            .invoke_async(&mut self.redis.clone())
-            .await;
+        let shard = self.shard(voucher);
+        let result = match self.announce_load(voucher, shard).await {
+            Ok(generation) => scripts::LOAD
+                .key(self.keys.seckill_voucher(shard, voucher.get()))
+                .arg(stock)
+                .arg(local_millis(begin))
+                .arg(local_millis(end))
+                .arg(0)
+                .arg(generation)
+                .invoke_async::<i64>(&mut self.redis.clone())
+                .await
+                .map_err(SeckillError::from),
+            Err(e) => Err(e),
+        };
         if let Err(e) = result {
             tracing::warn!(voucher = voucher.get(), error = %e, "could not load the new voucher into Redis; it loads on first use");
         }

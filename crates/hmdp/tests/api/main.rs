@@ -30,6 +30,7 @@ mod seckill;
 mod shops;
 mod sms;
 mod social;
+mod soldout;
 mod static_files;
 mod uploads;
 mod vouchers;
