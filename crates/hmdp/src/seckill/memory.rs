@@ -245,7 +245,15 @@ impl Seckill {
         // On a cluster, PUBLISH counts only the subscribers of the node it ran on: publish on
         // the node the instances subscribe through.
         let receivers: i64 = match &self.publisher {
-            Some(p) => publish.query_async(&mut p.conn().await?).await?,
+            Some(p) => match publish.query_async(&mut p.conn().await?).await {
+                Ok(n) => n,
+                // Broken since its last use (Redis restarted, say): the manager reconnects for
+                // the next command, so one more try tells an outage from a stale connection.
+                Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                    publish.query_async(&mut p.conn().await?).await?
+                }
+                Err(e) => return Err(e.into()),
+            },
             None => publish.query_async(&mut redis).await?,
         };
         if receivers <= 0 {

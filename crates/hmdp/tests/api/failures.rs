@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::helpers::{Backend, RedisServer, create_sale, free_port, spawn_app_with};
+use crate::helpers::{Backend, RedisServer, create_sale, free_port, spawn_app_with, wait_until};
 
 /// A generous bound for "fast": far above a loaded CI machine's scheduling noise, far below
 /// the 10 s request timeout that a request hanging on the dead Redis would run into.
@@ -23,6 +23,14 @@ async fn redis_going_away_answers_503_and_recovers() {
     let grab = format!("/api/voucher-order/seckill/{voucher}");
 
     drop(redis);
+    // The session cache trusts a session it read within its window, but only while its
+    // invalidation subscription lives: with Redis gone it forgets every session at once.
+    wait_until(
+        Duration::from_secs(5),
+        "the sessions in memory forgotten with the subscription",
+        async || app.get("/api/user/me", Some(&token)).await.status == 503,
+    )
+    .await;
 
     // Each answer is a 503 in the envelope, and it comes at once: nothing waits for the
     // request timeout. A logged-in user is told to retry, not to log in again.
