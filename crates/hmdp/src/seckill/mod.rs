@@ -50,6 +50,9 @@ pub enum SeckillError {
     NotLoaded,
     #[error(transparent)]
     Shards(#[from] ShardCountMismatch),
+    /// Another process held the voucher's warm-up lock for all of `hmdp reconcile`'s wait.
+    #[error("voucher {0} is being loaded into Redis by another process; run it again")]
+    WarmUpBusy(i64),
     /// A computation shared by concurrent callers (a sale's stats) failed.
     #[error(transparent)]
     Shared(Arc<SeckillError>),

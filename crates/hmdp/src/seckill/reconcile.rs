@@ -167,7 +167,7 @@ impl Seckill {
     ) -> Result<Option<SaleCheck>, SeckillError> {
         let lock = self.locks.lock(&Keys::seckill_warm_lock(voucher.get()))?;
         let Some(guard) = lock.try_lock(Duration::from_secs(30), None).await? else {
-            return Err(SeckillError::NotLoaded);
+            return Err(SeckillError::WarmUpBusy(voucher.get()));
         };
         let result = self.compare(voucher).await;
         let result = match result {

@@ -258,6 +258,24 @@ fn redis_addr() -> SocketAddr {
         .expect("HMDP_TEST_REDIS_URL names host:port")
 }
 
+/// Distinct users, each logged in on the instance that asks for it.
+struct Users(u64);
+
+impl Users {
+    async fn next(&mut self, app: &TestApp) -> String {
+        self.0 += 1;
+        app.login(&self.0.to_string()).await
+    }
+}
+
+/// A voucher of one unit, sold through `a` to the next of `users`.
+async fn sold_out_sale(a: &TestApp, users: &mut Users) -> i64 {
+    let voucher = create_sale(a, 1, -60, 3600).await;
+    let first = users.next(a).await;
+    assert!(order_id_of(&grab_raw(a, voucher, &first).await.1).is_some());
+    voucher
+}
+
 /// Instance A straight on Redis, instance B through `slow`: one database, one key prefix.
 async fn two_instances(slow: &SlowRedis) -> (TestApp, TestApp) {
     let dir = tempfile::tempdir().unwrap();
@@ -280,18 +298,12 @@ async fn two_instances(slow: &SlowRedis) -> (TestApp, TestApp) {
 async fn a_reload_reaches_every_instance_before_its_stock_can_be_taken() {
     let slow = SlowRedis::start(Duration::ZERO, Duration::from_millis(150), Vec::new()).await;
     let (a, b) = two_instances(&slow).await;
-    let voucher = create_sale(&a, 1, -60, 3600).await;
-    let mut phone = 13900000000_u64;
-    let mut next_user = async |app: &TestApp| {
-        phone += 1;
-        app.login(&phone.to_string()).await
-    };
-    let first = next_user(&a).await;
-    assert!(order_id_of(&grab_raw(&a, voucher, &first).await.1).is_some());
+    let mut users = Users(13900000000);
+    let voucher = sold_out_sale(&a, &mut users).await;
     for round in 0..5 {
         // B remembers it sold out (the script's answer, then one from memory).
         let remembered = b.state.seckill.stats().memory_sold_out.get();
-        let (user, other) = (next_user(&b).await, next_user(&b).await);
+        let (user, other) = (users.next(&b).await, users.next(&b).await);
         let (_, body) = grab_raw(&b, voucher, &user).await;
         assert_eq!(code_of(&body), "sold_out", "round {round}: {body}");
         let (_, body) = grab_raw(&b, voucher, &other).await;
@@ -304,8 +316,8 @@ async fn a_reload_reaches_every_instance_before_its_stock_can_be_taken() {
         // Two more in stock; A's grab reloads the voucher and takes one.
         raise_db_stock(&a, voucher, 2).await;
         lose_voucher(&a, voucher).await;
-        let on_a = next_user(&a).await;
-        let on_b = next_user(&b).await;
+        let on_a = users.next(&a).await;
+        let on_b = users.next(&b).await;
         let (_, body) = grab_raw(&a, voucher, &on_a).await;
         assert!(order_id_of(&body).is_some(), "round {round}: {body}");
         let (_, body) = grab_raw(&b, voucher, &on_b).await;
@@ -328,20 +340,14 @@ async fn a_sold_out_answer_older_than_a_reload_is_not_remembered() {
     let grab_sha = hmdp::seckill::scripts::GRAB.get_hash().as_bytes().to_vec();
     let slow = SlowRedis::start(Duration::from_millis(300), Duration::ZERO, grab_sha).await;
     let (a, b) = two_instances(&slow).await;
-    let voucher = create_sale(&a, 1, -60, 3600).await;
-    let mut phone = 13900000000_u64;
-    let mut next_user = async |app: &TestApp| {
-        phone += 1;
-        app.login(&phone.to_string()).await
-    };
-    let first = next_user(&a).await;
-    assert!(order_id_of(&grab_raw(&a, voucher, &first).await.1).is_some());
+    let mut users = Users(13900000000);
+    let voucher = sold_out_sale(&a, &mut users).await;
     let b = Arc::new(b);
     for round in 0..3 {
         let (stale_user, on_a, on_b) = (
-            next_user(&b).await,
-            next_user(&a).await,
-            next_user(&b).await,
+            users.next(&b).await,
+            users.next(&a).await,
+            users.next(&b).await,
         );
         // B's grab reaches the script; its answer is held back.
         let sent = slow.sent.load(Ordering::SeqCst);
@@ -373,7 +379,7 @@ async fn a_sold_out_answer_older_than_a_reload_is_not_remembered() {
         );
         // Sell the rest so that the next round starts sold out.
         loop {
-            let user = next_user(&a).await;
+            let user = users.next(&a).await;
             let (_, body) = grab_raw(&a, voucher, &user).await;
             if code_of(&body) == "sold_out" {
                 break;
