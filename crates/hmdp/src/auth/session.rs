@@ -11,7 +11,7 @@
 //! for up to the window. Unknown tokens are never cached, so a session created on another
 //! instance works at once.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use hmdp_cache::{InvalidatedCache, L1Options};
 use redis::AsyncCommands;
@@ -35,7 +35,7 @@ pub struct SessionStore {
     keys: Keys,
     ttl: Duration,
     /// Sessions read from Redis recently, by token (see the module docs); `None` = off.
-    recent: Option<InvalidatedCache<SessionUser>>,
+    recent: Option<InvalidatedCache<Arc<SessionUser>>>,
 }
 
 impl SessionStore {
@@ -90,7 +90,7 @@ impl SessionStore {
     pub async fn touch(
         &self,
         token: &SessionToken,
-    ) -> Result<Option<SessionUser>, redis::RedisError> {
+    ) -> Result<Option<Arc<SessionUser>>, redis::RedisError> {
         if let Some(recent) = &self.recent
             && let Some(user) = recent.get(token.as_str()).await
         {
@@ -114,13 +114,15 @@ impl SessionStore {
                 _ => {}
             }
         }
-        let user = id.map(|id| SessionUser {
-            token: token.clone(),
-            user: UserDto {
-                id,
-                nick_name,
-                icon,
-            },
+        let user = id.map(|id| {
+            Arc::new(SessionUser {
+                token: token.clone(),
+                user: UserDto {
+                    id,
+                    nick_name,
+                    icon,
+                },
+            })
         });
         if let (Some(recent), Some(user)) = (&self.recent, &user) {
             recent.insert(token.as_str(), user.clone()).await;

@@ -4,6 +4,8 @@
 //! only to a logged-in viewer. `PUT /blog/like/{id}` answers the new like state as `data`
 //! (the original answers none; its pages ignore it).
 
+use std::sync::Arc;
+
 use axum::{Extension, extract::State};
 use serde::Deserialize;
 use utoipa::IntoParams;
@@ -121,7 +123,7 @@ struct PageQuery {
     responses((status = OK, body = Vec<Blog>)))]
 async fn hot(
     State(state): State<AppState>,
-    viewer: Option<Extension<SessionUser>>,
+    viewer: Option<Extension<Arc<SessionUser>>>,
     AppQuery(q): AppQuery<PageQuery>,
 ) -> ApiResult<Vec<Blog>> {
     let current = super::extract::page(q.current)?;

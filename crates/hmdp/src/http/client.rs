@@ -1,7 +1,7 @@
 //! Who the client is: the one place that turns a request into a client address.
 //!
 //! Everything counted per client — the request rate, the login-code quota, the code caps per
-//! phone and address, anonymous shop visitors — reads [`ClientIp`], which [`resolve_client`]
+//! phone and address, anonymous shop visitors — reads [`ClientIp`], which the request pipeline
 //! puts into each request. Without a proxy the client is the TCP peer. Behind reverse proxies
 //! (the original was served by nginx) every peer is a proxy, and each proxy appends the address
 //! it saw to `X-Forwarded-For`: the client is the rightmost entry that is not one of
@@ -16,16 +16,13 @@
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use axum::{
-    extract::{ConnectInfo, FromRequestParts, Request, State},
+    extract::FromRequestParts,
     http::{HeaderMap, request::Parts},
-    middleware::Next,
-    response::Response,
 };
 
-use super::AppState;
 use crate::config::TrustedProxies;
 
-/// The client's address, as resolved by [`resolve_client`].
+/// The client's address, as resolved by the request pipeline (`super::pipeline`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientIp(IpAddr);
 
@@ -94,20 +91,6 @@ fn parse_entry(entry: &str) -> Option<IpAddr> {
                 .ok()
                 .map(IpAddr::V6)
         })
-}
-
-/// Puts the request's [`ClientIp`] into its extensions, for every per-client consumer. Requests
-/// without a peer address (in-process tests of the router) get none.
-pub async fn resolve_client(
-    State(state): State<AppState>,
-    mut req: Request,
-    next: Next,
-) -> Response {
-    if let Some(ConnectInfo(peer)) = req.extensions().get::<ConnectInfo<SocketAddr>>() {
-        let client = ClientIp::resolve(peer.ip(), req.headers(), &state.config.trusted_proxies);
-        req.extensions_mut().insert(client);
-    }
-    next.run(req).await
 }
 
 /// For handlers: the resolved client, or the unspecified address for a request that came

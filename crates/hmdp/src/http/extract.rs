@@ -1,6 +1,8 @@
 //! Extractors that answer in the envelope when a request is malformed, plus the login and
 //! admin guards.
 
+use std::sync::Arc;
+
 use axum::{
     extract::{FromRequest, FromRequestParts},
     http::request::Parts,
@@ -37,8 +39,8 @@ impl<S: Send + Sync> FromRequestParts<S> for CurrentUser {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
-        if let Some(user) = parts.extensions.get::<SessionUser>() {
-            return Ok(CurrentUser(user.clone()));
+        if let Some(user) = parts.extensions.get::<Arc<SessionUser>>() {
+            return Ok(CurrentUser(SessionUser::clone(user)));
         }
         if parts.extensions.get::<SessionLookupFailed>().is_some() {
             return Err(ApiError::new(

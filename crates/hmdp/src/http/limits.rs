@@ -26,9 +26,12 @@ use axum::{
     middleware::Next,
     response::{IntoResponse, Response},
 };
-use governor::{DefaultKeyedRateLimiter, Quota, clock::Clock};
+use governor::{
+    DefaultKeyedRateLimiter, Quota,
+    clock::{Clock, DefaultClock},
+};
 
-use super::{ApiError, AppState, client::ClientIp};
+use super::{ApiError, client::ClientIp};
 use crate::auth::SessionUser;
 
 /// The rate limiters of one instance.
@@ -67,12 +70,11 @@ impl Limits {
     }
 }
 
-fn refuse(what: &str, wait: std::time::Duration) -> Response {
+fn refuse(what: &str, wait: std::time::Duration) -> ApiError {
     ApiError::rate_limited(
         format!("请求过于频繁，请稍后再试 (too many requests from this {what})"),
         wait,
     )
-    .into_response()
 }
 
 /// The per-IP quota on login-code requests (`HMDP_CODE_IP_PER_MIN`).
@@ -96,9 +98,9 @@ impl CodeQuota {
         if self.checks.fetch_add(1, Ordering::Relaxed) % 1_000 == 999 {
             self.limiter.retain_recent();
         }
-        self.limiter.check_key(&ip).map_err(|not_until| {
-            not_until.wait_time_from(governor::clock::DefaultClock::default().now())
-        })
+        self.limiter
+            .check_key(&ip)
+            .map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))
     }
 }
 
@@ -124,28 +126,35 @@ pub async fn limit_codes(
     next.run(req).await
 }
 
-/// Refuses clients over `HMDP_RATE_LIMIT_IP` requests per second.
-pub async fn limit_ip(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if let (Some(limiter), Some(client)) = (&state.limits.ip, req.extensions().get::<ClientIp>()) {
-        state.limits.housekeeping();
-        if let Err(not_until) = limiter.check_key(&client.key()) {
-            let wait = not_until.wait_time_from(governor::clock::DefaultClock::default().now());
-            return refuse("address", wait);
-        }
+impl Limits {
+    /// The refusal of a client over `HMDP_RATE_LIMIT_IP` requests per second, if it is.
+    pub(super) fn check_ip(&self, client: ClientIp) -> Result<(), ApiError> {
+        let Some(limiter) = &self.ip else {
+            return Ok(());
+        };
+        self.housekeeping();
+        limiter.check_key(&client.key()).map_err(|not_until| {
+            refuse(
+                "address",
+                not_until.wait_time_from(DefaultClock::default().now()),
+            )
+        })
     }
-    next.run(req).await
-}
 
-/// Refuses logged-in users over `HMDP_RATE_LIMIT_USER` requests per second.
-pub async fn limit_user(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if let (Some(limiter), Some(session)) =
-        (&state.limits.user, req.extensions().get::<SessionUser>())
-        && let Err(not_until) = limiter.check_key(&session.user.id.get())
-    {
-        let wait = not_until.wait_time_from(governor::clock::DefaultClock::default().now());
-        return refuse("user", wait);
+    /// The refusal of a user over `HMDP_RATE_LIMIT_USER` requests per second, if they are.
+    pub(super) fn check_user(&self, session: &SessionUser) -> Result<(), ApiError> {
+        let Some(limiter) = &self.user else {
+            return Ok(());
+        };
+        limiter
+            .check_key(&session.user.id.get())
+            .map_err(|not_until| {
+                refuse(
+                    "user",
+                    not_until.wait_time_from(DefaultClock::default().now()),
+                )
+            })
     }
-    next.run(req).await
 }
 
 #[cfg(test)]

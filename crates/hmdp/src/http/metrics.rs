@@ -1,12 +1,11 @@
-//! `GET /metrics`, and the request metrics recorded by [`track`].
+//! `GET /metrics`, and the request metrics that the request pipeline records.
 //!
 //! On the public port `/metrics` needs the admin token (`x-admin-token`): it tells sales
 //! volumes, order rates and outages to whoever asks. A scraper without the token scrapes
 //! `HMDP_METRICS_LISTEN` instead ([`super::ops`]).
 //!
-//! [`track`] is the outermost middleware but tracing: being outside the rate limits, the
-//! request timeout, the body limit and the panic catcher, it counts their refusals too (a flood
-//! shows up as 429s on its route). Labels are bounded, because unbounded label values would
+//! The pipeline (`super::pipeline`) records every request, its own refusals included. Labels
+//! are bounded, because unbounded label values would
 //! blow up Prometheus: the route is the template (e.g. `/shop/{id}`, never the raw path), or
 //! `unmatched` for everything no route took (unknown paths, static files); methods outside the
 //! standard set are counted as `OTHER`. Everything else on `/metrics` is registered by the
@@ -15,13 +14,11 @@
 use std::{
     collections::HashSet,
     sync::{LazyLock, RwLock},
-    time::Instant,
 };
 
 use axum::{
-    extract::{MatchedPath, Request, State},
+    extract::State,
     http::{Method, header},
-    middleware::Next,
     response::{IntoResponse, Response},
 };
 
@@ -78,7 +75,8 @@ impl HttpMetrics {
         );
     }
 
-    fn record(&self, method: &'static str, route: &str, status: u16, seconds: f64) {
+    /// Counts one answered request (`route`: its template without `/api`, or `unmatched`).
+    pub(super) fn record(&self, method: &'static str, route: &str, status: u16, seconds: f64) {
         let route = intern(route);
         self.latency
             .get_or_create(&RouteLabels { method, route })
@@ -113,7 +111,7 @@ fn intern(route: &str) -> &'static str {
 
 /// The method label: the method itself if standard, else `OTHER` (any token is a valid method,
 /// and each would otherwise become a series).
-fn method_label(method: &Method) -> &'static str {
+pub(super) fn method_label(method: &Method) -> &'static str {
     match *method {
         Method::GET => "GET",
         Method::POST => "POST",
@@ -126,27 +124,6 @@ fn method_label(method: &Method) -> &'static str {
         Method::CONNECT => "CONNECT",
         _ => "OTHER",
     }
-}
-
-/// Records one request, whatever answered it. Installed with `Router::layer`, which axum
-/// applies per route after routing, so the matched route is known here; the fallback (no
-/// route) has none and is counted as `unmatched`.
-pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = method_label(req.method());
-    let route = req.extensions().get::<MatchedPath>().cloned();
-    let resp = next.run(req).await;
-    let route = route
-        .as_ref()
-        .map(|p| p.as_str().trim_start_matches("/api"))
-        .unwrap_or("unmatched");
-    state.http_metrics.record(
-        method,
-        route,
-        resp.status().as_u16(),
-        started.elapsed().as_secs_f64(),
-    );
-    resp
 }
 
 /// `GET /metrics` (admin only): the stream gauges are read from Redis now, the rest is in memory.

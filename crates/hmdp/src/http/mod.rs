@@ -2,8 +2,9 @@
 //!
 //! One module per resource, each with its own `router()`; [`app`] merges them, mounts the
 //! whole API both at `/…` and at `/api/…` (the original pages call `/api`, which nginx used to
-//! strip), and wraps it in the cross-cutting layers: request tracing, panic catching, a request
-//! timeout, a body size limit and the session refresh (the original's RefreshTokenInterceptor).
+//! strip), and wraps it in request tracing, a body size limit and [`pipeline`]: metrics, panic
+//! catching, a request timeout, the client address, rate limits and the session refresh (the
+//! original's RefreshTokenInterceptor), in one middleware.
 //! Login-required routes are the ones whose handlers take a [`CurrentUser`]. The request log
 //! shows each URI with its phone numbers masked (`138****5678`): `POST /user/code?phone=…`
 //! carries one in its query string, and logs are read by more people than the database.
@@ -24,6 +25,7 @@ mod metrics;
 mod openapi;
 mod ops;
 mod order;
+mod pipeline;
 mod serve;
 mod shop;
 mod ui;
@@ -35,14 +37,10 @@ use std::sync::Arc;
 
 use axum::{
     Router,
-    body::Body,
-    extract::{DefaultBodyLimit, Request, State},
-    http::{StatusCode, header},
-    middleware::{self, Next},
-    response::{IntoResponse, Response},
+    extract::{DefaultBodyLimit, Request},
+    middleware,
 };
 use tower_http::{
-    catch_panic::CatchPanicLayer,
     services::ServeDir,
     trace::{DefaultOnResponse, TraceLayer},
 };
@@ -61,7 +59,6 @@ use crate::{
     auth::{CodeIssuer, SessionStore, SmsSender},
     catalogue::Catalogue,
     config::{Config, Secret},
-    domain::SessionToken,
     kv::{Keys, RedisConn},
     storage::Db,
 };
@@ -164,49 +161,21 @@ pub fn app(state: AppState) -> Router {
         Some(dir) => router.fallback_service(static_files(dir)),
         None => router.fallback(not_found),
     };
-    // Layers run outside-in: trace, metrics, panic, timeout, body limit, client address, IP
-    // limit, session, user limit. Axum applies `Router::layer` to each route (and the fallback) after routing,
-    // so every layer, the metrics one included, already sees the route template (`MatchedPath`).
-    let router: Router = router
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            limits::limit_user,
-        ))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            refresh_session,
-        ))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            limits::limit_ip,
-        ))
-        // The one place the client address is decided (`HMDP_TRUSTED_PROXIES`).
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            client::resolve_client,
-        ))
+    // Outside-in: the request's trace span, then the pipeline (metrics, panics, timeout, client
+    // address, rate limits, session; see `pipeline`). Axum applies `Router::layer` to each route
+    // (and the fallback) after routing, so the pipeline already sees the route template.
+    router
         .layer(DefaultBodyLimit::max(state.config.body_limit))
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            request_timeout,
-        ))
-        .layer(CatchPanicLayer::custom(panic_response))
-        // Outside every refusal (rate limits, timeout, body limit, panics, unknown routes), so
-        // those answers are counted too.
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            metrics::track,
+            pipeline::pipeline,
         ))
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(request_span)
                 .on_response(DefaultOnResponse::new().level(Level::DEBUG)),
         )
-        .with_state(state);
-    // Paths with doubled slashes are routed as if merged, as nginx (`merge_slashes on`, the
-    // original's front) does: `index.html` asks for `'/imgs/' + icon` with icons stored as
-    // `/types/…`, i.e. `/imgs//types/…`. Routing happens inside the inner router, after this.
-    Router::new().fallback_service(tower::ServiceExt::map_request(router, merge_slashes))
+        .with_state(state)
 }
 
 /// The span every request's log lines carry: `tower-http`'s default (method, URI, version) with
@@ -215,86 +184,10 @@ fn request_span(req: &Request) -> tracing::Span {
     tracing::info_span!(
         "request",
         method = %req.method(),
-        uri = %crate::domain::mask_phones(&req.uri().to_string()),
+        // A server's request target is its path and query: masked in place, not copied first.
+        uri = %crate::domain::mask_phones(req.uri().path_and_query().map_or("/", |p| p.as_str())),
         version = ?req.version(),
     )
-}
-
-/// Collapses runs of `/` in the request path (the query is left alone).
-fn merge_slashes(mut req: Request) -> Request {
-    let uri = req.uri();
-    if !uri.path().contains("//") {
-        return req;
-    }
-    let mut path = String::with_capacity(uri.path().len());
-    for c in uri.path().chars() {
-        if !(c == '/' && path.ends_with('/')) {
-            path.push(c);
-        }
-    }
-    let path_and_query = match uri.query() {
-        Some(q) => format!("{path}?{q}"),
-        None => path,
-    };
-    let mut parts = uri.clone().into_parts();
-    if let Ok(pq) = path_and_query.parse() {
-        parts.path_and_query = Some(pq);
-        if let Ok(merged) = axum::http::Uri::from_parts(parts) {
-            *req.uri_mut() = merged;
-        }
-    }
-    req
-}
-
-/// Reads the `authorization` header and, for a live session, puts the user into the request
-/// and slides the session's TTL. Requests without a valid session pass through anonymous;
-/// the routes that need login refuse them (see [`CurrentUser`]).
-async fn refresh_session(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    let token = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(SessionToken::parse);
-    if let Some(token) = token {
-        match state.sessions.touch(&token).await {
-            Ok(Some(user)) => {
-                req.extensions_mut().insert(user);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "session lookup failed");
-                req.extensions_mut().insert(extract::SessionLookupFailed);
-            }
-        }
-    }
-    next.run(req).await
-}
-
-/// Answers 503 in the envelope when a request takes longer than `HMDP_REQUEST_TIMEOUT_MS`.
-///
-/// Photo uploads (`POST /upload/blog`, also under `/api`) get `HMDP_UPLOAD_TIMEOUT_SECS`.
-async fn request_timeout(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let is_upload = req.method() == axum::http::Method::POST
-        && req
-            .extensions()
-            .get::<axum::extract::MatchedPath>()
-            .is_some_and(|p| p.as_str().ends_with(upload::UPLOAD_PATH));
-    let limit = if is_upload {
-        state.config.social.upload_timeout
-    } else {
-        state.config.request_timeout
-    };
-    match tokio::time::timeout(limit, next.run(req)).await {
-        Ok(resp) => resp,
-        Err(_) => ApiError::new(
-            ErrorCode::Timeout,
-            format!(
-                "请求超时，请稍后重试 (request took longer than {} ms)",
-                limit.as_millis()
-            ),
-        )
-        .into_response(),
-    }
 }
 
 /// The operator's folder (`HMDP_STATIC_DIR`) as a file service: `index.html` for folders, the
@@ -316,12 +209,4 @@ async fn method_not_allowed() -> ApiError {
         ErrorCode::MethodNotAllowed,
         "请求方法不支持 (method not allowed on this route)",
     )
-}
-
-fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response<Body> {
-    tracing::error!("a request handler panicked");
-    let mut resp =
-        ApiError::new(ErrorCode::Internal, "服务器异常 (internal error)").into_response();
-    *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-    resp
 }

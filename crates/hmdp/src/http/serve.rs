@@ -10,6 +10,7 @@
 //! What the loop adds on top of hyper:
 //! - `TCP_NODELAY` on every connection, so a response never waits for Nagle's algorithm;
 //! - the peer address as [`ConnectInfo`], from which `client` resolves the client address;
+//! - runs of `/` in the path merged before routing, as the original's nginx did;
 //! - caps on open connections, in total (`HMDP_MAX_CONNECTIONS`) and per client address
 //!   (`HMDP_MAX_CONNECTIONS_PER_IP`, an IPv6 /64 counting as one, trusted proxies exempt): each
 //!   connection is a file descriptor and about 12 KiB, so without a cap one client holding idle
@@ -170,7 +171,7 @@ pub async fn serve(
                     return Ok(headers_too_large(max_head));
                 }
                 req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
-                router.oneshot(req).await
+                router.oneshot(merge_slashes(req)).await
             }
         });
         let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
@@ -191,6 +192,34 @@ pub async fn serve(
         }
     }
     Ok(())
+}
+
+/// Collapses runs of `/` in the request path (the query is left alone) before routing, as nginx
+/// (`merge_slashes on`, the original's front) does: `index.html` asks for `'/imgs/' + icon` with
+/// icons stored as `/types/…`, i.e. `/imgs//types/…`.
+fn merge_slashes<B>(mut req: hyper::Request<B>) -> hyper::Request<B> {
+    let uri = req.uri();
+    if !uri.path().contains("//") {
+        return req;
+    }
+    let mut path = String::with_capacity(uri.path().len());
+    for c in uri.path().chars() {
+        if !(c == '/' && path.ends_with('/')) {
+            path.push(c);
+        }
+    }
+    let path_and_query = match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    };
+    let mut parts = uri.clone().into_parts();
+    if let Ok(pq) = path_and_query.parse() {
+        parts.path_and_query = Some(pq);
+        if let Ok(merged) = axum::http::Uri::from_parts(parts) {
+            *req.uri_mut() = merged;
+        }
+    }
+    req
 }
 
 /// About the size of a request head as sent: request line and header lines.

@@ -5,6 +5,8 @@
 //! the client address) in memory only: the activity service sends visits to Redis in batches,
 //! so the cached read makes no extra round trip.
 
+use std::sync::Arc;
+
 use axum::{
     extract::{FromRequestParts, State},
     http::request::Parts,
@@ -75,7 +77,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Reader {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        if let Some(session) = parts.extensions.get::<SessionUser>() {
+        if let Some(session) = parts.extensions.get::<Arc<SessionUser>>() {
             return Ok(Reader(Some(Visitor::User(session.user.id))));
         }
         Ok(Reader(

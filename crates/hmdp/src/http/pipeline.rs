@@ -1,0 +1,136 @@
+//! What every request goes through before its handler, as one middleware.
+//!
+//! In order: the request is counted and timed (outside every refusal below, so a flood shows
+//! up as 429s on its route), a panic anywhere inside becomes a 500 envelope, the request gets its
+//! time limit, its client address, the per-address rate limit, the session (the original's
+//! RefreshTokenInterceptor) and the per-user rate limit.
+//!
+//! These were seven layers once (`from_fn` each, plus tower-http's panic catcher). Axum applies
+//! layers per route and every `from_fn` layer clones the rest of the stack and boxes a future
+//! for each request, so a 404 paid for seven clones, seven boxes and their frees: the profile
+//! of the 404 under load showed malloc, free and memmove at 18 % (BENCHMARKS.md, Step 12). One
+//! function runs the same steps in the same order with one of each.
+
+use std::{future::Future, net::SocketAddr, panic::AssertUnwindSafe, time::Instant};
+
+use axum::{
+    extract::{ConnectInfo, MatchedPath, Request, State},
+    http::{Method, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use futures_util::FutureExt as _;
+
+use super::{ApiError, AppState, ErrorCode, client::ClientIp, extract::SessionLookupFailed};
+use crate::domain::SessionToken;
+
+/// The middleware: see the module docs.
+pub async fn pipeline(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = super::metrics::method_label(req.method());
+    let route = req.extensions().get::<MatchedPath>().cloned();
+    let limit = time_limit(&state, &req, route.as_ref());
+    let resp = unless_panicked(async {
+        match tokio::time::timeout(limit, guarded(&state, req, next)).await {
+            Ok(resp) => resp,
+            Err(_elapsed) => ApiError::new(
+                ErrorCode::Timeout,
+                format!(
+                    "请求超时，请稍后重试 (request took longer than {} ms)",
+                    limit.as_millis()
+                ),
+            )
+            .into_response(),
+        }
+    })
+    .await;
+    // No route took it (unknown paths, static files): one bounded label for all of them.
+    let route = route
+        .as_ref()
+        .map_or("unmatched", |p| p.as_str().trim_start_matches("/api"));
+    state.http_metrics.record(
+        method,
+        route,
+        resp.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    resp
+}
+
+/// `HMDP_REQUEST_TIMEOUT_MS`, or `HMDP_UPLOAD_TIMEOUT_SECS` for photo uploads
+/// (`POST /upload/blog`, also under `/api`).
+fn time_limit(state: &AppState, req: &Request, route: Option<&MatchedPath>) -> std::time::Duration {
+    let is_upload = req.method() == Method::POST
+        && route.is_some_and(|p| p.as_str().ends_with(super::upload::UPLOAD_PATH));
+    if is_upload {
+        state.config.social.upload_timeout
+    } else {
+        state.config.request_timeout
+    }
+}
+
+/// The client address, the rate limits and the session, then the handler.
+async fn guarded(state: &AppState, mut req: Request, next: Next) -> Response {
+    // Requests without a peer address (in-process tests of the router) get no client.
+    if let Some(ConnectInfo(peer)) = req.extensions().get::<ConnectInfo<SocketAddr>>() {
+        let client = ClientIp::resolve(peer.ip(), req.headers(), &state.config.trusted_proxies);
+        if let Err(refused) = state.limits.check_ip(client) {
+            return refused.into_response();
+        }
+        req.extensions_mut().insert(client);
+    }
+    let token = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(SessionToken::parse);
+    // A live session puts its user into the request and slides its TTL; anything else passes
+    // through anonymous, and the routes that need login refuse it (see `CurrentUser`).
+    if let Some(token) = token {
+        match state.sessions.touch(&token).await {
+            Ok(Some(user)) => {
+                if let Err(refused) = state.limits.check_user(&user) {
+                    return refused.into_response();
+                }
+                req.extensions_mut().insert(user);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "session lookup failed");
+                req.extensions_mut().insert(SessionLookupFailed);
+            }
+        }
+    }
+    next.run(req).await
+}
+
+/// The answer of `answer`, or a 500 envelope if it panics (the panic hook has printed it).
+async fn unless_panicked(answer: impl Future<Output = Response>) -> Response {
+    AssertUnwindSafe(answer)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_panic| {
+            tracing::error!("a request handler panicked");
+            ApiError::new(ErrorCode::Internal, "服务器异常 (internal error)").into_response()
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panic_is_a_500_envelope_and_an_answer_passes_through() {
+        let resp = unless_panicked(async { panic!("a bug") }).await;
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = axum::body::to_bytes(resp.into_body(), 1024).await.unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["success"], false);
+        assert_eq!(body["code"], "internal");
+
+        let resp = unless_panicked(async { StatusCode::IM_A_TEAPOT.into_response() }).await;
+        assert_eq!(resp.status(), StatusCode::IM_A_TEAPOT);
+    }
+}
