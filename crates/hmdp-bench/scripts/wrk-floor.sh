@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Step 12's measurement: hmdp against a bare server (`hmdp-bench floor`) under wrk, a C client
 # (2 threads, 256 connections), every request with a random logged-in user's token. Workloads:
-# the floor, hmdp's 404, a cached GET /shop/1, and the grab of a sold-out voucher by 2,000
-# users; interleaved over ROUNDS rounds, medians and ratios to the floor printed at the end.
+# the floor, hmdp's 404, a cached GET /shop/1, the grab of a sold-out voucher by 2,000 users, and
+# the grab while buying (each round a new voucher with stock 20,000 grabbed once by each of
+# 20,000 users, `wrk-once.lua`; it ends when every user was answered); interleaved over ROUNDS
+# rounds, medians and ratios to the floor printed at the end.
 # hmdp runs on MariaDB-free embedded defaults (SQLite) with the abuse limits off.
 #   scripts/wrk-floor.sh [ROUNDS] [SECONDS] [NAME=HMDP_BINARY ...]
 # With NAME=BINARY pairs (e.g. before=/tmp/hmdp-before after=/tmp/hmdp-after) every build runs
@@ -22,7 +24,7 @@ BUILDS=("$@")
 [ ${#BUILDS[@]} -gt 0 ] || BUILDS=("hmdp=$CARGO_TARGET_DIR/release/hmdp")
 work=$(mktemp -d)
 pids=() prefixes=() names=()
-declare -A URL
+declare -A URL PORT PREFIX
 cleanup() {
   kill "${pids[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
@@ -43,10 +45,12 @@ for build in "${BUILDS[@]}"; do
   (cd "$data" && exec env HMDP_LISTEN=127.0.0.1:$port HMDP_DATA_DIR=$data HMDP_REDIS_PREFIX=$prefix \
     HMDP_ADMIN_TOKEN=$token HMDP_LOG=warn HMDP_REDIS_MANAGED=never HMDP_RATE_LIMIT_IP=0 \
     HMDP_RATE_LIMIT_USER=0 HMDP_CODE_IP_PER_MIN=0 HMDP_MAX_CONNECTIONS_PER_IP=0 "$bin" serve > "$data/hmdp.log" 2>&1) &
-  pids+=($!) prefixes+=("$prefix") names+=("$name")
+  pids+=($!) prefixes+=("$prefix") names+=("$name") PREFIX[$name]=$prefix
   until curl -sf http://127.0.0.1:$port/health > /dev/null; do sleep 0.2; done
   voucher=$("$B" tokens --url http://127.0.0.1:$port --redis-prefix $prefix --admin-token $token \
-    --users 2000 --stock 1 --out "$data/tokens" 2> /dev/null)
+    --users 20000 --stock 1 --out "$data/buyers" 2> /dev/null)
+  head -2000 "$data/buyers" > "$data/tokens"
+  PORT[$name]=$port
   curl -sf http://127.0.0.1:$port/shop/1 > /dev/null
   # The voucher sells its one unit, then every grab is a refusal.
   TOKENS="$data/tokens" METHOD=POST wrk -t2 -c8 -d1s -s "$HERE/wrk-token.lua" \
@@ -59,13 +63,22 @@ done
 uptime > "$R/wrk-floor.uptime"
 : > "$R/wrk-floor.txt"
 for round in $(seq "$ROUNDS"); do
-  for w in floor 404 shop grab; do
+  for w in floor 404 shop grab buy; do
     targets=(floor)
     [ $w = floor ] || targets=("${names[@]/%//$w}")
     for t in "${targets[@]}"; do
       method=GET; [ $w = grab ] && method=POST
       tokens=$work/${t%%/*}/tokens; [ $t = floor ] && tokens=$work/${names[0]}/tokens
-      out=$(TOKENS=$tokens METHOD=$method wrk -t2 -c256 -d${SECS}s --latency -s "$HERE/wrk-token.lua" "${URL[$t]}")
+      if [ $w = buy ]; then
+        n=${t%%/*} port=${PORT[${t%%/*}]}
+        voucher=$("$B" tokens --url http://127.0.0.1:$port --redis-prefix "${PREFIX[$n]}" \
+          --admin-token $token --users 0 --stock 20000 --out "$work/$n/none" 2> /dev/null)
+        out=$(TOKENS=$work/$n/buyers wrk -t2 -c256 -d120s --latency -s "$HERE/wrk-once.lua" \
+          http://127.0.0.1:$port/voucher-order/seckill/$voucher)
+        echo "round $round $t $(grep accepted <<<"$out")" >> "$R/wrk-floor.txt"
+      else
+        out=$(TOKENS=$tokens METHOD=$method wrk -t2 -c256 -d${SECS}s --latency -s "$HERE/wrk-token.lua" "${URL[$t]}")
+      fi
       rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
       p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
       bad=$(awk '/Non-2xx/ {print $5}' <<<"$out")
@@ -86,7 +99,7 @@ floor = statistics.median(r for r, _ in runs["floor"])
 print("\nmedians (wrk -t2 -c256, a random token on every request):")
 print("| workload | req/s | / floor | p99 ms |")
 print("|---|---|---|---|")
-for w in ["floor"] + [f"{n}/{w}" for w in ("404", "shop", "grab") for n in sys.argv[2:]]:
+for w in ["floor"] + [f"{n}/{w}" for w in ("404", "shop", "grab", "buy") for n in sys.argv[2:]]:
     rps = statistics.median(r for r, _ in runs[w])
     p99 = statistics.median(p for _, p in runs[w])
     print(f"| {w} | {rps:,.0f} | {rps / floor:.2f}x | {p99:.2f} |")
