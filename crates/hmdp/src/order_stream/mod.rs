@@ -173,6 +173,18 @@ pub async fn create_pending(
     Ok(stored.is_some())
 }
 
+/// Deletes the pending record of an order that was refused after all.
+pub async fn delete_pending(
+    redis: &RedisConn,
+    keys: &Keys,
+    order_id: i64,
+) -> redis::RedisResult<()> {
+    redis::cmd("DEL")
+        .arg(keys.seckill_pending(order_id))
+        .query_async(&mut redis.clone())
+        .await
+}
+
 /// Writes the pending record of an order (kept for [`PENDING_TTL`]), replacing any: for the
 /// worker's `failed` mark.
 pub async fn write_pending(

@@ -38,8 +38,49 @@ impl Seckill {
             }
         }
         self.check_shards().await?;
-        let shard = self.shard(voucher);
         let order_id = self.ids.next_id().await?;
+        // The order's pending record (only the status query reads it) goes out ahead of the
+        // script and in the same round trip, instead of a second round trip after it: an
+        // accepted grab waits for Redis once. A refusal deletes the record again.
+        let record = PendingRecord {
+            user_id: user.get(),
+            voucher_id: voucher.get(),
+            failed: false,
+        };
+        let pending = order_stream::create_pending(&self.redis, &self.keys, order_id, record);
+        let (created, outcome) = tokio::join!(pending, self.decide(user, voucher, order_id));
+        match (&outcome, created) {
+            // Accepted (`NotReplicated` too: the order exists, its buyer is told to look it up).
+            (Ok(Ok(_)) | Err(SeckillError::NotReplicated { .. }), Ok(false)) => {
+                self.stats.id_collisions.inc();
+                tracing::error!(
+                    order = order_id,
+                    user = user.get(),
+                    voucher = voucher.get(),
+                    "order id already used by another pending order (the id counter was \
+                     reset?); the worker will refuse this one as a conflict"
+                );
+            }
+            (Ok(Err(_)), Ok(true)) => {
+                let (redis, keys) = (self.redis.clone(), self.keys.clone());
+                tokio::spawn(async move {
+                    let _ = order_stream::delete_pending(&redis, &keys, order_id).await;
+                });
+            }
+            // Errors before a decision leave the record to its TTL (no one holds its order id).
+            _ => {}
+        }
+        outcome
+    }
+
+    /// Runs the grab script for an order id, loading the voucher into Redis when it is missing.
+    async fn decide(
+        &self,
+        user: UserId,
+        voucher: VoucherId,
+        order_id: i64,
+    ) -> Result<Result<i64, Refusal>, SeckillError> {
+        let shard = self.shard(voucher);
         let mut redis = self.redis.clone();
         let started = Instant::now();
         for attempt in 1.. {
@@ -71,26 +112,6 @@ impl Seckill {
             let memory = self.memory.as_ref().zip(ticket);
             match code {
                 0 => {
-                    // Best effort: only the status query reads it, and the worker's write
-                    // makes it unnecessary.
-                    let record = PendingRecord {
-                        user_id: user.get(),
-                        voucher_id: voucher.get(),
-                        failed: false,
-                    };
-                    let created =
-                        order_stream::create_pending(&self.redis, &self.keys, order_id, record)
-                            .await;
-                    if let Ok(false) = created {
-                        self.stats.id_collisions.inc();
-                        tracing::error!(
-                            order = order_id,
-                            user = user.get(),
-                            voucher = voucher.get(),
-                            "order id already used by another pending order (the id counter \
-                             was reset?); the worker will refuse this one as a conflict"
-                        );
-                    }
                     if let Some(replicated) = replicated.filter(|r| !r.is_complete()) {
                         self.stats.replica_wait_timeouts.inc();
                         return Err(SeckillError::NotReplicated {

@@ -277,6 +277,35 @@ async fn the_order_status_goes_from_pending_to_created() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_accepted_grabs_keep_a_pending_record() {
+    // The record goes out with the script; the script's refusals delete it again.
+    let app = spawn_app_with(Backend::Sqlite, |c| c.seckill.worker = false).await;
+    let voucher = create_sale(&app, 1, -60, 3600).await;
+    let tokens = [
+        app.login("13812345678").await,
+        app.login("13912345678").await,
+    ];
+    let won = order_id_of(&grab_raw(&app, voucher, &tokens[0]).await.1).unwrap();
+    let (_, body) = grab_raw(&app, voucher, &tokens[1]).await;
+    assert_eq!(code_of(&body), "sold_out", "{body}");
+    let mut redis = app.redis().await;
+    let pattern = format!("{}seckill:pending:*", app.prefix);
+    hmdp_testkit::wait_until(
+        Duration::from_secs(10),
+        "the refused grab's record deleted",
+        async || {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(&pattern)
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+            keys == [format!("{}seckill:pending:{won}", app.prefix)]
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_aborted_mid_batch_loses_and_duplicates_nothing() {
     let app = Arc::new(spawn_app_with(Backend::MySql, |c| c.seckill.worker = false).await);
     let voucher = create_sale(&app, 300, -60, 3600).await;
