@@ -55,8 +55,8 @@ fi
 { echo "# perf record -e cpu-clock -F 999 -g on '$name' ($bin serve), 10 s of:"
   echo "# wrk -t2 -c256 -d15s, $method $path, a random token of 2,000 users on each request"
   grep -E "Requests/sec|99%|^once:" <<<"$out"
-  echo; echo "## by shared object"
-  perf report -i "$data/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null \
+  echo; echo "## by shared object (share, samples at 999 Hz: CPU time = samples / 999 s)"
+  perf report -i "$data/perf.data" --no-children -n --sort dso --stdio -g none 2>/dev/null \
     | grep -v "^#" | grep -v "^$" | head -8
   echo; echo "## top symbols"
   perf report -i "$data/perf.data" --no-children --sort dso,sym --stdio -g none 2>/dev/null \

@@ -96,7 +96,7 @@ pub struct Seckill {
     shards_checked: Arc<tokio::sync::OnceCell<()>>,
     /// Voucher ids found to be no flash-sale voucher, for [`UNKNOWN_TTL`]: a client repeating
     /// one is refused without a Redis round trip.
-    unknown: moka::future::Cache<i64, ()>,
+    unknown: moka::future::Cache<i64, (), foldhash::fast::RandomState>,
     /// Each voucher's dashboard view for [`STATS_TTL`], computed once for all concurrent
     /// callers: the route is public, and each computation counts orders in the database.
     sale_stats: moka::future::Cache<i64, Option<SaleStats>>,
@@ -139,7 +139,7 @@ impl Seckill {
             unknown: moka::future::Cache::builder()
                 .max_capacity(UNKNOWN_CAPACITY)
                 .time_to_live(UNKNOWN_TTL)
-                .build(),
+                .build_with_hasher(foldhash::fast::RandomState::default()),
             sale_stats: moka::future::Cache::builder()
                 .max_capacity(UNKNOWN_CAPACITY)
                 .time_to_live(STATS_TTL)
