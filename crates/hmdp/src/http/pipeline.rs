@@ -5,9 +5,9 @@
 //! time limit, its client address, the per-address rate limit, the session (the original's
 //! RefreshTokenInterceptor) and the per-user rate limit.
 //!
-//! These were seven layers once (`from_fn` each, plus tower-http's panic catcher). Axum applies
-//! layers per route and every `from_fn` layer clones the rest of the stack and boxes a future
-//! for each request, so a 404 paid for seven clones, seven boxes and their frees: the profile
+//! These were seven layers once: six `from_fn` layers and tower-http's panic catcher. Axum
+//! applies layers per route, and every `from_fn` layer clones the rest of the stack and boxes a
+//! future for each request, so a 404 paid for six clones, six boxes and their frees: the profile
 //! of the 404 under load showed malloc, free and memmove at 18 % (BENCHMARKS.md, Step 12). One
 //! function runs the same steps in the same order with one of each.
 
