@@ -52,8 +52,13 @@ else
     "http://127.0.0.1:$port$path")
   wait "$perf_pid"
 fi
-{ echo "# perf record -e cpu-clock -F 999 -g on '$name' ($bin serve), 10 s of:"
-  echo "# wrk -t2 -c256 -d15s, $method $path, a random token of 2,000 users on each request"
+{ if [ "$path" = buy ]; then
+    echo "# perf record -e cpu-clock -F 999 -g on '$name' ($bin serve) over five buying rounds:"
+    echo "# wrk -t2 -c256 -s wrk-once.lua, stock 20,000 each, each of 20,000 users grabbing once"
+  else
+    echo "# perf record -e cpu-clock -F 999 -g on '$name' ($bin serve), 10 s of:"
+    echo "# wrk -t2 -c256 -d15s, $method $path, a random token of 2,000 users on each request"
+  fi
   grep -E "Requests/sec|99%|^once:" <<<"$out"
   echo; echo "## by shared object (share, samples at 999 Hz: CPU time = samples / 999 s)"
   perf report -i "$data/perf.data" --no-children -n --sort dso --stdio -g none 2>/dev/null \
