@@ -68,6 +68,35 @@ impl Limits {
             }
         }
     }
+
+    /// The refusal of a client over `HMDP_RATE_LIMIT_IP` requests per second, if it is.
+    pub(super) fn check_ip(&self, client: ClientIp) -> Result<(), ApiError> {
+        let Some(limiter) = &self.ip else {
+            return Ok(());
+        };
+        self.housekeeping();
+        limiter.check_key(&client.key()).map_err(|not_until| {
+            refuse(
+                "address",
+                not_until.wait_time_from(DefaultClock::default().now()),
+            )
+        })
+    }
+
+    /// The refusal of a user over `HMDP_RATE_LIMIT_USER` requests per second, if they are.
+    pub(super) fn check_user(&self, session: &SessionUser) -> Result<(), ApiError> {
+        let Some(limiter) = &self.user else {
+            return Ok(());
+        };
+        limiter
+            .check_key(&session.user.id.get())
+            .map_err(|not_until| {
+                refuse(
+                    "user",
+                    not_until.wait_time_from(DefaultClock::default().now()),
+                )
+            })
+    }
 }
 
 fn refuse(what: &str, wait: std::time::Duration) -> ApiError {
@@ -124,37 +153,6 @@ pub async fn limit_codes(
         .into_response();
     }
     next.run(req).await
-}
-
-impl Limits {
-    /// The refusal of a client over `HMDP_RATE_LIMIT_IP` requests per second, if it is.
-    pub(super) fn check_ip(&self, client: ClientIp) -> Result<(), ApiError> {
-        let Some(limiter) = &self.ip else {
-            return Ok(());
-        };
-        self.housekeeping();
-        limiter.check_key(&client.key()).map_err(|not_until| {
-            refuse(
-                "address",
-                not_until.wait_time_from(DefaultClock::default().now()),
-            )
-        })
-    }
-
-    /// The refusal of a user over `HMDP_RATE_LIMIT_USER` requests per second, if they are.
-    pub(super) fn check_user(&self, session: &SessionUser) -> Result<(), ApiError> {
-        let Some(limiter) = &self.user else {
-            return Ok(());
-        };
-        limiter
-            .check_key(&session.user.id.get())
-            .map_err(|not_until| {
-                refuse(
-                    "user",
-                    not_until.wait_time_from(DefaultClock::default().now()),
-                )
-            })
-    }
 }
 
 #[cfg(test)]
