@@ -6,7 +6,8 @@
 # five vouchers of stock 20,000 in a row, each grabbed once by each of 20,000 users
 # (wrk-once.lua), perf sampling from the first to the last.
 #   scripts/perf-wrk.sh NAME=HMDP_BINARY [PATH] [METHOD]     (default /no-such-route, GET)
-# Writes crates/hmdp-bench/results/perf-NAME.txt. Needs perf (Debian: linux-perf) and wrk.
+# Writes crates/hmdp-bench/results/perf-NAME.txt (and keeps perf.data at $KEEP_PERF if set).
+# Needs perf (Debian: linux-perf) and wrk.
 set -euo pipefail
 build=$1 path=${2:-/no-such-route} method=${3:-GET}
 name=${build%%=*} bin=${build#*=}
@@ -52,6 +53,7 @@ else
     "http://127.0.0.1:$port$path")
   wait "$perf_pid"
 fi
+[ -z "${KEEP_PERF:-}" ] || cp "$data/perf.data" "$KEEP_PERF"
 { if [ "$path" = buy ]; then
     echo "# perf record -e cpu-clock -F 999 -g on '$name' ($bin serve) over five buying rounds:"
     echo "# wrk -t2 -c256 -s wrk-once.lua, stock 20,000 each, each of 20,000 users grabbing once"
@@ -66,5 +68,5 @@ fi
   echo; echo "## top symbols"
   perf report -i "$data/perf.data" --no-children --sort dso,sym --stdio -g none 2>/dev/null \
     | grep -v "^#" | grep -v "^$" | head -45
-} > "$R/perf-$name.txt"
+} > "$R/perf-$name.txt" || true  # head closes the pipes early (SIGPIPE under pipefail)
 head -8 "$R/perf-$name.txt"

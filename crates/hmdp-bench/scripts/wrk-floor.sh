@@ -11,6 +11,7 @@
 # as its own server (idle while the others are measured) and each round measures them in turn;
 # without, the hmdp of CARGO_TARGET_DIR's release build ("hmdp").
 # (build first: cargo build --release -p hmdp -p hmdp-bench)
+# WORKLOADS="404 shop" measures only those (and always the floor).
 # Writes crates/hmdp-bench/results/wrk-floor.{txt,uptime}.
 set -euo pipefail
 ROUNDS=${1:-3} SECS=${2:-15}
@@ -63,7 +64,7 @@ done
 uptime > "$R/wrk-floor.uptime"
 : > "$R/wrk-floor.txt"
 for round in $(seq "$ROUNDS"); do
-  for w in floor 404 shop grab buy; do
+  for w in floor ${WORKLOADS:-404 shop grab buy}; do
     targets=(floor)
     [ $w = floor ] || targets=("${names[@]/%//$w}")
     for t in "${targets[@]}"; do
@@ -102,7 +103,8 @@ floor = statistics.median(r for r, _ in runs["floor"])
 print("\nmedians (wrk -t2 -c256, a random token on every request):")
 print("| workload | req/s | / floor | p99 ms |")
 print("|---|---|---|---|")
-for w in ["floor"] + [f"{n}/{w}" for w in ("404", "shop", "grab", "buy") for n in sys.argv[2:]]:
+for w in ["floor"] + [f"{n}/{w}" for w in ("404", "shop", "grab", "buy") for n in sys.argv[2:]
+                     if f"{n}/{w}" in runs]:
     rps = statistics.median(r for r, _ in runs[w])
     p99 = statistics.median(p for _, p in runs[w])
     print(f"| {w} | {rps:,.0f} | {rps / floor:.2f}x | {p99:.2f} |")
