@@ -417,29 +417,66 @@ impl<C: LockConnection> CacheClient<C> {
         Fut: Future<Output = std::result::Result<Option<T>, E>> + Send + 'static,
         E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
     {
+        match self
+            .get_or_load_json_filtered(key, opts, filter, loader)
+            .await?
+        {
+            Some(json) => Ok(Some(serde_json::from_str(&json)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Like [`CacheClient::get_or_load_filtered`], but answers the value as JSON text, exactly
+    /// as `serde_json::to_string` writes `T`. For readers that only pass the value on (an HTTP
+    /// answer): a read the L1 answers decodes and encodes nothing. An entry read from Redis is
+    /// decoded and encoded again before it is kept or returned, so text in another format (an
+    /// older version's, another program's) never reaches the caller as it is.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Shop { id: i64, name: String }
+    /// # async fn demo(cache: hmdp_cache::CacheClient<redis::aio::ConnectionManager>) -> hmdp_cache::Result<()> {
+    /// let opts = hmdp_cache::ReadOptions::new(hmdp_cache::Strategy::Mutex, Duration::from_secs(60));
+    /// let json = cache
+    ///     .get_or_load_json_filtered(
+    ///         "cache:shop:7",
+    ///         &opts,
+    ///         || async { true },
+    ///         || async { Ok::<_, std::io::Error>(Some(Shop { id: 7, name: "面馆".into() })) },
+    ///     )
+    ///     .await?;
+    /// assert_eq!(json.as_deref(), Some(r#"{"id":7,"name":"面馆"}"#));
+    /// # Ok(()) }
+    /// ```
+    pub async fn get_or_load_json_filtered<T, G, GFut, F, Fut, E>(
+        &self,
+        key: &str,
+        opts: &ReadOptions,
+        filter: G,
+        loader: F,
+    ) -> Result<Option<Arc<str>>>
+    where
+        T: Serialize + DeserializeOwned + Send + Sync + 'static,
+        G: FnOnce() -> GFut,
+        GFut: Future<Output = bool>,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = std::result::Result<Option<T>, E>> + Send + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+    {
         let full = self.redis_key(key);
-        let raw = match self.read_raw(&full).await {
-            Ok(raw) => raw,
+        let found = match self.read_cached::<T>(&full, opts.strategy).await {
+            Ok(found) => found,
             Err(e) if e.is_redis_unavailable() => return self.fallback(&full, loader, e).await,
             Err(e) => return Err(e),
         };
         let loader = wrap_loader(loader);
-        if let Some(raw) = raw {
-            match decode_entry::<T>(&raw, opts.strategy) {
-                Ok(entry) => {
-                    if entry.stale {
-                        self.spawn_rebuild::<T>(full, opts.clone(), loader);
-                    }
-                    self.count_hit(entry.value.is_none());
-                    return Ok(entry.value);
-                }
-                // Written in another format (the strategy was switched, or by another version):
-                // a miss, not an error. Drop it and load as if it were not there.
-                Err(e) => {
-                    tracing::warn!(key = %full, error = %e, "cached value does not decode; treating it as a miss");
-                    self.discard(&full).await;
-                }
+        if let Some(found) = found {
+            if found.is_stale() {
+                self.spawn_rebuild::<T>(full, opts.clone(), loader);
             }
+            self.count_hit(found.json.is_none());
+            return Ok(found.json);
         }
         self.inner.stats.misses.fetch_add(1, Ordering::Relaxed);
         if !filter().await {
@@ -449,17 +486,12 @@ impl<C: LockConnection> CacheClient<C> {
         let me = self.clone();
         let opts2 = opts.clone();
         let full2 = full.clone();
-        let raw = self
-            .inner
+        self.inner
             .flights
             .run(&full, move || async move {
                 me.rebuild::<T>(&full2, &opts2, loader).await
             })
-            .await?;
-        match raw {
-            None => Ok(None),
-            Some(raw) => Ok(decode_entry::<T>(&raw, opts.strategy)?.value),
-        }
+            .await
     }
 
     /// Stores `value` at `key` for `ttl` spread by ±`jitter`, and drops `key` from every
@@ -544,22 +576,35 @@ impl<C: LockConnection> CacheClient<C> {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
-    async fn read_raw(&self, full: &str) -> Result<Option<Arc<str>>> {
+    /// The entry at `full`: from the L1, else from Redis in canonical form (then kept in the
+    /// L1). An entry that does not decode in `strategy`'s format (the strategy was switched, or
+    /// another version wrote it) is dropped and reported missing: a miss, not an error.
+    async fn read_cached<T>(&self, full: &str, strategy: Strategy) -> Result<Option<Cached>>
+    where
+        T: Serialize + DeserializeOwned,
+    {
         if let Some(l1) = &self.inner.l1
             && let Some(v) = l1.get(full).await
         {
             self.inner.stats.l1_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(Some(v));
         }
-        let v: Option<String> = redis::cmd("GET")
-            .arg(full)
-            .query_async(&mut self.inner.conn.clone())
-            .await?;
-        let v: Option<Arc<str>> = v.map(Arc::from);
-        if let (Some(l1), Some(v)) = (&self.inner.l1, &v) {
-            l1.insert(full, v.clone()).await;
+        let Some(raw) = self.read_redis(full).await? else {
+            return Ok(None);
+        };
+        match Cached::decode::<T>(&raw, strategy) {
+            Ok(found) => {
+                if let Some(l1) = &self.inner.l1 {
+                    l1.insert(full, found.clone()).await;
+                }
+                Ok(Some(found))
+            }
+            Err(e) => {
+                tracing::warn!(key = %full, error = %e, "cached value does not decode; treating it as a miss");
+                self.discard(full).await;
+                Ok(None)
+            }
         }
-        Ok(v)
     }
 
     /// Stores `value`. With [`Publish::Yes`] every instance (this one included) drops the key
@@ -583,7 +628,7 @@ impl<C: LockConnection> CacheClient<C> {
                     l1.invalidate_everywhere(&mut self.inner.conn.clone(), full)
                         .await?
                 }
-                Publish::No => l1.insert(full, Arc::from(value)).await,
+                Publish::No(cached) => l1.insert(full, cached).await,
             }
         }
         Ok(())
@@ -622,12 +667,12 @@ impl<C: LockConnection> CacheClient<C> {
                 // Double check: whoever held the lock may have stored the entry meanwhile (in
                 // our format: an entry another strategy wrote is replaced, not returned).
                 if let Some(v) = self.read_redis(full).await?
-                    && decode_entry::<T>(&v, opts.strategy).is_ok()
+                    && let Ok(found) = Cached::decode::<T>(&v, opts.strategy)
                 {
                     if let Some(g) = guard {
                         let _ = g.unlock().await;
                     }
-                    return Ok(Some(v));
+                    return Ok(found.json);
                 }
                 if guard.is_none() {
                     tracing::warn!(key = full, "rebuild lock wait ran out; loading without it");
@@ -636,44 +681,62 @@ impl<C: LockConnection> CacheClient<C> {
             }
             _ => None,
         };
-        let result = self.load_and_store(full, opts, loader, Publish::No).await;
+        let result = self.load_and_store(full, opts, loader, false).await;
         if let Some(g) = guard {
             let _ = g.unlock().await;
         }
         result
     }
 
+    /// Loads, stores the answer, and returns it as canonical JSON. `replaces` says whether the
+    /// entry may be in other instances' L1 (a stale one being rebuilt): if so they are told to
+    /// drop it, else this instance's L1 gets the new entry.
     async fn load_and_store<T>(
         &self,
         full: &str,
         opts: &ReadOptions,
         loader: BoxLoader<T>,
-        publish: Publish,
+        replaces: bool,
     ) -> Result<Option<Arc<str>>>
     where
         T: Serialize + Send + 'static,
     {
         self.inner.stats.loads.fetch_add(1, Ordering::Relaxed);
         let value = loader().await?;
-        let (stored, ttl) = match (&value, opts.strategy) {
-            (None, _) => (
+        let json: Option<Arc<str>> = match &value {
+            Some(v) => Some(Arc::from(serde_json::to_string(v)?)),
+            None => None,
+        };
+        let (stored, ttl, expire_ms) = match (&value, &json, opts.strategy) {
+            (None, ..) | (_, None, _) => (
                 NULL_MARKER.to_owned(),
                 Some(jittered(opts.null_ttl, opts.jitter)),
-            ),
-            (Some(v), Strategy::LogicalExpiry) => (
-                serde_json::to_string(&Logical {
-                    expire_time: logical_expiry(opts.ttl, opts.jitter),
-                    data: Some(v),
-                })?,
                 None,
             ),
-            (Some(v), _) => (
-                serde_json::to_string(v)?,
+            (Some(v), _, Strategy::LogicalExpiry) => {
+                let expire_time = logical_expiry(opts.ttl, opts.jitter);
+                let stored = serde_json::to_string(&Logical {
+                    expire_time,
+                    data: Some(v),
+                })?;
+                (stored, None, Some(expire_time))
+            }
+            (Some(_), Some(json), _) => (
+                json.to_string(),
                 Some(jittered(opts.ttl, opts.jitter)),
+                None,
             ),
         };
+        let publish = if replaces {
+            Publish::Yes
+        } else {
+            Publish::No(Cached {
+                json: json.clone(),
+                expire_ms,
+            })
+        };
         self.write(full, &stored, ttl, publish).await?;
-        Ok(value.map(|_| Arc::from(stored.as_str())))
+        Ok(json)
     }
 
     async fn read_redis(&self, full: &str) -> Result<Option<Arc<str>>> {
@@ -742,7 +805,7 @@ impl<C: LockConnection> CacheClient<C> {
     {
         // Someone may have refreshed it between our read and the lock.
         let fresh = match self.read_redis(full).await? {
-            Some(raw) => decode_entry::<T>(&raw, opts.strategy).is_ok_and(|e| !e.stale),
+            Some(raw) => Cached::decode::<T>(&raw, opts.strategy).is_ok_and(|c| !c.is_stale()),
             None => false,
         };
         if fresh {
@@ -754,14 +817,19 @@ impl<C: LockConnection> CacheClient<C> {
         }
         self.inner.stats.rebuilds.fetch_add(1, Ordering::Relaxed);
         // Other instances may hold the stale entry in their L1: tell them to drop it.
-        self.load_and_store(full, opts, loader, Publish::Yes)
+        self.load_and_store(full, opts, loader, true)
             .await
             .map(drop)
     }
 
     /// Answers a read from the loader while Redis is away. Concurrent reads of one key share
     /// one load (single-flight), and at most `max_concurrent` loads run at once.
-    async fn fallback<T, F, Fut, E>(&self, full: &str, loader: F, cause: Error) -> Result<Option<T>>
+    async fn fallback<T, F, Fut, E>(
+        &self,
+        full: &str,
+        loader: F,
+        cause: Error,
+    ) -> Result<Option<Arc<str>>>
     where
         T: Serialize + DeserializeOwned + Send + Sync + 'static,
         F: FnOnce() -> Fut + Send + 'static,
@@ -773,48 +841,44 @@ impl<C: LockConnection> CacheClient<C> {
         };
         let me = self.clone();
         let loader = wrap_loader(loader);
-        let raw =
-            self.inner
-                .fallback_flights
-                .run(full, move || async move {
-                    let slots =
-                        me.inner.fallback_slots.as_ref().ok_or_else(|| {
-                            Error::new(ErrorKind::Overloaded, "no fallback slots")
-                        })?;
-                    let permit = tokio::time::timeout(max_wait, slots.acquire())
-                        .await
-                        .map_err(|_| {
-                            Error::new(
-                                ErrorKind::Overloaded,
-                                "redis is unavailable and the database fallback is at its limit",
-                            )
-                        })?
-                        .map_err(|_| Error::new(ErrorKind::Overloaded, "fallback closed"))?;
-                    me.inner.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
-                    me.inner.stats.loads.fetch_add(1, Ordering::Relaxed);
-                    let value = loader().await?;
-                    drop(permit);
-                    // The waiters get the value as JSON, like a cached entry.
-                    Ok(match value {
-                        Some(v) => Some(Arc::from(serde_json::to_string(&v)?)),
-                        None => None,
-                    })
+        self.inner
+            .fallback_flights
+            .run(full, move || async move {
+                let slots = me
+                    .inner
+                    .fallback_slots
+                    .as_ref()
+                    .ok_or_else(|| Error::new(ErrorKind::Overloaded, "no fallback slots"))?;
+                let permit = tokio::time::timeout(max_wait, slots.acquire())
+                    .await
+                    .map_err(|_| {
+                        Error::new(
+                            ErrorKind::Overloaded,
+                            "redis is unavailable and the database fallback is at its limit",
+                        )
+                    })?
+                    .map_err(|_| Error::new(ErrorKind::Overloaded, "fallback closed"))?;
+                me.inner.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+                me.inner.stats.loads.fetch_add(1, Ordering::Relaxed);
+                let value = loader().await?;
+                drop(permit);
+                // The waiters get the value as JSON, like a cached entry.
+                Ok(match value {
+                    Some(v) => Some(Arc::from(serde_json::to_string(&v)?)),
+                    None => None,
                 })
-                .await?;
-        match raw {
-            Some(raw) => Ok(Some(serde_json::from_str(&raw)?)),
-            None => Ok(None),
-        }
+            })
+            .await
     }
 }
 
 /// Whether a write tells every instance to drop the key from its L1.
-#[derive(Clone, Copy)]
 enum Publish {
     /// Yes: the write replaces a value other instances may hold.
     Yes,
-    /// No: the key was missing, so no L1 holds it (beyond its short TTL).
-    No,
+    /// No: the key was missing, so no L1 holds it (beyond its short TTL); this instance's L1
+    /// gets the new entry.
+    No(Cached),
 }
 
 type BoxLoader<T> = Box<
@@ -920,35 +984,43 @@ impl<C: LockConnection> CacheClientBuilder<C> {
     }
 }
 
-/// A cached entry, decoded.
-struct Entry<T> {
-    /// `None` for the null marker.
-    value: Option<T>,
-    /// A logically expiring entry past its expiry time.
-    stale: bool,
+/// An entry as the L1 keeps it and reads return it: the value as JSON in this client's own
+/// encoding (`None` for the null marker), and a logically expiring entry's expiry time.
+#[derive(Clone)]
+pub(crate) struct Cached {
+    json: Option<Arc<str>>,
+    /// Unix time in milliseconds after which a [`Strategy::LogicalExpiry`] entry is stale.
+    expire_ms: Option<u64>,
 }
 
-/// Decodes a stored entry in the format `strategy` writes: plain JSON, or a [`Logical`]
-/// wrapper. An entry in the other format (written before the strategy was switched) is an
-/// error, which readers treat as a miss.
-fn decode_entry<T: DeserializeOwned>(raw: &str, strategy: Strategy) -> Result<Entry<T>> {
-    if raw == NULL_MARKER {
-        return Ok(Entry {
-            value: None,
-            stale: false,
-        });
+impl Cached {
+    /// Decodes a stored entry in the format `strategy` writes (plain JSON, or a [`Logical`]
+    /// wrapper) and encodes its value again. An entry in the other format (written before the
+    /// strategy was switched) is an error, which readers treat as a miss.
+    fn decode<T: Serialize + DeserializeOwned>(raw: &str, strategy: Strategy) -> Result<Self> {
+        if raw == NULL_MARKER {
+            return Ok(Self {
+                json: None,
+                expire_ms: None,
+            });
+        }
+        let (value, expire_ms) = if strategy == Strategy::LogicalExpiry {
+            let entry: Logical<T> = serde_json::from_str(raw)?;
+            (entry.data, Some(entry.expire_time))
+        } else {
+            (Some(serde_json::from_str::<T>(raw)?), None)
+        };
+        let json = match value {
+            Some(v) => Some(Arc::from(serde_json::to_string(&v)?)),
+            None => None,
+        };
+        Ok(Self { json, expire_ms })
     }
-    if strategy == Strategy::LogicalExpiry {
-        let entry: Logical<T> = serde_json::from_str(raw)?;
-        return Ok(Entry {
-            stale: entry.expire_time <= now_ms(),
-            value: entry.data,
-        });
+
+    /// A logically expiring entry past its expiry time.
+    fn is_stale(&self) -> bool {
+        self.expire_ms.is_some_and(|t| t <= now_ms())
     }
-    Ok(Entry {
-        value: Some(serde_json::from_str(raw)?),
-        stale: false,
-    })
 }
 
 /// The expiry time (unix ms) of a logical entry written now with lifetime `ttl` ± `jitter`.

@@ -1,7 +1,8 @@
 //! The optional in-process L1 cache (moka) and its cross-instance invalidation.
 //!
-//! L1 holds raw cached strings for a short TTL. Every write that replaces a value other
-//! instances may hold publishes the key on a channel — [`CacheClient::invalidate`],
+//! L1 holds decoded entries (the value as this client encodes it) for a short TTL. Every
+//! write that replaces a value other instances may hold publishes the key on a channel —
+//! [`CacheClient::invalidate`],
 //! [`CacheClient::set`], [`CacheClient::set_logical`] and the background rebuild of a
 //! logically expired entry — and every instance (itself included) drops the key from its L1
 //! when the message arrives. The load that fills a *missing* entry does not publish: no
@@ -97,7 +98,7 @@ impl<V> std::fmt::Debug for InvalidatedCache<V> {
     }
 }
 
-pub(crate) type L1 = InvalidatedCache<Arc<str>>;
+pub(crate) type L1 = InvalidatedCache<crate::client::Cached>;
 
 struct ListenerGuard(tokio::task::JoinHandle<()>);
 

@@ -14,6 +14,9 @@
 //! An optional in-process L1 ([`L1Options`]) answers the hottest keys without a network round
 //! trip and is invalidated on every instance through pub/sub when a key changes; the same
 //! mechanism is public as [`InvalidatedCache`] for any value an application keeps in memory.
+//! A reader that only passes a value on can take it as JSON text
+//! ([`CacheClient::get_or_load_json_filtered`]): the L1 keeps entries in this client's own
+//! encoding, so such a read decodes and encodes nothing.
 //!
 //! ## Using it
 //!

@@ -10,9 +10,10 @@ use std::{
 };
 
 use hmdp_cache::{
-    BloomFilter, BloomOptions, CacheClient, L1Options, Membership, ReadOptions, RedisDown, Strategy,
+    BloomFilter, BloomOptions, CacheClient, InvalidatedCache, L1Options, Membership, ReadOptions,
+    RedisDown, Strategy,
 };
-use hmdp_testkit::{KeyPrefix, RedisServer, connect, redis_url};
+use hmdp_testkit::{KeyPrefix, RedisServer, connect, redis_url, wait_until};
 use redis::aio::ConnectionManager;
 
 /// A client as one service instance would build it: own connection, own lock client.
@@ -908,4 +909,100 @@ async fn logical_expiry_times_are_jittered() {
         spread > 100_000,
         "entries warmed up together turn stale at different times: {spread} ms"
     );
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Named {
+    id: i64,
+    name: String,
+}
+
+/// The JSON read answers the value as this client encodes it, whatever text Redis held, and
+/// the same from the L1 as from Redis or a load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_reads_answer_this_clients_encoding() {
+    let prefix = KeyPrefix::new();
+    let cache = client_with_l1(&prefix).await;
+    let opts = ReadOptions::new(Strategy::Mutex, Duration::from_secs(60));
+    let read = |key: &'static str, loaded: Option<Named>| {
+        let (cache, opts) = (cache.clone(), opts.clone());
+        async move {
+            cache
+                .get_or_load_json_filtered(
+                    key,
+                    &opts,
+                    || async { true },
+                    move || async move { Ok::<_, std::io::Error>(loaded) },
+                )
+                .await
+                .unwrap()
+        }
+    };
+    // Written by another program: another field order, spaces, a field this one does not know.
+    let _: () = redis::cmd("SET")
+        .arg(format!("{}cache:shop:1", prefix.0))
+        .arg(r#"{ "name": "面馆", "stars": 5, "id": 1 }"#)
+        .query_async(&mut connect(&redis_url()).await)
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let json = read("cache:shop:1", None).await;
+        assert_eq!(json.as_deref(), Some(r#"{"id":1,"name":"面馆"}"#));
+    }
+    assert_eq!(cache.stats().l1_hits.load(Ordering::SeqCst), 1);
+    let loaded = || {
+        Some(Named {
+            id: 2,
+            name: "粥铺".into(),
+        })
+    };
+    for _ in 0..2 {
+        let json = read("cache:shop:2", loaded()).await;
+        assert_eq!(json.as_deref(), Some(r#"{"id":2,"name":"粥铺"}"#));
+    }
+    assert_eq!(cache.stats().loads.load(Ordering::SeqCst), 1);
+    assert_eq!(cache.stats().l1_hits.load(Ordering::SeqCst), 2);
+    // A missing one is the null marker, from Redis and from the L1 alike.
+    for _ in 0..2 {
+        assert_eq!(read("cache:shop:3", None).await, None);
+    }
+    assert_eq!(cache.stats().null_hits.load(Ordering::SeqCst), 1);
+}
+
+/// An `InvalidatedCache` entry lives until its TTL and no longer, and one instance's
+/// invalidation reaches every instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalidated_cache_forgets_after_its_ttl_and_when_told() {
+    let prefix = KeyPrefix::new();
+    let url = redis_url();
+    let channel = format!("{}drop", prefix.0);
+    let ttl = Duration::from_millis(300);
+    let start = || {
+        InvalidatedCache::<u64>::start(
+            L1Options::new(100, ttl),
+            redis::Client::open(url.clone()).unwrap(),
+            channel.clone(),
+        )
+    };
+    let (a, b) = (start().await.unwrap(), start().await.unwrap());
+    a.insert("k", 1).await;
+    b.insert("k", 1).await;
+    assert_eq!(b.get("k").await, Some(1));
+    a.invalidate_everywhere(&mut connect(&url).await, "k")
+        .await
+        .unwrap();
+    assert_eq!(a.get("k").await, None);
+    wait_until(Duration::from_secs(5), "b drops k", async || {
+        b.get("k").await.is_none()
+    })
+    .await;
+
+    let inserted = Instant::now();
+    a.insert("t", 2).await;
+    assert_eq!(a.get("t").await, Some(2));
+    wait_until(Duration::from_secs(5), "t expires", async || {
+        a.get("t").await.is_none()
+    })
+    .await;
+    assert!(inserted.elapsed() >= ttl, "expired before its TTL");
 }

@@ -215,17 +215,26 @@ impl Catalogue {
 
     /// One shop, through the cache; on a miss the Bloom filter is asked before the database.
     pub async fn shop(&self, id: ShopId) -> Result<Option<Shop>, CatalogueError> {
+        match self.shop_json(id).await? {
+            Some(json) => Ok(Some(
+                serde_json::from_str(&json).map_err(hmdp_cache::Error::from)?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    /// [`Catalogue::shop`] as the JSON the API answers, which a read of a shop held in the L1
+    /// neither decodes nor encodes.
+    pub async fn shop_json(&self, id: ShopId) -> Result<Option<Arc<str>>, CatalogueError> {
         let db = self.db.clone();
-        let bloom = self.bloom.clone();
-        let me = self.clone();
         Ok(self
             .cache
-            .get_or_load_filtered(
+            .get_or_load_json_filtered(
                 &Keys::cache_shop(id),
                 &self.shop_opts,
-                move || async move {
-                    match bloom {
-                        Some(bloom) => me.bloom_admits(&bloom, id).await,
+                || async move {
+                    match &self.bloom {
+                        Some(bloom) => self.bloom_admits(bloom, id).await,
                         None => true,
                     }
                 },

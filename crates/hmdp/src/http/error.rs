@@ -7,7 +7,11 @@
 //! rate limited 429 (with `Retry-After`); Redis or the database away 503; anything else 500 with
 //! a generic message while the cause goes to the log, never to the client.
 
-use std::{borrow::Cow, time::Duration};
+use std::{
+    borrow::Cow,
+    sync::{Arc, LazyLock},
+    time::Duration,
+};
 
 use axum::{
     Json,
@@ -47,6 +51,45 @@ impl<T: Serialize> IntoResponse for Reply<T> {
             code: None,
         })
         .into_response()
+    }
+}
+
+/// A successful answer whose data is JSON text already (a cached value, see
+/// [`crate::catalogue::Catalogue::shop_json`]): the envelope is written around the text without
+/// decoding it, byte for byte what [`Reply`] writes for the decoded value.
+#[derive(Debug)]
+pub struct JsonReply(pub Arc<str>);
+
+impl IntoResponse for JsonReply {
+    fn into_response(self) -> Response {
+        // The envelope up to its data, as `Envelope` writes it (`data` is its last field that a
+        // success writes).
+        static HEAD: LazyLock<String> = LazyLock::new(|| {
+            let empty = serde_json::to_string(&Envelope {
+                success: true,
+                error_msg: None,
+                data: Some(()),
+                total: None,
+                code: None,
+            })
+            .expect("an envelope serializes");
+            empty
+                .strip_suffix("null}")
+                .expect("data is the envelope's last field")
+                .to_owned()
+        });
+        let mut body = String::with_capacity(HEAD.len() + self.0.len() + 1);
+        body.push_str(&HEAD);
+        body.push_str(&self.0);
+        body.push('}');
+        (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
+            .into_response()
     }
 }
 
@@ -434,6 +477,24 @@ mod tests {
         })
         .unwrap();
         assert_eq!(ok, serde_json::json!({"success": true}));
+    }
+
+    #[tokio::test]
+    async fn a_json_reply_is_the_reply_of_the_decoded_value() {
+        let data = serde_json::json!({"id": 1, "name": "面馆\"一号\"", "x": 120.5, "tags": [1, 2]});
+        let text: Arc<str> = Arc::from(serde_json::to_string(&data).unwrap());
+        let (a, b) = (
+            Reply(Some(data)).into_response(),
+            JsonReply(text).into_response(),
+        );
+        assert_eq!(a.status(), b.status());
+        assert_eq!(
+            a.headers().get(header::CONTENT_TYPE),
+            b.headers().get(header::CONTENT_TYPE)
+        );
+        let a = axum::body::to_bytes(a.into_body(), 1 << 16).await.unwrap();
+        let b = axum::body::to_bytes(b.into_body(), 1 << 16).await.unwrap();
+        assert_eq!(a, b);
     }
 
     #[tokio::test]

@@ -48,7 +48,7 @@ use tracing::Level;
 use utoipa_axum::router::OpenApiRouter;
 
 pub use client::{ClientIp, limit_key};
-pub use error::{ApiError, ApiResult, Envelope, ErrorCode, Reply, ok, ok_empty};
+pub use error::{ApiError, ApiResult, Envelope, ErrorCode, JsonReply, Reply, ok, ok_empty};
 pub use extract::{Admin, AppJson, AppPath, AppQuery, CurrentUser};
 pub use limits::Limits;
 pub use metrics::HttpMetrics;

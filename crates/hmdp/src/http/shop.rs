@@ -16,7 +16,7 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
-    ApiError, ApiResult, AppState, ErrorCode,
+    ApiError, ApiResult, AppState, ErrorCode, JsonReply,
     client::ClientIp,
     extract::{Admin, AppJson, AppPath, AppQuery},
     ok, ok_empty,
@@ -56,13 +56,14 @@ async fn shop_by_id(
     State(state): State<AppState>,
     Reader(reader): Reader,
     AppPath(id): AppPath<ShopId>,
-) -> ApiResult<Shop> {
-    match state.catalogue.shop(id).await? {
+) -> Result<JsonReply, ApiError> {
+    // Answered with the cached text as it is (see `JsonReply`).
+    match state.catalogue.shop_json(id).await? {
         Some(shop) => {
             if let Some(visitor) = reader {
                 state.activity.visit(id, visitor).await;
             }
-            ok(shop)
+            Ok(JsonReply(shop))
         }
         None => Err(shop_not_found()),
     }
