@@ -1,4 +1,4 @@
-//! The optional in-process L1 cache (moka) and its cross-instance invalidation.
+//! The optional in-process L1 cache and its cross-instance invalidation.
 //!
 //! L1 holds decoded entries (the value as this client encodes it) for a short TTL. Every
 //! write that replaces a value other instances may hold publishes the key on a channel —
@@ -14,14 +14,21 @@
 //! reconnect. The short TTL bounds staleness even then (and a read racing an invalidation can
 //! put the old value back for one TTL).
 //!
+//! The entries live in `quick_cache` rather than `moka`: every request reads the session cache
+//! built on this, and a moka read records itself for the LRU and now and then runs moka's
+//! housekeeping inline, about 5 % of a 404's CPU under load (BENCHMARKS.md, Step 12). The TTL
+//! is checked when an entry is read.
+//!
 //! [`CacheClient::invalidate`]: crate::CacheClient::invalidate
 //! [`CacheClient::set`]: crate::CacheClient::set
 //! [`CacheClient::set_logical`]: crate::CacheClient::set_logical
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use futures_util::StreamExt;
-use moka::future::Cache;
 use redis::aio::ConnectionLike;
 
 use crate::Result;
@@ -74,7 +81,8 @@ impl L1Options {
 /// # Ok(()) }
 /// ```
 pub struct InvalidatedCache<V = Arc<str>> {
-    cache: Cache<String, V>,
+    cache: Entries<V>,
+    ttl: Duration,
     channel: String,
     _listener: Arc<ListenerGuard>,
 }
@@ -83,22 +91,32 @@ impl<V> Clone for InvalidatedCache<V> {
     fn clone(&self) -> Self {
         Self {
             cache: self.cache.clone(),
+            ttl: self.ttl,
             channel: self.channel.clone(),
             _listener: self._listener.clone(),
         }
     }
 }
 
-impl<V> std::fmt::Debug for InvalidatedCache<V> {
+impl<V: Clone> std::fmt::Debug for InvalidatedCache<V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("InvalidatedCache")
             .field("channel", &self.channel)
-            .field("entries", &self.cache.entry_count())
+            .field("entries", &self.cache.len())
             .finish()
     }
 }
 
 pub(crate) type L1 = InvalidatedCache<crate::client::Cached>;
+
+type Entries<V> = Arc<quick_cache::sync::Cache<String, Timed<V>>>;
+
+/// A value and the instant it expires.
+#[derive(Clone)]
+struct Timed<V> {
+    value: V,
+    until: Instant,
+}
 
 struct ListenerGuard(tokio::task::JoinHandle<()>);
 
@@ -117,10 +135,8 @@ impl<V: Clone + Send + Sync + 'static> InvalidatedCache<V> {
         channel: impl Into<String>,
     ) -> Result<Self> {
         let channel = channel.into();
-        let cache: Cache<String, V> = Cache::builder()
-            .max_capacity(options.max_entries)
-            .time_to_live(options.ttl)
-            .build();
+        let capacity = usize::try_from(options.max_entries).unwrap_or(usize::MAX);
+        let cache: Entries<V> = Arc::new(quick_cache::sync::Cache::new(capacity));
         // Subscribe before returning, so no invalidation published after start is missed.
         let mut pubsub = subscriber.get_async_pubsub().await?;
         pubsub.subscribe(&channel).await?;
@@ -131,6 +147,7 @@ impl<V: Clone + Send + Sync + 'static> InvalidatedCache<V> {
         });
         Ok(Self {
             cache,
+            ttl: options.ttl,
             channel,
             _listener: Arc::new(ListenerGuard(handle)),
         })
@@ -138,17 +155,24 @@ impl<V: Clone + Send + Sync + 'static> InvalidatedCache<V> {
 
     /// The entry of `key`, if this instance holds it.
     pub async fn get(&self, key: &str) -> Option<V> {
-        self.cache.get(key).await
+        let entry = self.cache.get(key)?;
+        let now = Instant::now();
+        if entry.until > now {
+            return Some(entry.value);
+        }
+        self.cache.remove_if(key, |e| e.until <= now);
+        None
     }
 
     /// Keeps `value` under `key` for at most the TTL.
     pub async fn insert(&self, key: &str, value: V) {
-        self.cache.insert(key.to_owned(), value).await;
+        let until = Instant::now() + self.ttl;
+        self.cache.insert(key.to_owned(), Timed { value, until });
     }
 
     /// Drops `key` from this instance only.
     pub async fn invalidate_local(&self, key: &str) {
-        self.cache.invalidate(key).await;
+        self.cache.remove(key);
     }
 
     /// Drops `key` here and tells every instance (through `conn`) to drop it too.
@@ -157,7 +181,7 @@ impl<V: Clone + Send + Sync + 'static> InvalidatedCache<V> {
         conn: &mut C,
         key: &str,
     ) -> Result<()> {
-        self.cache.invalidate(key).await;
+        self.cache.remove(key);
         let _: i64 = redis::cmd("PUBLISH")
             .arg(&self.channel)
             .arg(key)
@@ -171,26 +195,26 @@ async fn listen<V: Clone + Send + Sync + 'static>(
     mut pubsub: redis::aio::PubSub,
     client: redis::Client,
     channel: String,
-    cache: Cache<String, V>,
+    cache: Entries<V>,
 ) {
     loop {
         {
             let mut messages = pubsub.on_message();
             while let Some(msg) = messages.next().await {
                 if let Ok(key) = msg.get_payload::<String>() {
-                    cache.invalidate(&key).await;
+                    cache.remove(&key);
                 }
             }
         }
         // The subscription broke: anything may have changed meanwhile.
-        cache.invalidate_all();
+        cache.clear();
         tracing::warn!(%channel, "invalidation subscription lost; cache cleared, reconnecting");
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
             match client.get_async_pubsub().await {
                 Ok(mut p) => {
                     if p.subscribe(&channel).await.is_ok() {
-                        cache.invalidate_all();
+                        cache.clear();
                         pubsub = p;
                         break;
                     }
