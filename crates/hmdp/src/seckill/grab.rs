@@ -24,7 +24,11 @@ impl Seckill {
         user: UserId,
         voucher: VoucherId,
     ) -> Result<Result<i64, Refusal>, SeckillError> {
-        if self.unknown.contains_key(&voucher.get()) {
+        if self
+            .unknown
+            .get(&voucher.get())
+            .is_some_and(|until| Instant::now() < until)
+        {
             return Ok(Err(Refusal::UnknownVoucher));
         }
         if let Some(memory) = &self.memory {
@@ -32,7 +36,7 @@ impl Seckill {
                 self.stats.memory_sold_out.inc();
                 return Ok(Err(Refusal::SoldOut));
             }
-            if let Some(order) = memory.bought(voucher.get(), user.get()).await {
+            if let Some(order) = memory.bought(voucher.get(), user.get()) {
                 self.stats.memory_duplicate.inc();
                 return Ok(Err(Refusal::Duplicate(Some(order))));
             }
@@ -120,15 +124,13 @@ impl Seckill {
                         });
                     }
                     if let Some((memory, ticket)) = memory {
-                        memory
-                            .remember_buyer(
-                                voucher.get(),
-                                user.get(),
-                                order_id,
-                                generation(1),
-                                ticket,
-                            )
-                            .await;
+                        memory.remember_buyer(
+                            voucher.get(),
+                            user.get(),
+                            order_id,
+                            generation(1),
+                            ticket,
+                        );
                     }
                     return Ok(Ok(order_id));
                 }
@@ -140,16 +142,21 @@ impl Seckill {
                 }
                 2 => {
                     if let (Some((memory, ticket)), Some(order)) = (memory, prior) {
-                        memory
-                            .remember_buyer(voucher.get(), user.get(), order, generation(2), ticket)
-                            .await;
+                        memory.remember_buyer(
+                            voucher.get(),
+                            user.get(),
+                            order,
+                            generation(2),
+                            ticket,
+                        );
                     }
                     return Ok(Err(Refusal::Duplicate(prior)));
                 }
                 3 => return Ok(Err(Refusal::NotStarted)),
                 4 => return Ok(Err(Refusal::Ended)),
                 -2 => {
-                    self.unknown.insert(voucher.get(), ()).await;
+                    self.unknown
+                        .insert(voucher.get(), Instant::now() + super::UNKNOWN_TTL);
                     return Ok(Err(Refusal::UnknownVoucher));
                 }
                 _ if attempt >= 3 && started.elapsed() >= WARM_RETRY_BUDGET => break,

@@ -34,7 +34,7 @@ const SOLD_OUT_TTL: Duration = Duration::from_secs(1);
 /// announces itself; the TTL bounds a missed announcement).
 const BUYER_TTL: Duration = Duration::from_secs(10);
 /// Buyers remembered at most.
-const BUYER_CAPACITY: u64 = 50_000;
+const BUYER_CAPACITY: usize = 50_000;
 /// How long a load waits for every instance to acknowledge its announcement.
 const ACK_WAIT: Duration = Duration::from_millis(500);
 /// How long an acknowledgement counter lives in Redis.
@@ -51,9 +51,25 @@ pub(super) struct Ticket(u64);
 pub(super) struct SaleMemory {
     state: Mutex<State>,
     /// `(voucher, user)` → what the script said about that buyer.
-    /// Hashed with foldhash rather than SipHash: the keys are ids this service hands out, and
-    /// SipHash of `(voucher, user)` took a sixth of the grab decision's CPU (perf, Step 12).
-    buyers: moka::future::Cache<(i64, i64), Remembered, foldhash::fast::RandomState>,
+    buyers: Ids<Remembered, (i64, i64)>,
+}
+
+/// A bounded map of ids read by every grab: `quick_cache`, whose reads record nothing, rather
+/// than moka, whose reads queue themselves for its LRU; and foldhash rather than SipHash, which
+/// took a sixth of the grab decision's CPU (perf, Step 12): the keys are ids this service hands
+/// out. Lifetimes are the values' own (`until`), checked when read.
+pub(super) type Ids<V, K = i64> =
+    quick_cache::sync::Cache<K, V, quick_cache::UnitWeighter, foldhash::fast::RandomState>;
+
+/// An empty [`Ids`] of `capacity` entries.
+pub(super) fn ids<K: Eq + std::hash::Hash, V: Clone>(capacity: usize) -> Ids<V, K> {
+    quick_cache::sync::Cache::with(
+        capacity,
+        capacity as u64,
+        quick_cache::UnitWeighter,
+        foldhash::fast::RandomState::default(),
+        quick_cache::sync::DefaultLifecycle::default(),
+    )
 }
 
 #[derive(Default)]
@@ -90,10 +106,7 @@ impl SaleMemory {
     pub(super) fn new() -> Self {
         Self {
             state: Mutex::default(),
-            buyers: moka::future::Cache::builder()
-                .max_capacity(BUYER_CAPACITY)
-                .time_to_live(BUYER_TTL)
-                .build_with_hasher(foldhash::fast::RandomState::default()),
+            buyers: ids(BUYER_CAPACITY),
         }
     }
 
@@ -132,15 +145,14 @@ impl SaleMemory {
     }
 
     /// The order of a buyer this instance remembers.
-    pub(super) async fn bought(&self, voucher: i64, user: i64) -> Option<i64> {
-        let r = self.buyers.get(&(voucher, user)).await?;
-        // moka's TTL is enforced too; `until` only repeats it.
+    pub(super) fn bought(&self, voucher: i64, user: i64) -> Option<i64> {
+        let r = self.buyers.get(&(voucher, user))?;
         self.state()
             .honours(voucher, &r, Instant::now())
             .then_some(r.order)
     }
 
-    pub(super) async fn remember_buyer(
+    pub(super) fn remember_buyer(
         &self,
         voucher: i64,
         user: i64,
@@ -154,7 +166,7 @@ impl SaleMemory {
             epoch: ticket.0,
             until: Instant::now() + BUYER_TTL,
         };
-        self.buyers.insert((voucher, user), r).await;
+        self.buyers.insert((voucher, user), r);
     }
 
     /// A load of `voucher` with `generation` is coming: forget every older answer.
@@ -177,7 +189,7 @@ impl SaleMemory {
         s.epoch += 1;
         s.subscribed = false;
         s.sold_out.clear();
-        self.buyers.invalidate_all();
+        self.buyers.clear();
     }
 }
 
@@ -361,20 +373,20 @@ async fn listen(
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn an_answer_older_than_the_newest_announcement_is_ignored() {
+    #[test]
+    fn an_answer_older_than_the_newest_announcement_is_ignored() {
         let m = SaleMemory::new();
         m.subscribed();
         let t = m.ticket().unwrap();
         m.remember_sold_out(1, 5, t);
-        m.remember_buyer(1, 7, 70, 5, t).await;
+        m.remember_buyer(1, 7, 70, 5, t);
         assert!(m.sold_out(1));
-        assert_eq!(m.bought(1, 7).await, Some(70));
+        assert_eq!(m.bought(1, 7), Some(70));
         // Generation 6 announced; an answer of generation 5 lands afterwards.
         m.clear(1, 6);
         m.remember_sold_out(1, 5, t);
         assert!(!m.sold_out(1));
-        assert_eq!(m.bought(1, 7).await, None);
+        assert_eq!(m.bought(1, 7), None);
         // Answers of the new hash count; an older announcement arriving late lowers nothing.
         m.remember_sold_out(1, 6, t);
         m.clear(1, 4);
@@ -383,8 +395,8 @@ mod tests {
         assert!(!m.sold_out(2));
     }
 
-    #[tokio::test]
-    async fn nothing_is_honoured_across_a_lost_subscription() {
+    #[test]
+    fn nothing_is_honoured_across_a_lost_subscription() {
         let m = SaleMemory::new();
         assert!(m.ticket().is_none(), "not subscribed yet");
         m.subscribed();
@@ -394,9 +406,9 @@ mod tests {
         m.subscribed();
         // The answer of a request sent before the loss lands after the new subscription.
         m.remember_sold_out(1, 1, before);
-        m.remember_buyer(1, 7, 70, 1, before).await;
+        m.remember_buyer(1, 7, 70, 1, before);
         assert!(!m.sold_out(1));
-        assert_eq!(m.bought(1, 7).await, None);
+        assert_eq!(m.bought(1, 7), None);
         let now = m.ticket().unwrap();
         m.remember_sold_out(1, 1, now);
         assert!(m.sold_out(1));

@@ -14,7 +14,10 @@ mod stats;
 mod status;
 mod warm;
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use chrono::{Local, NaiveDateTime, TimeZone};
 use hmdp_id::IdGenerator;
@@ -94,9 +97,11 @@ pub struct Seckill {
     stats: Arc<SeckillStats>,
     /// Set once the shard count has been checked against Redis.
     shards_checked: Arc<tokio::sync::OnceCell<()>>,
-    /// Voucher ids found to be no flash-sale voucher, for [`UNKNOWN_TTL`]: a client repeating
-    /// one is refused without a Redis round trip.
-    unknown: moka::future::Cache<i64, (), foldhash::fast::RandomState>,
+    /// Voucher ids found to be no flash-sale voucher, until when they stay refused
+    /// ([`UNKNOWN_TTL`]): a client repeating one is refused without a Redis round trip. Every
+    /// grab reads this, so it is a `quick_cache`, whose reads record nothing (see
+    /// `memory::Ids`).
+    unknown: Arc<memory::Ids<Instant>>,
     /// Each voucher's dashboard view for [`STATS_TTL`], computed once for all concurrent
     /// callers: the route is public, and each computation counts orders in the database.
     sale_stats: moka::future::Cache<i64, Option<SaleStats>>,
@@ -114,7 +119,7 @@ pub struct Seckill {
 /// created on another instance is not announced here (one created here is forgotten at once).
 const UNKNOWN_TTL: Duration = Duration::from_secs(5);
 /// Unknown voucher ids remembered at most (random ids from a scanner evict each other).
-const UNKNOWN_CAPACITY: u64 = 10_000;
+const UNKNOWN_CAPACITY: usize = 10_000;
 /// How long a sale's dashboard view is reused.
 const STATS_TTL: Duration = Duration::from_secs(1);
 
@@ -136,12 +141,9 @@ impl Seckill {
             settings,
             stats: Arc::default(),
             shards_checked: Arc::default(),
-            unknown: moka::future::Cache::builder()
-                .max_capacity(UNKNOWN_CAPACITY)
-                .time_to_live(UNKNOWN_TTL)
-                .build_with_hasher(foldhash::fast::RandomState::default()),
+            unknown: Arc::new(memory::ids(UNKNOWN_CAPACITY)),
             sale_stats: moka::future::Cache::builder()
-                .max_capacity(UNKNOWN_CAPACITY)
+                .max_capacity(UNKNOWN_CAPACITY as u64)
                 .time_to_live(STATS_TTL)
                 .build(),
             replicas: None,

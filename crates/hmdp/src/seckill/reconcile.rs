@@ -282,7 +282,7 @@ impl Seckill {
             .key(self.keys.seckill_buyers(shard, voucher.get()))
             .invoke_async(&mut self.redis.clone())
             .await?;
-        self.unknown.invalidate(&voucher.get()).await;
+        self.unknown.remove(&voucher.get());
         self.load_from_database(voucher, shard).await
     }
 }

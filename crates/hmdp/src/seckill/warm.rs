@@ -192,7 +192,7 @@ impl Seckill {
         begin: NaiveDateTime,
         end: NaiveDateTime,
     ) {
-        self.unknown.invalidate(&voucher.get()).await;
+        self.unknown.remove(&voucher.get());
         if self.settings.mode == SeckillMode::Sync {
             return;
         }
