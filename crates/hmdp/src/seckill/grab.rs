@@ -19,28 +19,32 @@ use crate::{
 const WARM_RETRY_BUDGET: Duration = Duration::from_secs(2);
 
 impl Seckill {
-    pub(super) async fn grab_async(
-        &self,
-        user: UserId,
-        voucher: VoucherId,
-    ) -> Result<Result<i64, Refusal>, SeckillError> {
+    /// The refusal this instance can give without Redis: an id known to be no voucher, a
+    /// voucher known to be sold out, a buyer known to have bought.
+    pub(super) fn refusal_from_memory(&self, user: UserId, voucher: VoucherId) -> Option<Refusal> {
         if self
             .unknown
             .get(&voucher.get())
             .is_some_and(|until| Instant::now() < until)
         {
-            return Ok(Err(Refusal::UnknownVoucher));
+            return Some(Refusal::UnknownVoucher);
         }
-        if let Some(memory) = &self.memory {
-            if memory.sold_out(voucher.get()) {
-                self.stats.memory_sold_out.inc();
-                return Ok(Err(Refusal::SoldOut));
-            }
-            if let Some(order) = memory.bought(voucher.get(), user.get()) {
-                self.stats.memory_duplicate.inc();
-                return Ok(Err(Refusal::Duplicate(Some(order))));
-            }
+        let memory = self.memory.as_ref()?;
+        if memory.sold_out(voucher.get()) {
+            self.stats.memory_sold_out.inc();
+            return Some(Refusal::SoldOut);
         }
+        let order = memory.bought(voucher.get(), user.get())?;
+        self.stats.memory_duplicate.inc();
+        Some(Refusal::Duplicate(Some(order)))
+    }
+
+    /// The decision in Redis (after [`Seckill::refusal_from_memory`] had none).
+    pub(super) async fn grab_async(
+        &self,
+        user: UserId,
+        voucher: VoucherId,
+    ) -> Result<Result<i64, Refusal>, SeckillError> {
         self.check_shards().await?;
         let order_id = self.ids.next_id().await?;
         // The order's pending record (only the status query reads it) goes out ahead of the
