@@ -469,29 +469,26 @@ impl<C: LockConnection> CacheClient<C> {
             && let Some(found) = l1.get(&full).await
         {
             self.inner.stats.l1_hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(self.found::<T, F, Fut, E>(found, full, opts, loader));
+            return Ok(self.found(found, full, opts, || wrap_loader(loader)));
         }
         // Boxed: the state of everything past the L1 (Redis, the loader, the lock) would
         // otherwise be part of this future, which its caller allocates and copies for every
         // read: 1.9 KB for a shop.
-        Box::pin(self.read_through(full, opts, filter, loader)).await
+        Box::pin(self.read_through(full, opts, filter, wrap_loader(loader))).await
     }
 
     /// A read past the L1: Redis, then on a miss the filter and the (single-flight) load.
-    async fn read_through<T, G, GFut, F, Fut, E>(
+    async fn read_through<T, G, GFut>(
         &self,
         full: String,
         opts: &ReadOptions,
         filter: G,
-        loader: F,
+        loader: BoxLoader<T>,
     ) -> Result<Option<Arc<str>>>
     where
         T: Serialize + DeserializeOwned + Send + Sync + 'static,
         G: FnOnce() -> GFut,
         GFut: Future<Output = bool>,
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = std::result::Result<Option<T>, E>> + Send + 'static,
-        E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
     {
         let found = match self.read_stored::<T>(&full, opts.strategy).await {
             Ok(found) => found,
@@ -499,9 +496,8 @@ impl<C: LockConnection> CacheClient<C> {
             Err(e) => return Err(e),
         };
         if let Some(found) = found {
-            return Ok(self.found::<T, F, Fut, E>(found, full, opts, loader));
+            return Ok(self.found(found, full, opts, || loader));
         }
-        let loader = wrap_loader(loader);
         self.inner.stats.misses.fetch_add(1, Ordering::Relaxed);
         if !filter().await {
             self.inner.stats.filtered.fetch_add(1, Ordering::Relaxed);
@@ -600,22 +596,20 @@ impl<C: LockConnection> CacheClient<C> {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A cached entry's answer; a stale one starts its background rebuild.
-    fn found<T, F, Fut, E>(
+    /// A cached entry's answer; a stale one starts its background rebuild (with the loader
+    /// `loader` makes: boxed only then).
+    fn found<T>(
         &self,
         found: Cached,
         full: String,
         opts: &ReadOptions,
-        loader: F,
+        loader: impl FnOnce() -> BoxLoader<T>,
     ) -> Option<Arc<str>>
     where
         T: Serialize + DeserializeOwned + Send + Sync + 'static,
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = std::result::Result<Option<T>, E>> + Send + 'static,
-        E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
     {
         if found.is_stale() {
-            self.spawn_rebuild::<T>(full, opts.clone(), wrap_loader(loader));
+            self.spawn_rebuild::<T>(full, opts.clone(), loader());
         }
         self.count_hit(found.json.is_none());
         found.json
@@ -863,23 +857,19 @@ impl<C: LockConnection> CacheClient<C> {
 
     /// Answers a read from the loader while Redis is away. Concurrent reads of one key share
     /// one load (single-flight), and at most `max_concurrent` loads run at once.
-    async fn fallback<T, F, Fut, E>(
+    async fn fallback<T>(
         &self,
         full: &str,
-        loader: F,
+        loader: BoxLoader<T>,
         cause: Error,
     ) -> Result<Option<Arc<str>>>
     where
         T: Serialize + DeserializeOwned + Send + Sync + 'static,
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = std::result::Result<Option<T>, E>> + Send + 'static,
-        E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
     {
         let RedisDown::FallbackToLoader { max_wait, .. } = self.inner.fallback else {
             return Err(cause);
         };
         let me = self.clone();
-        let loader = wrap_loader(loader);
         self.inner
             .fallback_flights
             .run(full, move || async move {
