@@ -213,18 +213,13 @@ impl Catalogue {
         Ok(())
     }
 
-    /// One shop, through the cache; on a miss the Bloom filter is asked before the database.
-    pub async fn shop(&self, id: ShopId) -> Result<Option<Shop>, CatalogueError> {
-        match self.shop_json(id).await? {
-            Some(json) => Ok(Some(
-                serde_json::from_str(&json).map_err(hmdp_cache::Error::from)?,
-            )),
-            None => Ok(None),
-        }
+    /// Whether the shop exists, read as [`Catalogue::shop_json`] reads it.
+    pub async fn shop_exists(&self, id: ShopId) -> Result<bool, CatalogueError> {
+        Ok(self.shop_json(id).await?.is_some())
     }
 
-    /// [`Catalogue::shop`] as the JSON the API answers, which a read of a shop held in the L1
-    /// neither decodes nor encodes.
+    /// One shop as the JSON the API answers, through the cache (a read the L1 answers neither
+    /// decodes nor encodes it); on a miss the Bloom filter is asked before the database.
     pub async fn shop_json(&self, id: ShopId) -> Result<Option<Arc<str>>, CatalogueError> {
         let db = self.db.clone();
         Ok(self

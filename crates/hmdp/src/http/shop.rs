@@ -121,7 +121,7 @@ async fn shop_uv(
     AppQuery(q): AppQuery<UvQuery>,
 ) -> ApiResult<u64> {
     let days = uv_days(q.days)?;
-    if state.catalogue.shop(id).await?.is_none() {
+    if !state.catalogue.shop_exists(id).await? {
         return Err(shop_not_found());
     }
     ok(state.activity.shop_uv(id, days).await?)

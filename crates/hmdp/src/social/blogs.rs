@@ -210,7 +210,7 @@ impl Social {
     /// Publishes a note by `author` and hands it to the followers' feeds; its id.
     pub async fn publish(&self, author: UserId, input: &BlogInput) -> Result<BlogId, SocialError> {
         let checked = check(input)?;
-        if self.catalogue.shop(input.shop_id).await?.is_none() {
+        if !self.catalogue.shop_exists(input.shop_id).await? {
             return Err(invalid("店铺不存在 (shopId names no shop)"));
         }
         let (now, score) = now_local();
