@@ -9,6 +9,12 @@
 //!    with no recording at all, on one server (`Activity::set_visit_mode`, feature
 //!    `test-util`), in interleaved rounds. Readers are anonymous, so every request is a visit
 //!    (the same one: the buffer keeps it once per flush).
+//! 3. In-process only: a flood of 90-day site counts over 90 busy days (5,000 visitors a day,
+//!    dense HyperLogLogs), with each count computed in Redis for its caller (the service before
+//!    counts were shared, `Activity::set_count_sharing(false)`) and shared (the service), then
+//!    every span of the site and two shops in turn (nothing to share: the budget holds it). Each
+//!    phase's Redis cost is Redis's own `INFO commandstats` time for `PFCOUNT`, as a share of
+//!    one core over the phase (the shared Redis: run it on a quiet one).
 
 use std::{
     sync::Arc,
@@ -74,6 +80,107 @@ fn mib(bytes: u64) -> String {
     } else {
         format!("{:.1} KiB", bytes as f64 / 1024.0)
     }
+}
+
+/// Busy days filled for the count flood, and visitors per day.
+const BUSY_DAYS: u64 = 90;
+const VISITORS_PER_DAY: u64 = 5_000;
+
+/// `PFCOUNT` calls and µs since the last `CONFIG RESETSTAT` (`INFO commandstats`).
+async fn pfcount_cost(conn: &mut MultiplexedConnection) -> anyhow::Result<(u64, u64)> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    let Some(fields) = info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_pfcount:"))
+    else {
+        return Ok((0, 0));
+    };
+    let field = |name: &str| {
+        fields
+            .split(',')
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok((field("calls"), field("usec")))
+}
+
+/// Which path the i-th request of a phase asks for.
+type Paths = Arc<dyn Fn(u64) -> String + Send + Sync>;
+
+/// Part 3: the Redis cost of a flood of long visitor counts, unshared and shared.
+async fn count_flood(
+    report: &mut Report,
+    s: &server::BenchServer,
+    conn: &mut MultiplexedConnection,
+    c: usize,
+    duration: Duration,
+) -> anyhow::Result<()> {
+    let keys = hmdp::kv::Keys::new(s.prefix.clone());
+    let today = s.state.activity.today();
+    for back in 0..BUSY_DAYS {
+        let day = (today - chrono::Days::new(back))
+            .format("%Y%m%d")
+            .to_string();
+        let members: Vec<String> = (0..VISITORS_PER_DAY)
+            .map(|i| format!("u:{}", back * VISITORS_PER_DAY + i))
+            .collect();
+        for shop in [1, 2] {
+            let _: () = redis::cmd("PFADD")
+                .arg(keys.uv_shop(shop, &day))
+                .arg(&members)
+                .query_async(conn)
+                .await?;
+        }
+        let _: () = redis::cmd("PFADD")
+            .arg(keys.uv_site(&day))
+            .arg(&members)
+            .query_async(conn)
+            .await?;
+    }
+    let same = Arc::new(|_| "/api/shop/uv/site?days=90".to_owned());
+    let varied = Arc::new(|i: u64| {
+        let days = i % 90 + 1;
+        match i % 3 {
+            0 => format!("/api/shop/uv/site?days={days}"),
+            n => format!("/api/shop/{n}/uv?days={days}"),
+        }
+    });
+    let phases: [(&str, bool, Paths); 3] = [
+        (
+            "90-day site counts, each computed (before)",
+            false,
+            same.clone(),
+        ),
+        ("90-day site counts, shared (service)", true, same),
+        ("every span of 3 scopes, shared + budget", true, varied),
+    ];
+    let mut shares = Vec::new();
+    for (name, shared, path) in phases {
+        s.state.activity.set_count_sharing(shared);
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(conn)
+            .await?;
+        let o = http_phase(name, s.addr, c, Stop::After(duration), path).await?;
+        let (calls, usec) = pfcount_cost(conn).await?;
+        let share = usec as f64 / o.elapsed.as_micros() as f64 * 100.0;
+        shares.push((share, o.rate(), calls));
+        report.rows.push(Row::from_outcome(name, &o).note(format!(
+            "{} answered; Redis: {calls} PFCOUNT, {usec} µs = {share:.2} % of one core, {:.0} µs per PFCOUNT",
+            o.ok_count(),
+            usec as f64 / calls.max(1) as f64
+        )));
+    }
+    s.state.activity.set_count_sharing(true);
+    report.summary.push(format!(
+        "a flood of 90-day site counts over {BUSY_DAYS} busy days: each computed {:.0} req/s costing Redis {:.1} % of a core; shared {:.0} req/s costing {:.2} % ({} PFCOUNTs); every span of 3 scopes: {:.2} % ({} PFCOUNTs, the rest answered 429)",
+        shares[0].1, shares[0].0, shares[1].1, shares[1].0, shares[1].2, shares[2].0, shares[2].2
+    ));
+    Ok(())
 }
 
 pub async fn run(cli: &Cli, visitors: u64) -> anyhow::Result<Report> {
@@ -174,6 +281,7 @@ pub async fn run(cli: &Cli, visitors: u64) -> anyhow::Result<Report> {
     }
     s.state.activity.set_visit_mode(VisitMode::Buffered);
     s.state.activity.flush_visits().await;
+    count_flood(&mut report, &s, &mut conn, c, duration).await?;
     let stats = s.state.activity.uv_stats();
     report.summary.push(format!(
         "cached GET /shop/{{id}} over {c} connections: buffered {:.0} req/s = {:.0} % of no recording; a PFADD per read {:.0} req/s = {:.0} % (buffered is {:.2}× it); buffer: {} visits flushed, {} dropped",

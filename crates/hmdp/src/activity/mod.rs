@@ -28,10 +28,13 @@ use crate::{
 };
 
 /// Errors of the activity service.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ActivityError {
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// Visitor counts: this instance's budget of counts per second is spent (see [`uv`]).
+    #[error("visitor counts are busy; retry in {retry_after:?}")]
+    Busy { retry_after: std::time::Duration },
 }
 
 /// Where "now" comes from: the system clock, unless a test pins it.
@@ -86,12 +89,16 @@ struct Inner {
     settings: SocialSettings,
     clock: Clock,
     visits: Arc<uv::VisitBuffer>,
+    counts: uv::Counts,
     /// Stops the flush task; taken by [`Activity::shutdown`].
     stop: Mutex<Option<oneshot::Sender<()>>>,
     flusher: Mutex<Option<JoinHandle<()>>>,
     /// A [`uv::VisitMode`] (benchmarks).
     #[cfg(feature = "test-util")]
     visit_mode: std::sync::atomic::AtomicU8,
+    /// Counts computed per caller, unshared (benchmarks, [`Activity::set_count_sharing`]).
+    #[cfg(feature = "test-util")]
+    counts_unshared: std::sync::atomic::AtomicBool,
 }
 
 impl Activity {
@@ -113,10 +120,13 @@ impl Activity {
             settings,
             clock,
             visits,
+            counts: uv::Counts::new(),
             stop: Mutex::new(Some(stop)),
             flusher: Mutex::new(Some(flusher)),
             #[cfg(feature = "test-util")]
             visit_mode: std::sync::atomic::AtomicU8::new(uv::VisitMode::Buffered as u8),
+            #[cfg(feature = "test-util")]
+            counts_unshared: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 

@@ -19,6 +19,14 @@
 //! `site`, so each count is one command in one slot. Every key written expires
 //! [`MAX_UV_DAYS`] + 2 days after its last write, so the oldest day a count can ask for is
 //! always still there and nothing older is kept.
+//!
+//! The count routes are public, and a count is dear where a visit is cheap: `PFCOUNT` over 90
+//! busy days merges 90 dense HyperLogLogs, about 2 ms of Redis's one thread. So a count is
+//! computed at most once per [`COUNT_TTL`] per (scope, day, span) on an instance and shared by
+//! everyone asking meanwhile (single-flight, [`Counts`]), and the counts computed are bounded
+//! by a budget of day keys per second ([`COUNT_BUDGET_KEYS_PER_SEC`]): past it a count that is
+//! not cached is refused (429) instead of queued. Whatever clients send, and however many of
+//! them, counting costs Redis at most that budget per instance.
 
 use std::{
     collections::{HashMap, HashSet, hash_map::RandomState},
@@ -30,6 +38,10 @@ use std::{
 
 use chrono::{Days, NaiveDate};
 use futures_util::{StreamExt, TryStreamExt, stream};
+use governor::{
+    DefaultDirectRateLimiter, Quota,
+    clock::{Clock as _, DefaultClock},
+};
 use tokio::sync::oneshot;
 
 use super::{Activity, ActivityError};
@@ -47,6 +59,18 @@ pub(crate) const BUFFER_CAP: usize = 100_000;
 
 /// Mutexes the buffer is split over, so concurrent reads rarely wait for each other.
 const SHARDS: usize = 32;
+
+/// How long a computed count is shared by everyone asking the same question on this instance.
+pub(crate) const COUNT_TTL: Duration = Duration::from_secs(1);
+
+/// Different counts remembered at most (a scanner asking for every shop and span evicts only
+/// its own answers).
+const COUNT_CAPACITY: u64 = 10_000;
+
+/// Day keys that counts not in the cache may read per second on this instance (bursts of as
+/// many). A busy day costs Redis about 25 µs in a multi-key `PFCOUNT` (BENCHMARKS.md), so this
+/// holds counting under ~1 % of Redis's thread per instance, whatever is asked.
+pub(crate) const COUNT_BUDGET_KEYS_PER_SEC: u32 = 300;
 
 /// Members per `PFADD` and commands per pipeline.
 const PFADD_CHUNK: usize = 1_000;
@@ -83,6 +107,10 @@ pub struct UvStats {
     pub dropped: Counter,
     /// Flushes that failed (their visits were put back).
     pub flush_failures: Counter,
+    /// Counts computed in Redis (not answered from the shared cache).
+    pub counts_computed: Counter,
+    /// Counts refused because the day-key budget was spent.
+    pub counts_refused: Counter,
 }
 
 impl UvStats {
@@ -108,6 +136,59 @@ impl UvStats {
             "Visit flushes that failed; their visits were kept for the next one",
             self.flush_failures.clone(),
         );
+        registry.register(
+            "hmdp_uv_counts_computed",
+            "Visitor counts computed in Redis (the rest were shared answers from the last second)",
+            self.counts_computed.clone(),
+        );
+        registry.register(
+            "hmdp_uv_counts_refused",
+            "Visitor counts refused because the per-instance budget of day keys was spent",
+            self.counts_refused.clone(),
+        );
+    }
+}
+
+/// Whose visitors a count is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Scope {
+    Site,
+    Shop(i64),
+}
+
+/// The counts of the last second, shared by all callers, and the budget of new ones.
+pub(crate) struct Counts {
+    /// (scope, today, days) → visitors. `try_get_with` runs one computation for all concurrent
+    /// callers of a key.
+    answers: moka::future::Cache<(Scope, NaiveDate, u32), u64>,
+    budget: DefaultDirectRateLimiter,
+}
+
+impl Counts {
+    pub(crate) fn new() -> Self {
+        let per_second =
+            std::num::NonZeroU32::new(COUNT_BUDGET_KEYS_PER_SEC).expect("a positive budget");
+        Self {
+            answers: moka::future::Cache::builder()
+                .max_capacity(COUNT_CAPACITY)
+                .time_to_live(COUNT_TTL)
+                .build(),
+            budget: DefaultDirectRateLimiter::direct(Quota::per_second(per_second)),
+        }
+    }
+
+    /// Takes `keys` day keys from the budget, or says when there will be enough.
+    fn spend(&self, keys: u32) -> Result<(), ActivityError> {
+        let n = std::num::NonZeroU32::new(keys.max(1)).expect("at least one");
+        match self.budget.check_n(n) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(not_until)) => Err(ActivityError::Busy {
+                retry_after: not_until.wait_time_from(DefaultClock::default().now()),
+            }),
+            Err(_) => Err(ActivityError::Busy {
+                retry_after: Duration::from_secs(1),
+            }),
+        }
     }
 }
 
@@ -351,32 +432,75 @@ impl Activity {
     }
 
     /// Distinct visitors of `shop` over the last `days` days (1 = today), `1..=MAX_UV_DAYS`.
+    /// At most [`COUNT_TTL`] old; [`ActivityError::Busy`] when it is not cached and the budget
+    /// of counts is spent.
     pub async fn shop_uv(&self, shop: ShopId, days: u32) -> Result<u64, ActivityError> {
-        let keys = self
-            .last_days(days)
-            .map(|d| self.0.keys.uv_shop(shop.get(), &d));
-        self.pfcount(keys.collect()).await
+        self.count(Scope::Shop(shop.get()), days).await
     }
 
-    /// Distinct visitors of any shop page over the last `days` days (1 = today).
+    /// Distinct visitors of any shop page over the last `days` days (1 = today), as
+    /// [`Activity::shop_uv`].
     pub async fn site_uv(&self, days: u32) -> Result<u64, ActivityError> {
-        let keys = self.last_days(days).map(|d| self.0.keys.uv_site(&d));
-        self.pfcount(keys.collect()).await
+        self.count(Scope::Site, days).await
+    }
+
+    /// A count from the shared answers of the last second, else computed once for every caller.
+    async fn count(&self, scope: Scope, days: u32) -> Result<u64, ActivityError> {
+        let days = days.clamp(1, MAX_UV_DAYS);
+        let today = self.today();
+        #[cfg(feature = "test-util")]
+        if self
+            .0
+            .counts_unshared
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return self.pfcount(self.count_keys(scope, today, days)).await;
+        }
+        self.0
+            .counts
+            .answers
+            .try_get_with((scope, today, days), self.compute_count(scope, today, days))
+            .await
+            .map_err(|shared| (*shared).clone())
+    }
+
+    async fn compute_count(
+        &self,
+        scope: Scope,
+        today: NaiveDate,
+        days: u32,
+    ) -> Result<u64, ActivityError> {
+        let stats = self.0.visits.stats();
+        if let Err(busy) = self.0.counts.spend(days) {
+            stats.counts_refused.inc();
+            return Err(busy);
+        }
+        stats.counts_computed.inc();
+        self.pfcount(self.count_keys(scope, today, days)).await
+    }
+
+    /// The day keys a count reads.
+    fn count_keys(&self, scope: Scope, today: NaiveDate, days: u32) -> Vec<String> {
+        last_days(today, days)
+            .map(|d| match scope {
+                Scope::Site => self.0.keys.uv_site(&d),
+                Scope::Shop(shop) => self.0.keys.uv_shop(shop, &d),
+            })
+            .collect()
+    }
+
+    /// Computes every count in Redis for its caller, with no sharing and no budget, as the
+    /// service did before counts were shared (benchmarks).
+    #[cfg(feature = "test-util")]
+    pub fn set_count_sharing(&self, shared: bool) {
+        self.0
+            .counts_unshared
+            .store(!shared, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Sends the buffered visits now (tests and benchmarks; the flush task does it anyway).
     pub async fn flush_visits(&self) {
         self.0.visits.flush(&self.0.redis, &self.0.keys).await;
-    }
-
-    /// `yyyyMMdd` of today and the `days - 1` days before it.
-    fn last_days(&self, days: u32) -> impl Iterator<Item = String> {
-        let today = self.today();
-        (0..days.clamp(1, MAX_UV_DAYS)).filter_map(move |back| {
-            today
-                .checked_sub_days(Days::new(u64::from(back)))
-                .map(day_key)
-        })
     }
 
     async fn pfcount(&self, keys: Vec<String>) -> Result<u64, ActivityError> {
@@ -386,6 +510,15 @@ impl Activity {
             .query_async(&mut redis)
             .await?)
     }
+}
+
+/// `yyyyMMdd` of `today` and the `days - 1` days before it.
+fn last_days(today: NaiveDate, days: u32) -> impl Iterator<Item = String> {
+    (0..days.clamp(1, MAX_UV_DAYS)).filter_map(move |back| {
+        today
+            .checked_sub_days(Days::new(u64::from(back)))
+            .map(day_key)
+    })
 }
 
 #[cfg(test)]
@@ -443,6 +576,27 @@ mod tests {
         assert_eq!(user(42).member(), "u:42");
         assert_eq!(Visitor::Addr("::1".parse().unwrap()).member(), "ip:::1");
         assert_eq!(day_key(day("2024-01-09")), "20240109");
+    }
+
+    #[test]
+    fn the_count_budget_refuses_past_its_keys_and_says_when() {
+        let counts = Counts::new();
+        counts.spend(MAX_UV_DAYS).unwrap();
+        let mut spent = MAX_UV_DAYS;
+        while spent + MAX_UV_DAYS <= COUNT_BUDGET_KEYS_PER_SEC {
+            counts.spend(MAX_UV_DAYS).unwrap();
+            spent += MAX_UV_DAYS;
+        }
+        match counts.spend(MAX_UV_DAYS) {
+            Err(ActivityError::Busy { retry_after }) => {
+                assert!(retry_after > Duration::ZERO && retry_after <= Duration::from_secs(1));
+            }
+            other => panic!("expected Busy, got {other:?}"),
+        }
+        assert_eq!(
+            last_days(day("2024-03-01"), 2).collect::<Vec<_>>(),
+            ["20240301", "20240229"]
+        );
     }
 
     #[test]

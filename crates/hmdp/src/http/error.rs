@@ -399,6 +399,10 @@ impl From<crate::activity::ActivityError> for ApiError {
     fn from(e: crate::activity::ActivityError) -> Self {
         match e {
             crate::activity::ActivityError::Redis(r) => r.into(),
+            crate::activity::ActivityError::Busy { retry_after } => ApiError::rate_limited(
+                "请求过于频繁，请稍后再试 (visitor counts are busy)",
+                retry_after,
+            ),
         }
     }
 }

@@ -452,3 +452,175 @@ async fn visits_wait_in_memory_while_redis_is_away() {
     .await;
     assert_eq!(stats.buffered.get(), 0);
 }
+
+/// Calls and µs of Redis's HyperLogLog counting commands (`PFCOUNT`, `PFMERGE`) since the last
+/// `CONFIG RESETSTAT`, from `INFO commandstats`.
+async fn hll_command_cost(r: &mut redis::aio::MultiplexedConnection) -> (u64, u64) {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(r)
+        .await
+        .unwrap();
+    let (mut calls, mut usec) = (0, 0);
+    for line in info.lines() {
+        let Some(fields) = ["cmdstat_pfcount:", "cmdstat_pfmerge:"]
+            .iter()
+            .find_map(|p| line.strip_prefix(p))
+        else {
+            continue;
+        };
+        for field in fields.split(',') {
+            match field.split_once('=') {
+                Some(("calls", n)) => calls += n.parse::<u64>().unwrap(),
+                Some(("usec", n)) => usec += n.parse::<u64>().unwrap(),
+                _ => {}
+            }
+        }
+    }
+    (calls, usec)
+}
+
+/// Five client addresses ask for visitor counts as fast as they can for `span`, each asking
+/// `path(i)` for its i-th request; returns the answers' status codes.
+async fn count_flood(app: &TestApp, span: Duration, path: fn(usize) -> String) -> Vec<u16> {
+    let until = tokio::time::Instant::now() + span;
+    let loops = (2..=6u8).flat_map(|host| {
+        let client = crate::helpers::client_from([127, 0, 0, host]);
+        (0..4).map(move |_| (client.clone(), host))
+    });
+    let tasks = loops.map(|(client, host)| {
+        let base = app.url("");
+        tokio::spawn(async move {
+            let mut statuses = Vec::new();
+            let mut i = usize::from(host) * 7;
+            while tokio::time::Instant::now() < until {
+                let r = client.get(format!("{base}{}", path(i))).send().await;
+                statuses.push(r.map_or(0, |r| r.status().as_u16()));
+                i += 1;
+            }
+            statuses
+        })
+    });
+    let mut all = Vec::new();
+    for t in tasks.collect::<Vec<_>>() {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+/// The count routes are public and a 90-day count of busy days is ~90 dense HyperLogLogs merged
+/// in Redis's one thread: a flood from a few addresses, each within its request limit, must not
+/// take Redis from everyone else. Bounded by Redis's own accounting of the counting commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_visitor_counts_costs_redis_almost_nothing() {
+    // A private Redis, so its command statistics are this test's alone.
+    let server = RedisServer::start().await;
+    let app = spawn_app_with(Backend::Sqlite, |c| {
+        c.redis_url = Some(server.url());
+        c.rate_limit_ip = 200; // the default: every address up to its own limit
+    })
+    .await;
+    app.state.activity.clock().pin(shanghai(2024, 5, 10, 12));
+    let mut r = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // Ninety busy days, for the site and shop 1: 5,000 visitors a day, each day's HyperLogLog
+    // dense (12 KiB), as on a real site.
+    let today = chrono::NaiveDate::from_ymd_opt(2024, 5, 10).unwrap();
+    const PER_DAY: usize = 5_000;
+    for back in 0..90u64 {
+        let day = (today - chrono::Days::new(back))
+            .format("%Y%m%d")
+            .to_string();
+        let members: Vec<String> = (0..PER_DAY)
+            .map(|i| format!("u:{}", back as usize * PER_DAY + i))
+            .collect();
+        redis::pipe()
+            .pfadd(keys(&app).uv_site(&day), &members)
+            .ignore()
+            .pfadd(keys(&app).uv_shop(1, &day), &members)
+            .ignore()
+            .exec_async(&mut r)
+            .await
+            .unwrap();
+    }
+    let encoding: String = redis::cmd("PFDEBUG")
+        .arg("ENCODING")
+        .arg(keys(&app).uv_site("20240301"))
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert_eq!(encoding, "dense", "the days are busy");
+
+    // The same long counts, over and over.
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let statuses = count_flood(&app, Duration::from_secs(2), |i| {
+        if i % 2 == 0 {
+            "/api/shop/uv/site?days=90".into()
+        } else {
+            "/api/shop/1/uv?days=90".into()
+        }
+    })
+    .await;
+    let elapsed = started.elapsed();
+    let (calls, usec) = hll_command_cost(&mut r).await;
+    let answered = statuses.iter().filter(|&&s| s == 200).count();
+    let share = usec as f64 / elapsed.as_micros() as f64;
+    eprintln!(
+        "same counts: {} requests, {answered} answered, {calls} PFCOUNTs, {usec} µs of Redis in {elapsed:?} ({:.2} % of one core)",
+        statuses.len(),
+        share * 100.0
+    );
+    assert!(answered >= 100, "the flood was answered: {answered}");
+    assert!(
+        share < 0.05,
+        "a flood of the same counts took {:.1} % of Redis ({calls} calls, {usec} µs)",
+        share * 100.0
+    );
+    let site = uv(&app, "/api/shop/uv/site?days=90").await;
+    let exact = (90 * PER_DAY) as i64;
+    assert!((site - exact).abs() <= exact / 50, "{site} ≈ {exact}");
+
+    // Every span of every scope, so nothing is shared: the budget bounds it.
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let statuses = count_flood(&app, Duration::from_secs(2), |i| {
+        let days = i % 90 + 1;
+        if i % 3 == 0 {
+            format!("/api/shop/uv/site?days={days}")
+        } else {
+            format!("/api/shop/{}/uv?days={days}", i % 2 + 1)
+        }
+    })
+    .await;
+    let elapsed = started.elapsed();
+    let (calls, usec) = hll_command_cost(&mut r).await;
+    let share = usec as f64 / elapsed.as_micros() as f64;
+    let refused = statuses.iter().filter(|&&s| s == 429).count();
+    eprintln!(
+        "varied counts: {} requests, {refused} refused, {calls} PFCOUNTs, {usec} µs of Redis in {elapsed:?} ({:.2} % of one core)",
+        statuses.len(),
+        share * 100.0
+    );
+    assert!(
+        share < 0.05,
+        "a flood of varied counts took {:.1} % of Redis ({calls} calls, {usec} µs)",
+        share * 100.0
+    );
+    let r = app.get("/api/shop/uv/site?days=37", None).await;
+    assert!(
+        r.success() || (r.status, r.code()) == (429, "rate_limited"),
+        "{r:?}"
+    );
+}
