@@ -298,6 +298,13 @@ impl Keys {
         format!("{}seckill:pending:{order_id}", self.prefix)
     }
 
+    /// `seckill:failed`: hash of the orders the worker gave up on (dead-lettered), order id to
+    /// `user:voucher`, kept as long as the dead letters: the status query's answer once an
+    /// order's pending record has expired.
+    pub fn seckill_failed(&self) -> String {
+        format!("{}seckill:failed", self.prefix)
+    }
+
     /// `seckill:shards`: the shard count recorded by the first instance (no hash tag: it is
     /// read on its own).
     pub fn seckill_shards(&self) -> String {

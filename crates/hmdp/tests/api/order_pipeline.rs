@@ -22,7 +22,8 @@ use sqlx::{Connection, Executor};
 
 use crate::helpers::{
     Backend, TestApp, assert_same_orders, code_of, create_sale, db_buyers, db_count, db_order_ids,
-    db_stock, drain, grab_raw, login_many, lose_voucher, order_id_of, redis_stock, redis_url,
+    db_stock, drain, grab_raw, login_many, lose_voucher, order_id_of, prior_order_of, redis_stock,
+    redis_url,
     spawn_app_with, wait_for_orders, wait_until, worker_for,
 };
 
@@ -542,6 +543,48 @@ async fn a_dead_lettered_order_shows_failed_and_keeps_its_stock_through_a_warm_u
     );
     assert_eq!(app.state.seckill.stats().memory_duplicate.get(), remembered);
     assert_eq!(redis_stock(&app, voucher).await, Some(2));
+}
+
+/// An order's status record expires a day after the grab; the answer then comes from the
+/// database (`created`) and from the orders given up on (`failed`), never `order_not_found`
+/// for an order that `duplicate_order` names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_status_record_still_answers_created_or_failed() {
+    let (app, tokens) = app_with_users(Backend::Sqlite, 2, |c| c.seckill.worker = false).await;
+    let voucher = create_sale(&app, 5, -60, 3600).await;
+    let ids = grab_all(&app, voucher, &tokens).await;
+    // The first order's id is taken in the database: it is dead-lettered.
+    exec(
+        &app,
+        "INSERT INTO tb_voucher_order (id, user_id, voucher_id, pay_type, status) VALUES (?, ?, ?, 1, 1)",
+        &[ids[0], 999_999, voucher + 1000],
+    )
+    .await;
+    let worker = worker_for(&app, "w");
+    drain(&worker).await;
+    assert_eq!(worker.stats().dead_lettered.get(), 1);
+
+    // Both records expire.
+    for id in &ids {
+        let _: i64 = redis::cmd("DEL")
+            .arg(app.state.keys.seckill_pending(*id))
+            .query_async(&mut app.redis().await)
+            .await
+            .unwrap();
+    }
+    assert_eq!(state_of(&app, ids[0], &tokens[0]).await, "failed");
+    assert_eq!(state_of(&app, ids[1], &tokens[1]).await, "created");
+    let (_, body) = grab_raw(&app, voucher, &tokens[0]).await;
+    assert_eq!(
+        (code_of(&body).as_str(), prior_order_of(&body)),
+        ("duplicate_order", Some(ids[0])),
+        "{body}"
+    );
+    // Only to its owner.
+    let r = app
+        .get(&format!("/api/voucher-order/{}", ids[0]), Some(&tokens[1]))
+        .await;
+    assert_eq!(r.code(), "order_not_found", "{r:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
