@@ -54,12 +54,15 @@ impl Seckill {
             Some(_) => OrderStatus::Unknown,
             // The record expired (a day after the order was accepted): an order given up on is
             // still known as such.
-            None => match order_stream::read_failed(&self.redis, &self.keys, order_id.get()).await? {
-                Some(r) if r.user_id == user.get() => OrderStatus::Failed {
-                    voucher_id: r.voucher_id,
-                },
-                _ => OrderStatus::Unknown,
-            },
+            None => {
+                let failed = order_stream::read_failed(&self.redis, &self.keys, order_id.get());
+                match failed.await? {
+                    Some(r) if r.user_id == user.get() => OrderStatus::Failed {
+                        voucher_id: r.voucher_id,
+                    },
+                    _ => OrderStatus::Unknown,
+                }
+            }
         })
     }
 }

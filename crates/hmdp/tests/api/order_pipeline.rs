@@ -23,8 +23,7 @@ use sqlx::{Connection, Executor};
 use crate::helpers::{
     Backend, TestApp, assert_same_orders, code_of, create_sale, db_buyers, db_count, db_order_ids,
     db_stock, drain, grab_raw, login_many, lose_voucher, order_id_of, prior_order_of, redis_stock,
-    redis_url,
-    spawn_app_with, wait_for_orders, wait_until, worker_for,
+    redis_url, spawn_app_with, wait_for_orders, wait_until, worker_for,
 };
 
 /// Runs one statement with integer parameters on the test's database.

@@ -59,7 +59,10 @@ pub struct DatabaseUser {
 
 impl DatabaseUser {
     pub async fn create(database_url: &str) -> Self {
-        let name = format!("hmdp_u_{}", &uuid::Uuid::new_v4().simple().to_string()[..16]);
+        let name = format!(
+            "hmdp_u_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..16]
+        );
         let server = mysql_server_url();
         let (host_port, database) = database_url
             .rsplit_once('@')
