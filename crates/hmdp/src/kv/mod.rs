@@ -11,8 +11,10 @@
 //! cluster, where all keys of one script must hash to one slot.
 
 pub mod managed;
+mod persistence;
 mod replicas;
 
+pub(crate) use persistence::{NOT_DURABLE, orders_at_risk};
 pub use replicas::{ReplicaWait, Replicated};
 
 use std::time::Duration;
