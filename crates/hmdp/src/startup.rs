@@ -148,6 +148,14 @@ impl Application {
                 .check_shards()
                 .await
                 .context("the flash sale cannot start")?;
+            if crate::kv::orders_at_risk(&redis, config.seckill.wait_replicas).await {
+                tracing::warn!(
+                    "Redis has no append-only file and HMDP_REDIS_WAIT_REPLICAS is 0: if Redis \
+                     restarts, every accepted order not yet written to the database is lost and \
+                     its stock sold again; set appendonly yes (appendfsync always loses none) or \
+                     HMDP_REDIS_WAIT_REPLICAS"
+                );
+            }
         }
         let worker_db = if config.seckill.worker {
             Some(worker_database(&config).await?)
@@ -301,6 +309,7 @@ impl Application {
                     keys: state.keys.clone(),
                     shards: state.config.seckill.shards,
                     broker: state.broker.clone(),
+                    sale_redis: http::health::sale_redis(&state.config),
                     metrics: state.metrics.clone(),
                     stream_metrics: state.stream_metrics.clone(),
                 },
@@ -470,6 +479,7 @@ pub async fn run_worker_with(
                 keys,
                 shards: config.seckill.shards,
                 broker: worker.uses_rabbitmq().then(|| worker.amqp_stats().clone()),
+                sale_redis: http::health::sale_redis(&config),
                 metrics: Arc::new(metrics),
                 stream_metrics,
             },

@@ -2,7 +2,9 @@
 //! `HMDP_ORDER_TRANSPORT=rabbitmq` it also says whether the worker is connected to the broker.
 //! A broker away does not make the answer a 503: grabs are still decided and wait in the
 //! stream, so the instance should stay in rotation; alert on `broker` (or
-//! `hmdp_amqp_*_connected`) instead.
+//! `hmdp_amqp_*_connected`) instead. Likewise `warnings` never turns the answer into a 503:
+//! `redis_not_durable` says that a Redis restart would lose the accepted orders not yet written
+//! (no AOF, no `HMDP_REDIS_WAIT_REPLICAS`), which is a setting to fix, not an outage.
 
 use std::time::Duration;
 
@@ -17,7 +19,10 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{AppState, Envelope};
-use crate::{kv::RedisConn, storage::Db};
+use crate::{
+    kv::{NOT_DURABLE, RedisConn, orders_at_risk},
+    storage::Db,
+};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(health))
@@ -32,6 +37,9 @@ struct Health {
     /// `ok` or `down`; only with `HMDP_ORDER_TRANSPORT=rabbitmq` where the worker runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     broker: Option<&'static str>,
+    /// What works but risks data: `redis_not_durable`; absent when there is nothing to say.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<&'static str>,
 }
 
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -39,19 +47,45 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 /// Redis and database health.
 #[utoipa::path(get, path = "/health", tag = "ops", responses((status = OK, body = Health)))]
 async fn health(State(state): State<AppState>) -> Response {
-    check(&state.redis, &state.db, state.broker.as_deref()).await
+    check(
+        &state.redis,
+        &state.db,
+        state.broker.as_deref(),
+        sale_redis(&state.config),
+    )
+    .await
+}
+
+/// `Some(HMDP_REDIS_WAIT_REPLICAS)` when accepted orders wait in Redis (`async` mode), for
+/// [`check`]'s durability warning.
+pub(crate) fn sale_redis(config: &crate::Config) -> Option<u32> {
+    (config.seckill.mode == crate::config::SeckillMode::Async)
+        .then_some(config.seckill.wait_replicas)
 }
 
 /// Pings Redis and the database (each within [`CHECK_TIMEOUT`]): 200 with `status: ok`, or 503
-/// in the envelope saying which one is down. Also the standalone worker's `/health`.
+/// in the envelope saying which one is down. With `sale_redis` (see [`sale_redis`]) it also
+/// asks Redis whether it persists. Also the standalone worker's `/health`.
 pub(crate) async fn check(
-    redis: &RedisConn,
+    redis_conn: &RedisConn,
     db: &Db,
     broker: Option<&crate::amqp::AmqpStats>,
+    sale_redis: Option<u32>,
 ) -> Response {
-    let (redis, db) = tokio::join!(
-        tokio::time::timeout(CHECK_TIMEOUT, redis.ping()),
+    let at_risk = async {
+        match sale_redis {
+            Some(wait_replicas) => {
+                tokio::time::timeout(CHECK_TIMEOUT, orders_at_risk(redis_conn, wait_replicas))
+                    .await
+                    .unwrap_or(false)
+            }
+            None => false,
+        }
+    };
+    let (redis, db, at_risk) = tokio::join!(
+        tokio::time::timeout(CHECK_TIMEOUT, redis_conn.ping()),
         tokio::time::timeout(CHECK_TIMEOUT, db.ping()),
+        at_risk,
     );
     let redis_ok = matches!(redis, Ok(Ok(())));
     let db_ok = matches!(db, Ok(Ok(())));
@@ -67,6 +101,7 @@ pub(crate) async fn check(
         redis: if redis_ok { "ok" } else { "down" },
         database: if db_ok { "ok" } else { "down" },
         broker: broker.map(|b| if b.connected() { "ok" } else { "down" }),
+        warnings: if at_risk { vec![NOT_DURABLE] } else { vec![] },
     };
     let status = if healthy {
         StatusCode::OK

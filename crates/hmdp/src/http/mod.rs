@@ -19,7 +19,7 @@ mod docs;
 mod error;
 mod extract;
 mod follow;
-mod health;
+pub(crate) mod health;
 mod limits;
 mod metrics;
 mod openapi;

@@ -33,6 +33,9 @@ pub struct OpsEndpoint {
     pub shards: u32,
     /// The RabbitMQ relay and consumer, with `HMDP_ORDER_TRANSPORT=rabbitmq`.
     pub broker: Option<Arc<crate::amqp::AmqpStats>>,
+    /// `Some(HMDP_REDIS_WAIT_REPLICAS)` when accepted orders wait in Redis: `/health` warns
+    /// when Redis would lose them (see `health::sale_redis`).
+    pub sale_redis: Option<u32>,
     /// Everything `/metrics` shows, `stream_metrics` included.
     pub metrics: Arc<Registry>,
     /// The order stream gauges, registered in `metrics`, read at each scrape.
@@ -56,5 +59,5 @@ async fn ops_metrics(State(ep): State<Arc<OpsEndpoint>>) -> Response {
 }
 
 async fn ops_health(State(ep): State<Arc<OpsEndpoint>>) -> Response {
-    health::check(&ep.redis, &ep.db, ep.broker.as_deref()).await
+    health::check(&ep.redis, &ep.db, ep.broker.as_deref(), ep.sale_redis).await
 }

@@ -11,8 +11,10 @@
 //! cluster, where all keys of one script must hash to one slot.
 
 pub mod managed;
+mod persistence;
 mod replicas;
 
+pub(crate) use persistence::{NOT_DURABLE, orders_at_risk};
 pub use replicas::{ReplicaWait, Replicated};
 
 use std::time::Duration;
@@ -296,6 +298,13 @@ impl Keys {
     /// `seckill:pending:<orderId>`: owner and voucher of an accepted order until it is written.
     pub fn seckill_pending(&self, order_id: i64) -> String {
         format!("{}seckill:pending:{order_id}", self.prefix)
+    }
+
+    /// `seckill:failed`: hash of the orders the worker gave up on (dead-lettered), order id to
+    /// `user:voucher`, kept as long as the dead letters: the status query's answer once an
+    /// order's pending record has expired.
+    pub fn seckill_failed(&self) -> String {
+        format!("{}seckill:failed", self.prefix)
     }
 
     /// `seckill:shards`: the shard count recorded by the first instance (no hash tag: it is

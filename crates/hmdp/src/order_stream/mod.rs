@@ -208,6 +208,45 @@ fn pending_set(keys: &Keys, order_id: i64, record: PendingRecord) -> redis::Cmd 
     cmd
 }
 
+/// Records for good that the worker gave up on an order: its pending record says `failed`
+/// (for [`PENDING_TTL`]), and `seckill:failed` keeps the owner and voucher as long as the dead
+/// letters, for a status query after the record has expired.
+pub async fn record_failed(
+    redis: &RedisConn,
+    keys: &Keys,
+    order: &NewOrder,
+) -> redis::RedisResult<()> {
+    let record = PendingRecord {
+        user_id: order.user_id,
+        voucher_id: order.voucher_id,
+        failed: true,
+    };
+    let _: i64 = redis::cmd("HSET")
+        .arg(keys.seckill_failed())
+        .arg(order.id)
+        .arg(format!("{}:{}", order.user_id, order.voucher_id))
+        .query_async(&mut redis.clone())
+        .await?;
+    write_pending(redis, keys, order.id, record).await
+}
+
+/// An order the worker gave up on, from `seckill:failed` (see [`record_failed`]).
+pub async fn read_failed(
+    redis: &RedisConn,
+    keys: &Keys,
+    order_id: i64,
+) -> redis::RedisResult<Option<PendingRecord>> {
+    let raw: Option<String> = redis::cmd("HGET")
+        .arg(keys.seckill_failed())
+        .arg(order_id)
+        .query_async(&mut redis.clone())
+        .await?;
+    Ok(raw
+        .as_deref()
+        .and_then(PendingRecord::parse)
+        .map(|r| PendingRecord { failed: true, ..r }))
+}
+
 /// The pending record of an order; `None` when there is none, or not one of ours.
 pub async fn read_pending(
     redis: &RedisConn,

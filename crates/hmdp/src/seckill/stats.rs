@@ -22,6 +22,11 @@ pub struct SeckillStats {
     pub ended: Counter,
     pub unknown: Counter,
     pub warm_ups: Counter,
+    reloads: Family<[(&'static str, &'static str); 1], Counter>,
+    /// Warm-ups of a voucher on sale whose keys were all gone from Redis (never loaded there,
+    /// or Redis lost its data), and of one with a field or its buyers gone (certainly lost).
+    pub reload_missing: Counter,
+    pub reload_incomplete: Counter,
     /// Accepted orders whose id already had a pending record (the id generator repeated).
     pub id_collisions: Counter,
     /// Dashboard views computed (not served from the one-second memory).
@@ -43,7 +48,12 @@ impl Default for SeckillStats {
         let outcome = |code| outcomes.get_or_create(&[("outcome", code)]).clone();
         let memory_refusals = Family::<[(&'static str, &'static str); 1], Counter>::default();
         let remembered = |code| memory_refusals.get_or_create(&[("outcome", code)]).clone();
+        let reloads = Family::<[(&'static str, &'static str); 1], Counter>::default();
+        let reload = |cause| reloads.get_or_create(&[("cause", cause)]).clone();
         Self {
+            reload_missing: reload("missing"),
+            reload_incomplete: reload("incomplete"),
+            reloads,
             memory_sold_out: remembered("sold_out"),
             memory_duplicate: remembered("duplicate_order"),
             memory_refusals,
@@ -98,6 +108,13 @@ impl SeckillStats {
             "Voucher loads that went ahead before every instance acknowledged the announcement \
              (an instance may refuse as sold out for up to a second)",
             self.clear_ack_timeouts.clone(),
+        );
+        registry.register(
+            "hmdp_seckill_reloads",
+            "Vouchers on sale in the database found gone from Redis by a grab, by cause: missing \
+             (no key left: never loaded, or Redis lost its data with the accepted orders not yet \
+             written) or incomplete (a field or the buyers lost)",
+            self.reloads.clone(),
         );
         registry.register(
             "hmdp_seckill_warm_ups",

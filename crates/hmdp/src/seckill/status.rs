@@ -26,7 +26,8 @@ impl Seckill {
     ///
     /// The pending record is read *before* the database: the worker deletes it only after its
     /// commit, so an order missing from both reads was never accepted (reading the database
-    /// first could miss a commit and then find the record deleted).
+    /// first could miss a commit and then find the record deleted). Without a record, the
+    /// orders given up on are the last place to look.
     pub async fn order_status(
         &self,
         user: UserId,
@@ -50,7 +51,18 @@ impl Seckill {
                     OrderStatus::Pending { voucher_id }
                 }
             }
-            _ => OrderStatus::Unknown,
+            Some(_) => OrderStatus::Unknown,
+            // The record expired (a day after the order was accepted): an order given up on is
+            // still known as such.
+            None => {
+                let failed = order_stream::read_failed(&self.redis, &self.keys, order_id.get());
+                match failed.await? {
+                    Some(r) if r.user_id == user.get() => OrderStatus::Failed {
+                        voucher_id: r.voucher_id,
+                    },
+                    _ => OrderStatus::Unknown,
+                }
+            }
         })
     }
 }

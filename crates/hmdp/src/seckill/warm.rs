@@ -87,11 +87,24 @@ impl Seckill {
             .key(self.keys.seckill_buyers(shard, voucher.get()))
             .invoke_async(&mut self.redis.clone())
             .await?;
-        if state == -1 {
-            tracing::warn!(
-                voucher = voucher.get(),
-                "flash-sale voucher incomplete in Redis (a field or its buyer set lost); reloading it"
-            );
+        match state {
+            -1 => {
+                self.stats.reload_incomplete.inc();
+                tracing::warn!(
+                    voucher = voucher.get(),
+                    "flash-sale voucher incomplete in Redis (a field or its buyer set lost); reloading it"
+                );
+            }
+            0 => {
+                self.stats.reload_missing.inc();
+                tracing::warn!(
+                    voucher = voucher.get(),
+                    "flash-sale voucher on sale in the database is gone from Redis; reloading it. \
+                     Unless it was never loaded into this Redis, Redis lost its data, and with it \
+                     the accepted orders not yet written to the database"
+                );
+            }
+            _ => {}
         }
         if state != 1 {
             self.stats.warm_ups.inc();

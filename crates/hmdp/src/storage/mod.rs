@@ -34,9 +34,10 @@ pub use migrate::{MigrationReport, migrate};
 /// Errors of the storage layer.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
-    /// The database is away or briefly refusing (connection lost, pool timed out, deadlock,
-    /// lock wait timeout, shutting down, read-only, too many connections, SQLite busy): the
-    /// same statement may well succeed later, so try again later.
+    /// The database is away or refusing every write for now (connection lost, pool timed out,
+    /// deadlock, lock wait timeout, shutting down, read-only, disk or table full, I/O error,
+    /// out of memory, access refused, too many connections, SQLite busy): nothing about the
+    /// statement itself is wrong and it may well succeed later, so try again later.
     #[error("database unavailable: {0}")]
     Unavailable(#[source] sqlx::Error),
     /// A query failed for another reason (a bug, a schema mismatch).
@@ -51,23 +52,59 @@ pub enum StorageError {
 }
 
 impl StorageError {
-    /// True when the failure is transient (the database away or briefly refusing, see
+    /// True when the failure is transient (the database away or refusing for now, see
     /// [`StorageError::Unavailable`]) rather than a bad query: retrying later is the cure.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, StorageError::Unavailable(_))
     }
 }
 
-/// MySQL/MariaDB error numbers that say "not now" rather than "never".
+/// True for a MySQL/MariaDB error number that says "not now" rather than "never": the server,
+/// its disk or its configuration refuses, whatever the statement. Any such error would refuse
+/// every order alike, so an order must never be given up on because of one.
 ///
-/// 1040 too many connections, 1053 server shutdown in progress, 1205 lock wait timeout,
-/// 1213 deadlock, 1290 running with `--read-only` (a fail-over in progress), 1792 read-only
-/// transaction, 1836 read-only mode, 1927 connection killed.
-const MYSQL_TRANSIENT: &[u16] = &[1040, 1053, 1205, 1213, 1290, 1792, 1836, 1927];
+/// - away or busy: 1040 too many connections, 1053 server shutdown in progress, 1205 lock wait
+///   timeout, 1213 deadlock, 1927 connection killed;
+/// - read-only: 1290 running with `--read-only` (a fail-over in progress), 1792 read-only
+///   transaction, 1836 read-only mode, 1036 table is read only;
+/// - full: 1021 disk full, 1114 table full;
+/// - I/O and resources: 3 error writing a file, 1026 error writing a file, 1030 error from the
+///   storage engine (e.g. no space, read-only file), 1180/1181 error during commit/rollback,
+///   1037 out of memory, 1041 out of resources;
+/// - access refused: 1044 database, 1045 login, 1142 table (a grant an operator changed).
+fn mysql_is_transient(number: u16) -> bool {
+    matches!(
+        number,
+        1040 | 1053
+            | 1205
+            | 1213
+            | 1927
+            | 1290
+            | 1792
+            | 1836
+            | 1036
+            | 1021
+            | 1114
+            | 3
+            | 1026
+            | 1030
+            | 1180
+            | 1181
+            | 1037
+            | 1041
+            | 1044
+            | 1045
+            | 1142
+    )
+}
 
-/// SQLite primary result codes that say "not now": 5 `SQLITE_BUSY`, 6 `SQLITE_LOCKED` (the
-/// driver reports extended codes, whose low byte is the primary code).
-const SQLITE_TRANSIENT: &[i64] = &[5, 6];
+/// True for a SQLite result code that says "not now": 5 `SQLITE_BUSY`, 6 `SQLITE_LOCKED`,
+/// 7 `SQLITE_NOMEM`, 8 `SQLITE_READONLY`, 10 `SQLITE_IOERR`, 13 `SQLITE_FULL`, 14
+/// `SQLITE_CANTOPEN`, 15 `SQLITE_PROTOCOL`. The driver reports extended codes, whose low byte
+/// is the primary code (`SQLITE_IOERR_WRITE` is 778, `SQLITE_READONLY_DBMOVED` 1032).
+fn sqlite_is_transient(code: i64) -> bool {
+    matches!(code & 0xff, 5 | 6 | 7 | 8 | 10 | 13 | 14 | 15)
+}
 
 /// True when a database error is transient: retrying the same statement later can succeed.
 fn is_transient(e: &sqlx::Error) -> bool {
@@ -81,11 +118,11 @@ fn is_transient(e: &sqlx::Error) -> bool {
         | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(d) => {
             if let Some(m) = d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-                MYSQL_TRANSIENT.contains(&m.number())
+                mysql_is_transient(m.number())
             } else if d.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
                 d.code()
                     .and_then(|c| c.parse::<i64>().ok())
-                    .is_some_and(|c| SQLITE_TRANSIENT.contains(&(c & 0xff)))
+                    .is_some_and(sqlite_is_transient)
             } else {
                 false
             }
@@ -438,6 +475,88 @@ mod tests {
             datetime_format::parse_flexible(" 2026-11-24 06:30:00.5 ").map(|v| v.to_string()),
             Some("2026-11-24 06:30:00.500".to_owned())
         );
+    }
+
+    #[test]
+    fn a_full_read_only_or_failing_database_is_unavailable_and_a_bad_statement_is_not() {
+        // Disk or table full, read-only, I/O, resources, access, and the older transient ones.
+        for n in [
+            1114, 1021, 1290, 1792, 1836, 1036, 3, 1026, 1030, 1180, 1181, 1037, 1041, 1044, 1045,
+            1142, 1040, 1053, 1205, 1213, 1927,
+        ] {
+            assert!(mysql_is_transient(n), "MySQL {n}");
+        }
+        // Duplicate key, syntax, unknown table or column, data too long, foreign key, bad value.
+        for n in [1062, 1064, 1146, 1054, 1406, 1452, 1366, 1048] {
+            assert!(!mysql_is_transient(n), "MySQL {n}");
+        }
+        // BUSY, LOCKED, NOMEM, READONLY and its extended codes (RECOVERY, CANTLOCK, ROLLBACK,
+        // DBMOVED, CANTINIT, DIRECTORY), IOERR and some of its own (READ, WRITE, FSYNC,
+        // SHORT_READ), FULL, CANTOPEN, PROTOCOL.
+        for c in [
+            5, 6, 7, 8, 264, 520, 776, 1032, 1288, 1544, 10, 266, 778, 1034, 522, 13, 14, 15,
+        ] {
+            assert!(sqlite_is_transient(c), "SQLite {c}");
+        }
+        // ERROR, CONSTRAINT (UNIQUE, PRIMARYKEY, NOTNULL), CORRUPT, MISMATCH, TOOBIG.
+        for c in [1, 19, 2067, 1555, 1299, 11, 20, 18] {
+            assert!(!sqlite_is_transient(c), "SQLite {c}");
+        }
+    }
+
+    /// The real errors of a read-only and of a full SQLite database, from SQLite itself.
+    #[tokio::test]
+    async fn sqlite_read_only_and_full_are_unavailable() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/t.db", dir.path().display());
+        let opts = SqliteConnectOptions::from_str(&url)
+            .unwrap()
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(opts)
+            .await
+            .unwrap();
+        sqlx::query("CREATE TABLE t (x TEXT)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let code = |e: &sqlx::Error| match e {
+            sqlx::Error::Database(d) => d.code().unwrap().parse::<i64>().unwrap() & 0xff,
+            other => panic!("not a database error: {other:?}"),
+        };
+
+        // The file opened read-only.
+        let read_only = SqlitePool::connect_with(
+            SqliteConnectOptions::from_str(&format!("{url}?mode=ro")).unwrap(),
+        )
+        .await
+        .unwrap();
+        let e = sqlx::query("INSERT INTO t VALUES ('a')")
+            .execute(&read_only)
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), 8, "SQLITE_READONLY: {e}");
+        assert!(StorageError::from(e).is_unavailable());
+
+        // No page left to grow into.
+        sqlx::query("PRAGMA max_page_count = 2")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let e = loop {
+            match sqlx::query("INSERT INTO t VALUES (?)")
+                .bind("x".repeat(1000))
+                .execute(&pool)
+                .await
+            {
+                Ok(_) => continue,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(code(&e), 13, "SQLITE_FULL: {e}");
+        assert!(StorageError::from(e).is_unavailable());
     }
 
     /// A writer that meets another's write lock without waiting gets `SQLITE_BUSY`: transient.

@@ -11,7 +11,7 @@ use super::{GROUP, Held, OrderWorker, Step, WorkerError, scripts::RECORD_FAILURE
 use crate::{
     amqp::Outgoing,
     kv::RedisConn,
-    order_stream::{self, PendingRecord},
+    order_stream,
     storage::{
         StorageError,
         orders::{self, BatchError, BatchOutcome, NewOrder},
@@ -261,12 +261,7 @@ impl OrderWorker {
 
     /// Marks an order `failed` for the status query: the worker gave up on it.
     pub(super) async fn mark_failed(&self, order: &NewOrder) -> redis::RedisResult<()> {
-        let record = PendingRecord {
-            user_id: order.user_id,
-            voucher_id: order.voucher_id,
-            failed: true,
-        };
-        order_stream::write_pending(&self.redis, &self.keys, order.id, record).await
+        order_stream::record_failed(&self.redis, &self.keys, order).await
     }
 
     /// Moves an entry to the shard's dead-letter stream (with `origin` and `reason`) and marks

@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::helpers::{Backend, RedisServer, create_sale, free_port, spawn_app_with, wait_until};
+use crate::helpers::{
+    Backend, RedisServer, create_sale, free_port, grab_raw, order_id_of, spawn_app_with, wait_until,
+};
 
 /// A generous bound for "fast": far above a loaded CI machine's scheduling noise, far below
 /// the 10 s request timeout that a request hanging on the dead Redis would run into.
@@ -141,5 +143,80 @@ async fn the_database_going_away_loses_nothing() {
         );
         assert!(started.elapsed() < Duration::from_secs(20), "no recovery");
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A Redis without an append-only file, whose grabs no replica confirms, would lose the accepted
+/// orders not yet written: `/health` says so (still a 200), and a sale that vanished from it is
+/// counted when a grab reloads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_would_lose_orders_is_named_and_its_losses_counted() {
+    let port = free_port();
+    let redis = RedisServer::start_on(port).await;
+    let url = format!("redis://127.0.0.1:{port}");
+    let app = spawn_app_with(Backend::Sqlite, |c| {
+        c.redis_url = Some(url.clone());
+        c.seckill.worker = false;
+    })
+    .await;
+    let h = app.get("/health", None).await;
+    assert_eq!(h.status, 200, "a warning is no outage: {h:?}");
+    assert_eq!(h.body["data"]["status"], "ok");
+    assert_eq!(
+        h.body["data"]["warnings"],
+        serde_json::json!(["redis_not_durable"]),
+        "{h:?}"
+    );
+
+    let voucher = create_sale(&app, 10, -60, 3600).await;
+    let first = app.login("13812345601").await;
+    assert!(order_id_of(&grab_raw(&app, voucher, &first).await.1).is_some());
+    let reloads = |cause: &str| format!(r#"hmdp_seckill_reloads_total{{cause="{cause}"}}"#);
+    let count = async |cause: &str| -> u64 {
+        let text = app.metrics().await;
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{} ", reloads(cause))))
+            .unwrap_or_else(|| panic!("no {} in {text}", reloads(cause)))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(count("missing").await, 0, "a new sale is loaded at once");
+
+    // Redis loses everything: the sale, the sessions, the queued order.
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut app.state.redis.clone())
+        .await
+        .unwrap();
+    let second = app.login("13812345602").await;
+    assert!(order_id_of(&grab_raw(&app, voucher, &second).await.1).is_some());
+    assert_eq!(count("missing").await, 1);
+    assert_eq!(count("incomplete").await, 0);
+
+    // Only the buyers are lost this time (a third buyer: this instance remembers the second).
+    let _: () = redis::cmd("DEL")
+        .arg(app.state.keys.seckill_buyers(0, voucher))
+        .query_async(&mut app.state.redis.clone())
+        .await
+        .unwrap();
+    let third = app.login("13812345603").await;
+    assert!(order_id_of(&grab_raw(&app, voucher, &third).await.1).is_some());
+    assert_eq!(count("incomplete").await, 1);
+    assert_eq!(count("missing").await, 1);
+    drop(app);
+
+    // With an append-only file, or with replicas confirming each grab, nothing to say.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_string_lossy().into_owned();
+    let aof = RedisServer::start_with(free_port(), &["--appendonly", "yes", "--dir", &d]).await;
+    for (redis_url, wait_replicas) in [(aof.url(), 0), (redis.url(), 1)] {
+        let app = spawn_app_with(Backend::Sqlite, |c| {
+            c.redis_url = Some(redis_url);
+            c.seckill.worker = false;
+            c.seckill.wait_replicas = wait_replicas;
+        })
+        .await;
+        let h = app.get("/health", None).await;
+        assert_eq!(h.status, 200, "{h:?}");
+        assert!(h.body["data"].get("warnings").is_none(), "{h:?}");
     }
 }

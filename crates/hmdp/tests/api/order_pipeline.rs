@@ -22,8 +22,8 @@ use sqlx::{Connection, Executor};
 
 use crate::helpers::{
     Backend, TestApp, assert_same_orders, code_of, create_sale, db_buyers, db_count, db_order_ids,
-    db_stock, drain, grab_raw, login_many, lose_voucher, order_id_of, redis_stock, redis_url,
-    spawn_app_with, wait_for_orders, wait_until, worker_for,
+    db_stock, drain, grab_raw, login_many, lose_voucher, order_id_of, prior_order_of, redis_stock,
+    redis_url, spawn_app_with, wait_for_orders, wait_until, worker_for,
 };
 
 /// Runs one statement with integer parameters on the test's database.
@@ -175,6 +175,156 @@ async fn a_lock_wait_timeout_is_waited_out_not_dead_lettered() {
     assert_same_orders(&stored, &won);
     let stock = db_stock(&app, voucher).await;
     assert_eq!(stock, 2);
+}
+
+/// The database refuses every write (`refuse`) while a worker on `worker_db` meets three
+/// orders, impatient enough that one failure would dead-letter an order: it must wait instead,
+/// the buyers see `pending`, and once the database takes writes again (`allow`) every order is
+/// written and none is a dead letter.
+async fn orders_wait_out_a_refusing_database(
+    app: &TestApp,
+    tokens: &[String],
+    worker_db: Db,
+    refuse: impl AsyncFnOnce(),
+    allow: impl AsyncFnOnce(),
+) {
+    let voucher = create_sale(app, 5, -60, 3600).await;
+    let ids = grab_all(app, voucher, tokens).await;
+    refuse().await;
+    let worker = worker_with(app, worker_db, "w", |s| {
+        s.max_deliveries = 1;
+        s.claim_idle = Duration::from_millis(300);
+    })
+    .with_dead_letter_after(Duration::ZERO);
+    let handle = tokio::spawn(
+        worker
+            .clone()
+            .run_until(tokio::time::sleep(Duration::from_secs(60))),
+    );
+    let stats = worker.stats().clone();
+    wait_until(
+        Duration::from_secs(20),
+        "the worker never met the refusal",
+        async || stats.db_outages.get() >= 2 || stats.dead_lettered.get() > 0,
+    )
+    .await;
+    assert_eq!(
+        stats.dead_lettered.get(),
+        0,
+        "a database refusing every write is an outage, not a poison order"
+    );
+    assert!(db_order_ids(app, voucher).await.is_empty());
+    for (id, token) in ids.iter().zip(tokens) {
+        assert_eq!(state_of(app, *id, token).await, "pending");
+    }
+    allow().await;
+    wait_for_orders(app, voucher, ids.len() as i64).await;
+    handle.abort();
+    assert_eq!(stats.dead_lettered.get(), 0);
+    assert_eq!(xlen(app, "seckill:{s0}:orders:dead").await, 0);
+    for (id, token) in ids.iter().zip(tokens) {
+        assert_eq!(state_of(app, *id, token).await, "created");
+    }
+    assert_eq!(db_stock(app, voucher).await, 5 - ids.len() as i64);
+}
+
+/// SQLite answers `SQLITE_READONLY` (the error of a read-only file): as root the tests ignore
+/// file modes, and a file already open stays writable anyway, so the worker's one connection is
+/// made read-only with `PRAGMA query_only`, which yields the same error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_sqlite_database_holds_the_orders() {
+    let (app, tokens) = app_with_users(Backend::Sqlite, 3, |c| c.seckill.worker = false).await;
+    let url = app.state.config.database_url.clone();
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .min_connections(1)
+        .max_connections(1)
+        .connect_with(
+            url.parse::<sqlx::sqlite::SqliteConnectOptions>()
+                .unwrap()
+                .busy_timeout(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap();
+    let pragma = async |sql: &str| {
+        sqlx::query(sql).execute(&pool).await.unwrap();
+    };
+    orders_wait_out_a_refusing_database(
+        &app,
+        &tokens,
+        Db::Sqlite(pool.clone()),
+        async || pragma("PRAGMA query_only = ON").await,
+        async || pragma("PRAGMA query_only = OFF").await,
+    )
+    .await;
+}
+
+/// The worker connects as a user of its own, bound by the server's `read_only` (MariaDB error
+/// 1290), which is on for as short a window as the test allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_mariadb_holds_the_orders() {
+    let (app, tokens) = app_with_users(Backend::MySql, 3, |c| c.seckill.worker = false).await;
+    let user = crate::helpers::DatabaseUser::create(&app.state.config.database_url).await;
+    let worker_db = Db::connect(&user.url, 2).await.unwrap();
+    let read_only = std::sync::Mutex::new(None);
+    orders_wait_out_a_refusing_database(
+        &app,
+        &tokens,
+        worker_db,
+        async || {
+            let on = crate::helpers::ReadOnlyServer::on().await;
+            *read_only.lock().unwrap() = Some(on);
+        },
+        async || drop(read_only.lock().unwrap().take()),
+    )
+    .await;
+}
+
+/// A full table (MariaDB error 1114, what InnoDB answers when its tablespace cannot grow): the
+/// order table is swapped for an in-memory one of 16 KiB, filled with others' orders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_mariadb_table_holds_the_orders() {
+    let (app, tokens) = app_with_users(Backend::MySql, 3, |c| c.seckill.worker = false).await;
+    let url = app.state.config.database_url.clone();
+    orders_wait_out_a_refusing_database(
+        &app,
+        &tokens,
+        app.state.db.clone(),
+        async || {
+            let mut conn = sqlx::MySqlConnection::connect(&url).await.unwrap();
+            conn.execute("SET SESSION max_heap_table_size = 16384")
+                .await
+                .unwrap();
+            conn.execute("ALTER TABLE tb_voucher_order ENGINE = MEMORY")
+                .await
+                .unwrap();
+            for i in 1.. {
+                let r = sqlx::query(
+                    "INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (?, ?, 999999)",
+                )
+                .bind(i)
+                .bind(i)
+                .execute(&mut conn)
+                .await;
+                match r {
+                    Ok(_) => assert!(i < 100_000, "the table never filled"),
+                    Err(sqlx::Error::Database(e))
+                        if e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                            .is_some_and(|m| m.number() == 1114) =>
+                    {
+                        break;
+                    }
+                    Err(e) => panic!("filling the table: {e}"),
+                }
+            }
+        },
+        async || {
+            let mut conn = sqlx::MySqlConnection::connect(&url).await.unwrap();
+            conn.execute("ALTER TABLE tb_voucher_order ENGINE = InnoDB")
+                .await
+                .unwrap();
+        },
+    )
+    .await;
 }
 
 /// Logs in `n` users on a fresh app; the app back and the tokens.
@@ -392,6 +542,48 @@ async fn a_dead_lettered_order_shows_failed_and_keeps_its_stock_through_a_warm_u
     );
     assert_eq!(app.state.seckill.stats().memory_duplicate.get(), remembered);
     assert_eq!(redis_stock(&app, voucher).await, Some(2));
+}
+
+/// An order's status record expires a day after the grab; the answer then comes from the
+/// database (`created`) and from the orders given up on (`failed`), never `order_not_found`
+/// for an order that `duplicate_order` names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_status_record_still_answers_created_or_failed() {
+    let (app, tokens) = app_with_users(Backend::Sqlite, 2, |c| c.seckill.worker = false).await;
+    let voucher = create_sale(&app, 5, -60, 3600).await;
+    let ids = grab_all(&app, voucher, &tokens).await;
+    // The first order's id is taken in the database: it is dead-lettered.
+    exec(
+        &app,
+        "INSERT INTO tb_voucher_order (id, user_id, voucher_id, pay_type, status) VALUES (?, ?, ?, 1, 1)",
+        &[ids[0], 999_999, voucher + 1000],
+    )
+    .await;
+    let worker = worker_for(&app, "w");
+    drain(&worker).await;
+    assert_eq!(worker.stats().dead_lettered.get(), 1);
+
+    // Both records expire.
+    for id in &ids {
+        let _: i64 = redis::cmd("DEL")
+            .arg(app.state.keys.seckill_pending(*id))
+            .query_async(&mut app.redis().await)
+            .await
+            .unwrap();
+    }
+    assert_eq!(state_of(&app, ids[0], &tokens[0]).await, "failed");
+    assert_eq!(state_of(&app, ids[1], &tokens[1]).await, "created");
+    let (_, body) = grab_raw(&app, voucher, &tokens[0]).await;
+    assert_eq!(
+        (code_of(&body).as_str(), prior_order_of(&body)),
+        ("duplicate_order", Some(ids[0])),
+        "{body}"
+    );
+    // Only to its owner.
+    let r = app
+        .get(&format!("/api/voucher-order/{}", ids[0]), Some(&tokens[1]))
+        .await;
+    assert_eq!(r.code(), "order_not_found", "{r:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

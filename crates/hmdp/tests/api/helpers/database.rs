@@ -48,6 +48,83 @@ impl Drop for TestDatabase {
     }
 }
 
+/// A user of its own with every privilege on one test database and none elsewhere (as a
+/// service in production connects), dropped with the value. Unlike root, it is bound by the
+/// server's `read_only`.
+pub struct DatabaseUser {
+    pub name: String,
+    /// `database_url` as this user.
+    pub url: String,
+}
+
+impl DatabaseUser {
+    pub async fn create(database_url: &str) -> Self {
+        let name = format!(
+            "hmdp_u_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..16]
+        );
+        let server = mysql_server_url();
+        let (host_port, database) = database_url
+            .rsplit_once('@')
+            .and_then(|(_, rest)| rest.split_once('/'))
+            .unwrap_or_else(|| panic!("not a MySQL database URL: {database_url}"));
+        let mut conn = sqlx::MySqlConnection::connect(&server).await.unwrap();
+        conn.execute(format!("CREATE USER '{name}'@'%' IDENTIFIED BY 'pw'").as_str())
+            .await
+            .unwrap();
+        conn.execute(format!("GRANT ALL ON `{database}`.* TO '{name}'@'%'").as_str())
+            .await
+            .unwrap();
+        conn.close().await.unwrap();
+        Self {
+            url: format!("mysql://{name}:pw@{host_port}/{database}"),
+            name,
+        }
+    }
+}
+
+impl Drop for DatabaseUser {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        run_blocking(async move {
+            if let Ok(mut conn) = sqlx::MySqlConnection::connect(&mysql_server_url()).await {
+                let _ = conn
+                    .execute(format!("DROP USER IF EXISTS '{name}'@'%'").as_str())
+                    .await;
+            }
+        });
+    }
+}
+
+/// The test server in `read_only` mode until the value is dropped (also when the test panics).
+///
+/// `read_only` is global: it refuses writes of every user without `READ ONLY ADMIN`. The tests
+/// connect as root, which holds it, so only a [`DatabaseUser`] notices; keep the window short.
+pub struct ReadOnlyServer(());
+
+impl ReadOnlyServer {
+    pub async fn on() -> Self {
+        set_read_only(true).await;
+        Self(())
+    }
+}
+
+impl Drop for ReadOnlyServer {
+    fn drop(&mut self) {
+        run_blocking(set_read_only(false));
+    }
+}
+
+async fn set_read_only(on: bool) {
+    let mut conn = sqlx::MySqlConnection::connect(&mysql_server_url())
+        .await
+        .unwrap();
+    conn.execute(format!("SET GLOBAL read_only = {}", if on { "ON" } else { "OFF" }).as_str())
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+}
+
 /// Runs a future to completion on a private runtime (for clean-up in `Drop`).
 fn run_blocking(f: impl std::future::Future<Output = ()> + Send + 'static) {
     let _ = std::thread::spawn(move || {

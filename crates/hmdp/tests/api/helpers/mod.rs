@@ -15,7 +15,7 @@ pub use app::{
     spawn_app, spawn_app_with, spawn_app_with_configured_sms, spawn_app_with_rabbitmq,
     spawn_with_config, test_config, wait_until_up,
 };
-pub use database::{SchemaDump, TestDatabase, mysql_via_proxy};
+pub use database::{DatabaseUser, ReadOnlyServer, SchemaDump, TestDatabase, mysql_via_proxy};
 pub use hmdp_testkit::{
     CuttableProxy, RedisCluster, RedisServer, free_port, redis_url, remove_keys, unique_prefix,
     wait_until,
