@@ -504,6 +504,17 @@ settings! {
         /// over a slow mobile link)
         HMDP_UPLOAD_TIMEOUT_SECS upload_timeout: Duration as Secs = Duration::from_secs(120),
             check at_least(1);
+        /// photos one user may upload a day (in `HMDP_TIME_ZONE`); more are refused (429
+        /// `upload_quota`) until midnight. Deleting a photo gives nothing back
+        HMDP_UPLOAD_USER_DAILY_COUNT upload_user_daily_count: u64 = 100, check at_least(1);
+        /// bytes of photos one user may upload a day, counted as stored; more are refused (429
+        /// `upload_quota`) until midnight
+        HMDP_UPLOAD_USER_DAILY_BYTES upload_user_daily_bytes: u64 = 200 * 1024 * 1024,
+            check at_least(1024);
+        /// uploads are refused (507 `disk_full`) while the upload folder's file system has less
+        /// free space than this, so photos cannot fill the disk the database or Redis write to
+        /// (`0` = off)
+        HMDP_UPLOAD_MIN_FREE_BYTES upload_min_free_bytes: u64 = 1024 * 1024 * 1024;
     }
 }
 
