@@ -493,7 +493,8 @@ settings! {
         HMDP_UV_FLUSH_MS uv_flush: Duration as Millis = Duration::from_millis(1000),
             check between(1, 1000);
         /// where uploaded note photos are kept and served from at `/imgs/blogs/…` (never inside
-        /// `HMDP_STATIC_DIR`)
+        /// `HMDP_STATIC_DIR`; best on a file system of its own, so photos cannot fill the disk
+        /// of the database or Redis)
         HMDP_UPLOAD_DIR upload_dir: Option<PathBuf> = None, unset "`$HMDP_DATA_DIR/uploads`";
         /// largest accepted photo (the upload route's own body limit)
         HMDP_UPLOAD_MAX_BYTES upload_max_bytes: usize = 8 * 1024 * 1024, check at_least(1024);

@@ -2,7 +2,7 @@
 //!
 //! A photo is judged by its first bytes (JPEG, PNG, GIF or WebP), written to a `.part` file
 //! beside its final place, its header read for real dimensions, charged to its uploader's day
-//! ([`quota`]) and renamed, so a half-written, fake or uncharged file is never served. Uploads
+//! (`quota.rs`) and renamed, so a half-written, fake or uncharged file is never served. Uploads
 //! stop while the folder's disk is nearly full (`HMDP_UPLOAD_MIN_FREE_BYTES`). Its name
 //! ([`PhotoName`]) is the original's `/blogs/{d1}/{d2}/{uuid}.{ext}`, the extension taken from
 //! the content. Redis keeps who uploaded it (`upload:{name}`) and queues the name by upload
