@@ -493,7 +493,8 @@ settings! {
         HMDP_UV_FLUSH_MS uv_flush: Duration as Millis = Duration::from_millis(1000),
             check between(1, 1000);
         /// where uploaded note photos are kept and served from at `/imgs/blogs/…` (never inside
-        /// `HMDP_STATIC_DIR`)
+        /// `HMDP_STATIC_DIR`; best on a file system of its own, so photos cannot fill the disk
+        /// of the database or Redis)
         HMDP_UPLOAD_DIR upload_dir: Option<PathBuf> = None, unset "`$HMDP_DATA_DIR/uploads`";
         /// largest accepted photo (the upload route's own body limit)
         HMDP_UPLOAD_MAX_BYTES upload_max_bytes: usize = 8 * 1024 * 1024, check at_least(1024);
@@ -504,6 +505,17 @@ settings! {
         /// over a slow mobile link)
         HMDP_UPLOAD_TIMEOUT_SECS upload_timeout: Duration as Secs = Duration::from_secs(120),
             check at_least(1);
+        /// photos one user may upload a day (in `HMDP_TIME_ZONE`); more are refused (429
+        /// `upload_quota`) until midnight. Deleting a photo gives nothing back
+        HMDP_UPLOAD_USER_DAILY_COUNT upload_user_daily_count: u64 = 100, check at_least(1);
+        /// bytes of photos one user may upload a day, counted as stored; more are refused (429
+        /// `upload_quota`) until midnight
+        HMDP_UPLOAD_USER_DAILY_BYTES upload_user_daily_bytes: u64 = 200 * 1024 * 1024,
+            check at_least(1024);
+        /// uploads are refused (507 `disk_full`) while the upload folder's file system has less
+        /// free space than this, so photos cannot fill the disk the database or Redis write to
+        /// (`0` = off)
+        HMDP_UPLOAD_MIN_FREE_BYTES upload_min_free_bytes: u64 = 1024 * 1024 * 1024;
     }
 }
 

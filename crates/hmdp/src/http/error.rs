@@ -176,6 +176,8 @@ error_codes! {
     InvalidFileName => ("invalid_file_name", OK),
     /// Deleting a photo someone else uploaded.
     NotYourFile => ("not_your_file", OK),
+    /// Deleting one's photo that a published note uses.
+    FileInUse => ("file_in_use", OK),
     /// An upload that is not `multipart/form-data`.
     UnsupportedMediaType => ("unsupported_media_type", UNSUPPORTED_MEDIA_TYPE),
     /// Malformed input: bad JSON, a missing field, a wrong type, a bad path or query value.
@@ -195,6 +197,11 @@ error_codes! {
     HeadersTooLarge => ("headers_too_large", REQUEST_HEADER_FIELDS_TOO_LARGE),
     /// Too many requests of this kind (e.g. login codes for one phone).
     RateLimited => ("rate_limited", TOO_MANY_REQUESTS),
+    /// The user's photos or bytes of the day are spent (`HMDP_UPLOAD_USER_DAILY_*`); until
+    /// midnight (`Retry-After`).
+    UploadQuota => ("upload_quota", TOO_MANY_REQUESTS),
+    /// The upload folder's free space is below `HMDP_UPLOAD_MIN_FREE_BYTES`: uploads wait.
+    DiskFull => ("disk_full", INSUFFICIENT_STORAGE),
     /// Redis or the database cannot be reached right now; retry later.
     Unavailable => ("unavailable", SERVICE_UNAVAILABLE),
     /// The order was accepted (`data` names it) but the Redis replicas did not confirm it in
@@ -261,6 +268,12 @@ impl ApiError {
                 format!("服务暂时不可用，请稍后重试 ({what} unavailable, retry later)"),
             )
         }
+    }
+
+    /// Adds a `Retry-After` header: when asking again can succeed.
+    pub fn with_retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self
     }
 
     pub fn code(&self) -> ErrorCode {

@@ -100,12 +100,16 @@ fn envelope(op: &mut Value) {
     };
     let (session, admin) = (needs("session"), needs("admin"));
     let body = op.get("requestBody").is_some();
+    let upload = op["requestBody"]["content"]
+        .get("multipart/form-data")
+        .is_some();
     let mut errors: BTreeMap<u16, Vec<&str>> = BTreeMap::new();
     for &code in ErrorCode::ALL {
         let applies = match code {
             ErrorCode::Unauthorized => session,
             ErrorCode::AdminRequired => admin,
             ErrorCode::PayloadTooLarge => body,
+            ErrorCode::UploadQuota | ErrorCode::DiskFull => upload,
             _ => code.status().as_u16() != 200,
         };
         if applies {

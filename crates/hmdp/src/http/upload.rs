@@ -63,9 +63,11 @@ struct UploadForm {
 /// Upload a note photo; data is its name, `/blogs/{d1}/{d2}/{uuid}.{ext}`.
 ///
 /// A `multipart/form-data` body with the photo in the field `file`. The pages show it at
-/// `/imgs` + the name. Refused: not an image (`not_an_image`), larger than
-/// `HMDP_UPLOAD_MAX_BYTES` (413 `payload_too_large`), not multipart (415). A photo no note
-/// uses is deleted after `HMDP_UPLOAD_GRACE_SECS`.
+/// `/imgs` + the name. Refused: not an image, or one over 20,000 px a side or 50 megapixels
+/// (`not_an_image`), larger than `HMDP_UPLOAD_MAX_BYTES` (413 `payload_too_large`), the
+/// day's photos or bytes spent (429 `upload_quota`, until midnight), the upload folder's disk
+/// nearly full (507 `disk_full`), not multipart (415). A photo no note uses is deleted after
+/// `HMDP_UPLOAD_GRACE_SECS`.
 #[utoipa::path(post, path = "/upload/blog", tag = TAG, security(("session" = [])),
     request_body(content = inline(UploadForm), content_type = "multipart/form-data"),
     responses((status = OK, body = String,
@@ -114,8 +116,9 @@ struct DeleteParams {
 
 /// Delete a photo one uploaded.
 ///
-/// Only the uploader may, and only until a note uses it (`not_your_file`); a name this
-/// service never hands out is `invalid_file_name` ("错误的文件名称").
+/// Only the uploader may (`not_your_file`), and only while no published note lists it
+/// (`file_in_use`); a name this service never hands out is `invalid_file_name`
+/// ("错误的文件名称").
 #[utoipa::path(get, path = "/upload/blog/delete", tag = TAG, security(("session" = [])),
     params(DeleteParams))]
 async fn delete(
@@ -192,6 +195,25 @@ impl From<UploadError> for ApiError {
             UploadError::NotYours => ApiError::new(
                 ErrorCode::NotYourFile,
                 "只能删除自己上传且未发布的图片 (only the uploader may delete a photo, until a note uses it)",
+            ),
+            UploadError::InUse => ApiError::new(
+                ErrorCode::FileInUse,
+                "图片已被发布的笔记使用，不能删除 (a published note uses this photo)",
+            ),
+            UploadError::QuotaExceeded {
+                count,
+                bytes,
+                retry_after,
+            } => ApiError::new(
+                ErrorCode::UploadQuota,
+                format!(
+                    "今日上传已达上限 (daily upload quota spent: {count} photos or {bytes} bytes a day)"
+                ),
+            )
+            .with_retry_after(retry_after),
+            UploadError::DiskFull => ApiError::new(
+                ErrorCode::DiskFull,
+                "存储空间不足，请稍后再试 (no room for photos right now, retry later)",
             ),
             UploadError::Redis(r) => r.into(),
             UploadError::Storage(s) => s.into(),

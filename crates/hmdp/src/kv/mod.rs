@@ -338,6 +338,12 @@ impl Keys {
         format!("{}upload:{name}", self.prefix)
     }
 
+    /// `upload:quota:{userId}:{yyyyMMdd}`: what one user uploaded on one day (in
+    /// `HMDP_TIME_ZONE`): photos (`count`) and their bytes (`bytes`). Expires after two days.
+    pub fn upload_quota(&self, user_id: i64, day: &str) -> String {
+        format!("{}upload:quota:{user_id}:{day}", self.prefix)
+    }
+
     /// The pub/sub channel on which instances tell each other to forget a session (its token)
     /// they trust from memory (`HMDP_SESSION_CACHE_MS`): a logout anywhere ends it everywhere.
     pub fn session_channel(&self) -> String {

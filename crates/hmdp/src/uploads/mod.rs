@@ -1,10 +1,13 @@
 //! Note photos: upload, delete, serve, and clean up the ones no note uses.
 //!
 //! A photo is judged by its first bytes (JPEG, PNG, GIF or WebP), written to a `.part` file
-//! beside its final place and renamed, so a half-written file is never served. Its name
+//! beside its final place, its header read for real dimensions, charged to its uploader's day
+//! (`quota.rs`) and renamed, so a half-written, fake or uncharged file is never served. Uploads
+//! stop while the folder's disk is nearly full (`HMDP_UPLOAD_MIN_FREE_BYTES`). Its name
 //! ([`PhotoName`]) is the original's `/blogs/{d1}/{d2}/{uuid}.{ext}`, the extension taken from
 //! the content. Redis keeps who uploaded it (`upload:{name}`) and queues the name by upload
-//! time (`upload:pending`): only the uploader may delete it, and a background task deletes the
+//! time (`upload:pending`): only the uploader may delete it, and only until a note lists it (a
+//! published note keeps its photos); a background task deletes the
 //! queued photos that no note lists once `HMDP_UPLOAD_GRACE_SECS` have passed
 //! ([`Uploads::sweep_once`]). A photo a note uses leaves the queue for good, so a sweep only
 //! looks at the photos uploaded since the one before.
@@ -12,9 +15,11 @@
 //! The folder must be shared by every instance (or there is one instance): any instance's
 //! sweep deletes the files of photos uploaded through another. A Redis that loses its data
 //! forgets the queue: those photos are then kept, never deleted wrongly. A note posted in the
-//! very moment its photo's grace runs out may lose the photo to a sweep running beside it.
+//! very moment its photo's grace runs out may lose the photo to a sweep running beside it, and
+//! one posted in the very moment its uploader deletes the photo, to that delete.
 
 mod name;
+mod quota;
 
 use std::{
     io,
@@ -55,6 +60,20 @@ pub enum UploadError {
     /// Someone else uploaded this photo, or a note already uses it.
     #[error("this photo is not the caller's to delete")]
     NotYours,
+    /// A published note lists this photo: it is the note's now.
+    #[error("a published note uses this photo")]
+    InUse,
+    /// The uploader's photos or bytes of the day (`HMDP_UPLOAD_USER_DAILY_*`) are spent.
+    #[error("daily upload quota spent ({count} photos or {bytes} bytes a day)")]
+    QuotaExceeded {
+        count: u64,
+        bytes: u64,
+        /// Until the day ends.
+        retry_after: Duration,
+    },
+    /// The upload folder's free space is below `HMDP_UPLOAD_MIN_FREE_BYTES`, or ran out.
+    #[error("the upload folder's disk is (nearly) full")]
+    DiskFull,
     #[error("photo file operation failed: {0}")]
     Io(#[from] io::Error),
     #[error("redis: {0}")]
@@ -101,6 +120,8 @@ struct Inner {
     keys: Keys,
     max_bytes: usize,
     grace: Duration,
+    quota: quota::Quota,
+    min_free_bytes: u64,
     stop: watch::Sender<bool>,
     sweeper: Mutex<Option<JoinHandle<()>>>,
 }
@@ -141,6 +162,13 @@ impl Uploads {
         }
         let (stop, stopped) = watch::channel(false);
         let grace = settings.upload_grace;
+        let quota = quota::Quota {
+            redis: redis.clone(),
+            keys: keys.clone(),
+            time_zone: settings.time_zone,
+            daily_count: settings.upload_user_daily_count,
+            daily_bytes: settings.upload_user_daily_bytes,
+        };
         let inner = Arc::new(Inner {
             dir,
             db,
@@ -148,6 +176,8 @@ impl Uploads {
             keys,
             max_bytes: settings.upload_max_bytes,
             grace,
+            quota,
+            min_free_bytes: settings.upload_min_free_bytes,
             stop,
             sweeper: Mutex::new(None),
         });
@@ -172,12 +202,20 @@ impl Uploads {
 
     /// Stores the photo read from `body` for `user` and returns its name.
     ///
-    /// The first bytes decide the kind (anything else is refused before a file is created);
-    /// more than [`Uploads::max_bytes`] is refused while reading.
+    /// A user whose day is spent, or a nearly full disk, is refused before the body is read;
+    /// the first bytes decide the kind (anything else is refused before a file is created);
+    /// more than [`Uploads::max_bytes`], or than the user's bytes left today, is refused while
+    /// reading; a header that does not parse, or absurd dimensions, once written.
     pub async fn store<S>(&self, user: UserId, body: S) -> Result<PhotoName, UploadError>
     where
         S: Stream<Item = Result<Bytes, UploadError>>,
     {
+        let remaining = self.inner.quota.remaining(user).await?;
+        self.check_free_space().await?;
+        let limit = Limit {
+            max_bytes: self.inner.max_bytes,
+            remaining,
+        };
         let mut body = std::pin::pin!(body);
         let mut first = Vec::new();
         let mut len = 0;
@@ -187,7 +225,7 @@ impl Uploads {
             };
             let chunk = chunk?;
             len += chunk.len();
-            self.check_size(len)?;
+            self.check_len(limit, len)?;
             first.push(chunk);
         }
         let head: Vec<u8> = first
@@ -199,16 +237,17 @@ impl Uploads {
         let name = PhotoName::generate(kind);
         let after = storage::uploads::newest_blog_id(&self.inner.db).await?;
         self.record(user, &name, after).await?;
-        let written = self.write(&name, first, body, len).await;
-        if written.is_err()
+        let stored = self.write(user, &name, first, body, len, limit).await;
+        if stored.is_err()
             && let Err(e) = self.forget(&name).await
         {
             tracing::warn!(error = %e, %name, "could not drop the record of a failed upload");
         }
-        written.map(|()| name)
+        stored.map(|()| name)
     }
 
-    /// Deletes a photo of `user`'s; `raw` is the name with or without `/imgs`.
+    /// Deletes a photo of `user`'s that no note lists; `raw` is the name with or without
+    /// `/imgs`.
     ///
     /// A name nobody has a record of is refused when its file exists (a photo a note uses, or
     /// one of another instance's) and accepted when it does not (already deleted, as the
@@ -216,11 +255,15 @@ impl Uploads {
     pub async fn delete(&self, user: UserId, raw: &str) -> Result<(), UploadError> {
         let name = PhotoName::parse(raw)?;
         let mut redis = self.inner.redis.clone();
-        let owner: Option<i64> = redis
-            .hget(self.inner.keys.upload(name.as_str()), "user")
+        let (owner, after): (Option<i64>, Option<i64>) = redis
+            .hmget(self.inner.keys.upload(name.as_str()), &["user", "after"])
             .await?;
         match owner {
             Some(owner) if owner == user.get() => {
+                let after = after.unwrap_or(0);
+                if storage::uploads::is_referenced(&self.inner.db, name.as_str(), after).await? {
+                    return Err(UploadError::InUse);
+                }
                 self.remove_files(&name).await?;
                 self.forget(&name).await?;
                 Ok(())
@@ -297,14 +340,36 @@ impl Uploads {
         }
     }
 
-    fn check_size(&self, len: usize) -> Result<(), UploadError> {
-        if len > self.inner.max_bytes {
+    /// Refuses a photo longer than the per-photo limit, or than the uploader's bytes left today.
+    fn check_len(&self, limit: Limit, len: usize) -> Result<(), UploadError> {
+        if len > limit.max_bytes {
             Err(UploadError::TooLarge {
-                max: self.inner.max_bytes,
+                max: limit.max_bytes,
             })
+        } else if len as u64 > limit.remaining {
+            Err(self.inner.quota.exceeded())
         } else {
             Ok(())
         }
+    }
+
+    /// Refuses uploads while the folder's free space is below `HMDP_UPLOAD_MIN_FREE_BYTES`.
+    async fn check_free_space(&self) -> Result<(), UploadError> {
+        let min = self.inner.min_free_bytes;
+        if min == 0 {
+            return Ok(());
+        }
+        let free = quota::free_space(&self.inner.dir).await?;
+        if free < min {
+            tracing::warn!(
+                free,
+                min,
+                dir = %self.inner.dir.display(),
+                "photo upload refused: the upload folder's free space is below HMDP_UPLOAD_MIN_FREE_BYTES"
+            );
+            return Err(UploadError::DiskFull);
+        }
+        Ok(())
     }
 
     /// Queues the name, then records the uploader (in this order: a failure between the two
@@ -337,14 +402,65 @@ impl Uploads {
         redis.del(self.inner.keys.upload(name.as_str())).await
     }
 
-    /// Writes `first` and the rest of `body` to the `.part` file, then renames it into place.
+    /// Writes `first` and the rest of `body` to the `.part` file, checks the image's header,
+    /// charges it to `user`'s day, then renames it into place.
     async fn write<S>(
+        &self,
+        user: UserId,
+        name: &PhotoName,
+        first: Vec<Bytes>,
+        body: std::pin::Pin<&mut S>,
+        len: usize,
+        limit: Limit,
+    ) -> Result<(), UploadError>
+    where
+        S: Stream<Item = Result<Bytes, UploadError>>,
+    {
+        let written = self.write_part(name, first, body, len, limit).await;
+        let (mut part, len) = written.map_err(|e| match e {
+            UploadError::Io(e) if e.kind() == io::ErrorKind::StorageFull => {
+                tracing::warn!(dir = %self.inner.dir.display(), "photo upload failed: the upload folder's disk is full");
+                UploadError::DiskFull
+            }
+            e => e,
+        })?;
+        let part_path = part.0.clone().expect("not renamed yet");
+        let path = part_path.clone();
+        let kind = name.kind();
+        let dimensions = tokio::task::spawn_blocking(move || kind.dimensions(&path))
+            .await
+            .map_err(io::Error::other)??;
+        if dimensions.is_none() {
+            return Err(UploadError::NotAnImage);
+        }
+        let len = len as u64;
+        self.inner.quota.charge(user, len).await?;
+        let renamed =
+            tokio::fs::rename(&part_path, part_path.with_file_name(name.file_name())).await;
+        match renamed {
+            Ok(()) => {
+                part.0 = None;
+                Ok(())
+            }
+            Err(e) => {
+                if let Err(r) = self.inner.quota.refund(user, len).await {
+                    tracing::warn!(error = %r, %name, "could not refund a photo that was not stored");
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Writes `first` and the rest of `body` to the photo's `.part` file; the file (removed
+    /// when dropped) and its length.
+    async fn write_part<S>(
         &self,
         name: &PhotoName,
         first: Vec<Bytes>,
         mut body: std::pin::Pin<&mut S>,
         mut len: usize,
-    ) -> Result<(), UploadError>
+        limit: Limit,
+    ) -> Result<(PartFile, usize), UploadError>
     where
         S: Stream<Item = Result<Bytes, UploadError>>,
     {
@@ -355,7 +471,7 @@ impl Uploads {
         );
         tokio::fs::create_dir_all(&folder).await?;
         let part_path = folder.join(name.part_file_name());
-        let mut part = PartFile(Some(part_path.clone()));
+        let part = PartFile(Some(part_path.clone()));
         let mut file = tokio::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -367,15 +483,12 @@ impl Uploads {
         while let Some(chunk) = body.next().await {
             let chunk = chunk?;
             len += chunk.len();
-            self.check_size(len)?;
+            self.check_len(limit, len)?;
             file.write_all(&chunk).await?;
         }
         file.flush().await?;
         file.sync_all().await?;
-        drop(file);
-        tokio::fs::rename(&part_path, folder.join(name.file_name())).await?;
-        part.0 = None;
-        Ok(())
+        Ok((part, len))
     }
 
     /// The photo's folder, when every folder from the upload folder down is a real one.
@@ -402,6 +515,13 @@ impl Uploads {
         remove_if_present(&folder.join(name.part_file_name())).await?;
         remove_if_present(&folder.join(name.file_name())).await
     }
+}
+
+/// How long one photo may be: the per-photo limit and the uploader's bytes left today.
+#[derive(Debug, Clone, Copy)]
+struct Limit {
+    max_bytes: usize,
+    remaining: u64,
 }
 
 /// A `.part` file, removed when dropped: an upload that fails or whose request goes away

@@ -8,10 +8,17 @@
 //! absolute path, no separator, no percent sign, nothing a `LIKE` pattern would treat specially.
 //!
 //! [`ImageKind`] is judged by the first bytes of the content (the four fixed signatures of JPEG,
-//! PNG, GIF and WebP): a dozen bytes compared by hand need no dependency, and the client's file
-//! name and content type say nothing trustworthy.
+//! PNG, GIF and WebP), before anything is written; the client's file name and content type say
+//! nothing trustworthy. A signature is six bytes anyone can type, so the written file's header
+//! is then read for its dimensions (`imagesize`, [`ImageKind::dimensions`]): a file whose header
+//! does not parse as its kind, or an image of absurd size (a decompression bomb for every
+//! reader's browser), is refused.
 
-use std::{fmt, path::PathBuf};
+use std::{
+    fmt,
+    io::{self, BufReader},
+    path::{Path, PathBuf},
+};
 
 /// The image formats accepted for note photos.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -59,6 +66,43 @@ impl ImageKind {
             Self::Gif => "image/gif",
             Self::Webp => "image/webp",
         }
+    }
+
+    /// The widest or tallest image accepted, in pixels.
+    pub const MAX_SIDE: u64 = 20_000;
+    /// The most pixels an accepted image may have (50 megapixels).
+    pub const MAX_PIXELS: u64 = 50_000_000;
+
+    /// The width and height the header of the image file at `path` declares, when it parses as
+    /// an image of this kind within [`Self::MAX_SIDE`] and [`Self::MAX_PIXELS`]; `None` for
+    /// anything else. Reads only the header (blocking: call it off the async threads).
+    pub fn dimensions(self, path: &Path) -> io::Result<Option<(u64, u64)>> {
+        let mut file = BufReader::new(std::fs::File::open(path)?);
+        let parsed = imagesize::reader_type(&mut file)
+            .and_then(|kind| Ok((kind, kind.reader_size(&mut file)?)));
+        let (kind, size) = match parsed {
+            Ok(parsed) => parsed,
+            Err(imagesize::ImageError::IoError(e)) if e.kind() != io::ErrorKind::UnexpectedEof => {
+                return Err(e);
+            }
+            Err(_) => return Ok(None),
+        };
+        let (width, height) = (size.width as u64, size.height as u64);
+        let fits = (1..=Self::MAX_SIDE).contains(&width)
+            && (1..=Self::MAX_SIDE).contains(&height)
+            && width * height <= Self::MAX_PIXELS;
+        Ok((self.is(kind) && fits).then_some((width, height)))
+    }
+
+    fn is(self, kind: imagesize::ImageType) -> bool {
+        use imagesize::ImageType as T;
+        matches!(
+            (self, kind),
+            (Self::Jpeg, T::Jpeg)
+                | (Self::Png, T::Png)
+                | (Self::Gif, T::Gif)
+                | (Self::Webp, T::Webp)
+        )
     }
 
     fn from_ext(ext: &str) -> Option<Self> {
@@ -273,6 +317,79 @@ mod tests {
         ] {
             assert_eq!(PhotoName::parse(bad), Err(InvalidName), "{bad:?}");
         }
+    }
+
+    /// A JPEG: SOI, a JFIF APP0 segment, a baseline frame header of `width`×`height` (when
+    /// given), EOI.
+    fn jpeg(frame: Option<(u16, u16)>) -> Vec<u8> {
+        let mut jpeg = vec![0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10];
+        jpeg.extend(b"JFIF\0\x01\x01\0\0\x01\0\x01\0\0");
+        if let Some((width, height)) = frame {
+            jpeg.extend([0xFF, 0xC0, 0x00, 0x0B, 0x08]);
+            jpeg.extend(height.to_be_bytes());
+            jpeg.extend(width.to_be_bytes());
+            jpeg.extend([0x01, 0x01, 0x11, 0x00]);
+        }
+        jpeg.extend([0xFF, 0xD9]);
+        jpeg
+    }
+
+    /// A PNG signature and header chunk declaring `width`×`height` (nothing else is read).
+    fn png(width: u32, height: u32) -> Vec<u8> {
+        let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
+        png.extend(width.to_be_bytes());
+        png.extend(height.to_be_bytes());
+        png.extend([8, 2, 0, 0, 0, 0, 0, 0, 0]);
+        png
+    }
+
+    fn gif(width: u16, height: u16) -> Vec<u8> {
+        let mut gif = b"GIF89a".to_vec();
+        gif.extend(width.to_le_bytes());
+        gif.extend(height.to_le_bytes());
+        gif.extend([0; 4]);
+        gif.push(0x3B);
+        gif
+    }
+
+    /// A lossless WebP header of `width`×`height` (1 to 16,384).
+    fn webp(width: u32, height: u32) -> Vec<u8> {
+        let mut webp = b"RIFF\x1a\0\0\0WEBPVP8L\x0d\0\0\0\x2f".to_vec();
+        webp.extend(((width - 1) | ((height - 1) << 14)).to_le_bytes());
+        webp.extend([0; 9]);
+        webp
+    }
+
+    #[test]
+    fn dimensions_come_from_the_real_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let check = |kind: ImageKind, data: &[u8]| {
+            let path = dir.path().join("photo");
+            std::fs::write(&path, data).unwrap();
+            kind.dimensions(&path).unwrap()
+        };
+        use ImageKind::*;
+        assert_eq!(check(Jpeg, &jpeg(Some((640, 480)))), Some((640, 480)));
+        assert_eq!(check(Png, &png(1, 1)), Some((1, 1)));
+        assert_eq!(check(Gif, &gif(3, 2)), Some((3, 2)));
+        assert_eq!(check(Webp, &webp(3, 2)), Some((3, 2)));
+        assert_eq!(check(Png, &png(20_000, 2_500)), Some((20_000, 2_500)));
+
+        for (kind, data, what) in [
+            (Gif, b"GIF89a".to_vec(), "a bare GIF signature"),
+            (Png, b"\x89PNG\r\n\x1a\n".to_vec(), "a bare PNG signature"),
+            (Jpeg, jpeg(None), "a JPEG without a frame"),
+            (Jpeg, vec![0xFF, 0xD8, 0xFF, 0xE0, 0x00], "a cut JPEG"),
+            (Gif, gif(0, 5), "no pixels"),
+            (Png, png(20_001, 1), "a side over 20,000 px"),
+            (Png, png(1, 20_001), "a side over 20,000 px"),
+            (Png, png(8_000, 8_000), "64 megapixels"),
+            (Webp, webp(16_384, 16_384), "268 megapixels"),
+            (Jpeg, png(1, 1), "another kind than the one sniffed"),
+        ] {
+            assert_eq!(check(kind, &data), None, "{what}");
+        }
+        assert!(Png.dimensions(&dir.path().join("missing")).is_err());
     }
 
     #[test]

@@ -99,7 +99,7 @@ fn form_data(file_name: &str, data: &[u8]) -> (String, Vec<u8>) {
 }
 
 /// A small JPEG as a phone would upload it (start, a JFIF segment, a comment with `mark` so
-/// the bytes are this photo's own, end).
+/// the bytes are this photo's own, a 2×2 frame header, end).
 fn photo(mark: &str) -> Vec<u8> {
     let mut jpeg = vec![0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10];
     jpeg.extend(b"JFIF\0\x01\x01\0\0\x01\0\x01\0\0");
@@ -107,6 +107,9 @@ fn photo(mark: &str) -> Vec<u8> {
     jpeg.extend([0xFF, 0xFE]);
     jpeg.extend(((comment.len() + 2) as u16).to_be_bytes());
     jpeg.extend(comment.as_bytes());
+    jpeg.extend([
+        0xFF, 0xC0, 0x00, 0x0B, 0x08, 0x00, 0x02, 0x00, 0x02, 0x01, 0x01, 0x11, 0x00,
+    ]);
     jpeg.extend([0xFF, 0xD9]);
     jpeg
 }

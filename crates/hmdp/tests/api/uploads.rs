@@ -1,6 +1,6 @@
-//! Note photos: upload (login, content check, size limit), serving at `/imgs/blogs/…` (with
-//! the static folder behind), delete (owner only, names checked), and the clean-up of photos
-//! no note uses.
+//! Note photos: upload (login, content check, size limit, daily caps, free space), serving at
+//! `/imgs/blogs/…` (with the static folder behind), delete (owner only, names checked, not
+//! once a note uses it), and the clean-up of photos no note uses.
 
 use std::{
     path::{Path, PathBuf},
@@ -20,16 +20,30 @@ use crate::{
     },
 };
 
-both_backends!(the_sweep_deletes_unused_photos_and_keeps_used_ones);
+both_backends!(
+    the_sweep_deletes_unused_photos_and_keeps_used_ones,
+    a_photo_a_published_note_uses_cannot_be_deleted,
+);
 
 // ---- bytes built here ----
 
-/// A JPEG's first bytes (SOI, a JFIF APP0 segment) and its end marker.
+/// A JPEG's first bytes (SOI, a JFIF APP0 segment), a 2×2 frame header and its end marker.
 fn tiny_jpeg() -> Vec<u8> {
     let mut jpeg = vec![0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10];
     jpeg.extend(b"JFIF\0\x01\x01\0\0\x01\0\x01\0\0");
+    jpeg.extend([
+        0xFF, 0xC0, 0x00, 0x0B, 0x08, 0x00, 0x02, 0x00, 0x02, 0x01, 0x01, 0x11, 0x00,
+    ]);
     jpeg.extend([0xFF, 0xD9]);
     jpeg
+}
+
+/// A 1×1 PNG whose header claims `width`×`height` (a decompression bomb needs no more).
+fn png_claiming(width: u32, height: u32) -> Vec<u8> {
+    let mut png = square_png(1, [5, 5, 5]);
+    png[16..20].copy_from_slice(&width.to_be_bytes());
+    png[20..24].copy_from_slice(&height.to_be_bytes());
+    png
 }
 
 /// A PNG signature followed by `len` bytes in total.
@@ -116,6 +130,29 @@ fn files_below(dir: &Path) -> Vec<PathBuf> {
     walk(dir, dir, &mut out);
     out.sort();
     out
+}
+
+/// The photos and bytes charged to the user of `token` today.
+async fn charged(app: &TestApp, token: &str) -> (u64, u64) {
+    let id = app.get("/api/user/me", Some(token)).await.body["data"]["id"]
+        .as_i64()
+        .unwrap();
+    let today = chrono::Utc::now()
+        .with_timezone(&app.state.config.social.time_zone.0)
+        .format("%Y%m%d")
+        .to_string();
+    let (count, bytes): (Option<u64>, Option<u64>) = app
+        .redis()
+        .await
+        .hmget(app.state.keys.upload_quota(id, &today), &["count", "bytes"])
+        .await
+        .unwrap();
+    (count.unwrap_or(0), bytes.unwrap_or(0))
+}
+
+fn assert_retry_after_within_a_day(r: &Resp) {
+    let secs: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=24 * 3600).contains(&secs), "{secs}");
 }
 
 fn on_disk(app: &TestApp, name: &str) -> PathBuf {
@@ -552,8 +589,12 @@ async fn the_upload_is_documented_as_multipart() {
     assert_eq!(form["properties"]["file"]["format"], "binary", "{op}");
     assert!(op["responses"]["413"].is_object(), "{op}");
     assert!(op["responses"]["401"].is_object(), "{op}");
+    let quota = op["responses"]["429"]["description"].as_str().unwrap();
+    assert!(quota.contains("upload_quota"), "{op}");
+    assert!(op["responses"]["507"].is_object(), "{op}");
     let delete = &doc["paths"]["/upload/blog/delete"]["get"];
     assert!(delete["responses"]["401"].is_object(), "{delete}");
+    assert!(delete["responses"]["507"].is_null(), "{delete}");
 }
 
 /// On a Redis Cluster the owner records and the sweep queue live in different slots: upload,
@@ -629,4 +670,148 @@ async fn a_slow_upload_gets_its_own_timeout() {
         "{answer}"
     );
     assert!(answer.contains("/blogs/"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_real_images_of_sane_dimensions_are_accepted() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let token = app.login("13812340019").await;
+    let mut frameless_jpeg = tiny_jpeg();
+    frameless_jpeg.drain(20..33);
+    for (what, data) in [
+        ("a bare GIF signature", b"GIF89a".to_vec()),
+        (
+            "a GIF signature before HTML",
+            b"GIF89a<script>alert(1)</script>".to_vec(),
+        ),
+        ("a JPEG without a frame", frameless_jpeg),
+        ("a side over 20,000 px", png_claiming(20_001, 1)),
+        ("64 megapixels", png_claiming(8_000, 8_000)),
+        ("no pixels", png_claiming(0, 1)),
+    ] {
+        let r = upload(&app, &token, "x.gif", &data).await;
+        assert_eq!((r.status, r.code()), (200, "not_an_image"), "{what}: {r:?}");
+    }
+    // The largest accepted.
+    let name = uploaded(&app, &token, &png_claiming(20_000, 2_500)).await;
+    assert_name_shape(&name, "png");
+
+    // Nothing refused is on disk, nor charged.
+    let files = files_below(app.state.uploads.dir());
+    assert_eq!(files.len(), 1, "{files:?}");
+    let len = png_claiming(1, 1).len() as u64;
+    assert_eq!(charged(&app, &token).await, (1, len));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_s_photos_a_day_are_capped() {
+    let app = spawn_app_with(Backend::Sqlite, |c| c.social.upload_user_daily_count = 3).await;
+    let alice = app.login("13812340021").await;
+    let bob = app.login("13812340022").await;
+
+    // A refused upload costs nothing.
+    let r = upload(&app, &alice, "x.gif", b"GIF89a").await;
+    assert_eq!(r.code(), "not_an_image", "{r:?}");
+    // Ten at once: exactly three are stored, whoever wins.
+    let photos: Vec<Vec<u8>> = (0..10u8).map(|i| square_png(1, [i, 0, 0])).collect();
+    let answers =
+        futures_util::future::join_all(photos.iter().map(|p| upload(&app, &alice, "p.png", p)))
+            .await;
+    let stored = answers.iter().filter(|r| r.success()).count();
+    assert_eq!(stored, 3, "{answers:?}");
+    for r in answers.iter().filter(|r| !r.success()) {
+        assert_eq!((r.status, r.code()), (429, "upload_quota"), "{r:?}");
+        assert_retry_after_within_a_day(r);
+    }
+    assert_eq!(files_below(app.state.uploads.dir()).len(), 3);
+    assert_eq!(charged(&app, &alice).await.0, 3);
+
+    // Deleting gives nothing back; another user has a day of their own.
+    let name = answers.iter().find(|r| r.success()).unwrap().body["data"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(delete(&app, Some(&alice), &name).await.success());
+    let r = upload(&app, &alice, "p.png", &square_png(1, [1, 1, 1])).await;
+    assert_eq!((r.status, r.code()), (429, "upload_quota"), "{r:?}");
+    uploaded(&app, &bob, &square_png(1, [2, 2, 2])).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_s_bytes_a_day_are_capped_at_what_is_stored() {
+    let app = spawn_app_with(Backend::Sqlite, |c| c.social.upload_user_daily_bytes = 4096).await;
+    let token = app.login("13812340023").await;
+    uploaded(&app, &token, &png_of_len(1500)).await;
+    uploaded(&app, &token, &png_of_len(1500)).await;
+    // Past the day's bytes: refused while reading, and not charged.
+    let r = upload(&app, &token, "p.png", &png_of_len(1500)).await;
+    assert_eq!((r.status, r.code()), (429, "upload_quota"), "{r:?}");
+    assert_retry_after_within_a_day(&r);
+    assert_eq!(charged(&app, &token).await, (2, 3000));
+    // What is left still fits, to the byte.
+    uploaded(&app, &token, &png_of_len(1096)).await;
+    assert_eq!(charged(&app, &token).await, (3, 4096));
+    let on_disk: u64 = files_below(app.state.uploads.dir())
+        .iter()
+        .map(|f| {
+            std::fs::metadata(app.state.uploads.dir().join(f))
+                .unwrap()
+                .len()
+        })
+        .sum();
+    assert_eq!(on_disk, 4096);
+    // The day is spent: refused before the body is read.
+    let r = upload(&app, &token, "p.png", &square_png(1, [3, 3, 3])).await;
+    assert_eq!((r.status, r.code()), (429, "upload_quota"), "{r:?}");
+    assert_eq!(files_below(app.state.uploads.dir()).len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_stop_while_the_upload_disk_is_nearly_full() {
+    // A threshold no disk meets.
+    let app = spawn_app_with(Backend::Sqlite, |c| {
+        c.social.upload_min_free_bytes = u64::MAX
+    })
+    .await;
+    let token = app.login("13812340024").await;
+    let r = upload(&app, &token, "p.png", &square_png(1, [4, 4, 4])).await;
+    assert_eq!((r.status, r.code()), (507, "disk_full"), "{r:?}");
+    assert!(!r.success());
+    assert!(files_below(app.state.uploads.dir()).is_empty());
+    assert_eq!(charged(&app, &token).await, (0, 0));
+    let queued: i64 = app
+        .redis()
+        .await
+        .zcard(app.state.keys.upload_pending())
+        .await
+        .unwrap();
+    assert_eq!(queued, 0);
+}
+
+async fn a_photo_a_published_note_uses_cannot_be_deleted(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let alice = app.login("13812340025").await;
+    let bob = app.login("13812340026").await;
+    let in_her_note = uploaded(&app, &alice, &square_png(1, [6, 0, 0])).await;
+    let in_his_note = uploaded(&app, &alice, &square_png(1, [0, 6, 0])).await;
+    let unused = uploaded(&app, &alice, &square_png(1, [0, 0, 6])).await;
+    for (token, name) in [(&alice, &in_her_note), (&bob, &in_his_note)] {
+        let note = json!({"shopId": 1, "title": "photos", "content": "<p>look</p>",
+                          "images": format!("/imgs/blogs/blog1.jpg,/imgs{name}")});
+        let r = app.post_json("/api/blog", &note, Some(token)).await;
+        assert!(r.success(), "publish: {r:?}");
+    }
+
+    for name in [&in_her_note, &in_his_note] {
+        for raw in [name.clone(), format!("/imgs{name}")] {
+            let r = delete(&app, Some(&alice), &raw).await;
+            assert_eq!((r.status, r.code()), (200, "file_in_use"), "{raw}: {r:?}");
+            assert!(!r.success());
+        }
+        let (status, _, _) = fetch(&app, &format!("/imgs{name}")).await;
+        assert_eq!(status, 200, "{name}");
+    }
+    // A photo no note lists is still its uploader's to delete.
+    assert!(delete(&app, Some(&alice), &unused).await.success());
+    assert!(!on_disk(&app, &unused).exists());
 }
