@@ -361,6 +361,11 @@ settings! {
         /// must ask for a new code; all addresses together get this × `HMDP_CODE_DAILY_LIMIT` a
         /// day (once per live code tried), after which every wrong try voids the phone's codes
         HMDP_CODE_MAX_ATTEMPTS max_attempts: u32 = 5, check at_least(1);
+        /// wrong tries a day from one client address (an IPv6 /64 counts as one) against the codes
+        /// of all phones together (a fixed 24-hour window); past it the address is refused with
+        /// 429 `too_many_wrong_codes`, even with a right code, so it cannot guess across many
+        /// phones
+        HMDP_CODE_IP_WRONG_DAILY_LIMIT ip_wrong_daily_limit: u32 = 30, check at_least(1);
     }
 }
 
@@ -388,6 +393,10 @@ settings! {
         /// answers 5xx or 429, after 200 ms, 400 ms, … All tries must fit in
         /// `HMDP_REQUEST_TIMEOUT_MS`
         HMDP_SMS_RETRIES retries: u32 = 2, check at_most(10);
+        /// login codes sent per hour by the whole service (all instances, a fixed window that
+        /// opens with its first code); past it `POST /user/code` answers 503 `sms_budget_spent`
+        /// until the hour is over: caps what a flood from many addresses costs (`0` = off)
+        HMDP_SMS_HOURLY_LIMIT hourly_limit: u32 = 1_000;
     }
 }
 

@@ -235,7 +235,12 @@ impl Application {
             )),
             locks,
             sessions,
-            codes: CodeIssuer::new(redis.clone(), keys.clone(), config.code.clone()),
+            codes: CodeIssuer::new(
+                redis.clone(),
+                keys.clone(),
+                config.code.clone(),
+                config.sms.hourly_limit,
+            ),
             db,
             redis,
             keys,
