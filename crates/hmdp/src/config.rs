@@ -285,6 +285,10 @@ settings! {
         /// sliding session lifetime, refreshed by every request with the token
         HMDP_SESSION_TTL_SECS session_ttl: Duration as Secs = Duration::from_secs(30 * 60),
             check at_least(1);
+        /// how long a session lives at most after its login, however much it is used (its TTL
+        /// never slides past that); `POST /user/logout/all` ends a user's sessions sooner
+        HMDP_SESSION_MAX_AGE_SECS session_max_age: Duration as Secs =
+            Duration::from_secs(30 * 24 * 3600), check at_least(60);
         /// trust a session read from Redis for this long without asking again (at most 60000;
         /// `0` = read Redis on every request): its TTL then slides at most once per window. A
         /// logout on any instance ends the session everywhere at once (pub/sub); a session
@@ -678,10 +682,10 @@ impl Config {
             config.database_url = default_database_url(&config.data_dir);
         }
         // A session trusted longer than it lives could outlast its expiry by more than a blink.
-        if config.session_cache >= config.session_ttl {
+        if config.session_cache >= config.session_ttl.min(config.session_max_age) {
             return Err(ConfigError::Invalid {
                 name: "HMDP_SESSION_CACHE_MS",
-                message: "must be shorter than the session TTL".to_owned(),
+                message: "must be shorter than the session TTL and maximum age".to_owned(),
             });
         }
         // `WAIT` reaches one node; a cluster spreads the grabs over several.

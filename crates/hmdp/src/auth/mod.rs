@@ -10,7 +10,8 @@
 //!    per client address (five, and that address must ask for a new code), per phone, and per
 //!    address across all phones. An unknown phone becomes a new user. The answer is a random
 //!    session token.
-//! 3. Every request with a valid `authorization` header refreshes the session's sliding TTL.
+//! 3. Every request with a valid `authorization` header refreshes the session's sliding TTL, up
+//!    to the session's maximum age; `POST /user/logout/all` ends all of a user's sessions.
 
 mod codes;
 mod session;

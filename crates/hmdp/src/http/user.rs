@@ -38,6 +38,7 @@ pub fn router(config: &Config) -> OpenApiRouter<AppState> {
         }))
         .routes(routes!(login))
         .routes(routes!(logout))
+        .routes(routes!(logout_all))
         .routes(routes!(me))
         .routes(routes!(info))
         .routes(routes!(user_by_id))
@@ -211,8 +212,22 @@ async fn logout(
     axum::extract::State(state): axum::extract::State<AppState>,
     CurrentUser(session): CurrentUser,
 ) -> ApiResult<()> {
-    state.sessions.delete(&session.token).await?;
+    state.sessions.delete(&session).await?;
     ok_empty()
+}
+
+/// End every session of the logged-in user, this one included; data is how many ended.
+///
+/// Every instance forgets them at once, as after a logout.
+#[utoipa::path(post, path = "/user/logout/all", tag = TAG, security(("session" = [])),
+    responses((status = OK, body = u64)))]
+async fn logout_all(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    CurrentUser(session): CurrentUser,
+) -> ApiResult<u64> {
+    let ended = state.sessions.delete_all(session.user.id).await?;
+    tracing::info!(user_id = %session.user.id, ended, "all sessions of a user ended");
+    ok(ended)
 }
 
 /// The logged-in user.

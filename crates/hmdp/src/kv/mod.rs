@@ -178,6 +178,12 @@ impl Keys {
         format!("{}login:token:{token}", self.prefix)
     }
 
+    /// `login:sessions:{userId}`: a user's sessions, token → the instant (ms) it ends at the
+    /// latest (ZSET), for ending them all.
+    pub fn user_sessions(&self, user_id: i64) -> String {
+        format!("{}login:sessions:{user_id}", self.prefix)
+    }
+
     // ---- notes, likes, follows, feed (`social`) ----
 
     /// `blog:liked:{blogId}`: who liked a note, scored by the time (ms) of the like (the
