@@ -89,6 +89,8 @@ pub async fn start_on(
         ..Config::default()
     };
     config.code.ip_per_min = 0;
+    // Every login of the login scenario is a new phone's code.
+    config.sms.hourly_limit = 0;
     adjust(&mut config);
     let sms = Arc::new(CapturingSms::default());
     let app = Application::build_with(config, Dependencies { sms: sms.clone() }).await?;

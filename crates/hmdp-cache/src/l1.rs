@@ -12,7 +12,8 @@
 //!
 //! If the subscription breaks, messages may have been missed, so the whole L1 is cleared on
 //! reconnect. The short TTL bounds staleness even then (and a read racing an invalidation can
-//! put the old value back for one TTL).
+//! put the old value back for one TTL, unless it is stored with
+//! [`InvalidatedCache::insert_read_at`], which checks the invalidation's tombstone).
 //!
 //! The entries live in `quick_cache` rather than `moka`: every request reads the session cache
 //! built on this, and a moka read records itself for the LRU and now and then runs moka's
@@ -82,6 +83,9 @@ impl L1Options {
 /// ```
 pub struct InvalidatedCache<V = Arc<str>> {
     cache: Entries<V>,
+    /// When each key was last invalidated (kept for a TTL at most, as many keys as entries): a
+    /// value read from the source before then is stale.
+    tombstones: Tombstones,
     ttl: Duration,
     channel: String,
     _listener: Arc<ListenerGuard>,
@@ -91,6 +95,7 @@ impl<V> Clone for InvalidatedCache<V> {
     fn clone(&self) -> Self {
         Self {
             cache: self.cache.clone(),
+            tombstones: self.tombstones.clone(),
             ttl: self.ttl,
             channel: self.channel.clone(),
             _listener: self._listener.clone(),
@@ -110,6 +115,40 @@ impl<V: Clone> std::fmt::Debug for InvalidatedCache<V> {
 pub(crate) type L1 = InvalidatedCache<crate::client::Cached>;
 
 type Entries<V> = Arc<quick_cache::sync::Cache<String, Timed<V>>>;
+
+/// The instant each key was last invalidated, and when everything was.
+#[derive(Clone)]
+struct Tombstones(Arc<TombstonesInner>);
+
+struct TombstonesInner {
+    keys: quick_cache::sync::Cache<String, Instant>,
+    /// When every entry was last dropped (the subscription broke: anything may be stale).
+    cleared: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Tombstones {
+    fn new(capacity: usize) -> Self {
+        Self(Arc::new(TombstonesInner {
+            keys: quick_cache::sync::Cache::new(capacity),
+            cleared: std::sync::Mutex::new(None),
+        }))
+    }
+
+    fn bury(&self, key: &str) {
+        self.0.keys.insert(key.to_owned(), Instant::now());
+    }
+
+    fn bury_all(&self) {
+        *self.0.cleared.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+
+    /// Whether `key` was invalidated at or after `read_at`.
+    fn since(&self, key: &str, read_at: Instant) -> bool {
+        let cleared = *self.0.cleared.lock().unwrap_or_else(|p| p.into_inner());
+        cleared.is_some_and(|at| at >= read_at)
+            || self.0.keys.get(key).is_some_and(|at| at >= read_at)
+    }
+}
 
 /// A value and the instant it expires.
 #[derive(Clone)]
@@ -137,16 +176,26 @@ impl<V: Clone + Send + Sync + 'static> InvalidatedCache<V> {
         let channel = channel.into();
         let capacity = usize::try_from(options.max_entries).unwrap_or(usize::MAX);
         let cache: Entries<V> = Arc::new(quick_cache::sync::Cache::new(capacity));
+        let tombstones = Tombstones::new(capacity);
         // Subscribe before returning, so no invalidation published after start is missed.
         let mut pubsub = subscriber.get_async_pubsub().await?;
         pubsub.subscribe(&channel).await?;
         let task_cache = cache.clone();
+        let task_tombstones = tombstones.clone();
         let task_channel = channel.clone();
         let handle = tokio::spawn(async move {
-            listen(pubsub, subscriber, task_channel, task_cache).await;
+            listen(
+                pubsub,
+                subscriber,
+                task_channel,
+                task_cache,
+                task_tombstones,
+            )
+            .await;
         });
         Ok(Self {
             cache,
+            tombstones,
             ttl: options.ttl,
             channel,
             _listener: Arc::new(ListenerGuard(handle)),
@@ -170,9 +219,30 @@ impl<V: Clone + Send + Sync + 'static> InvalidatedCache<V> {
         self.cache.insert(key.to_owned(), Timed { value, until });
     }
 
+    /// Keeps `value`, read from the source at `read_at`, under `key` until `read_at` plus the
+    /// TTL, unless `key` was invalidated (here, or by a message from another instance) at or
+    /// after `read_at`: a read that raced an invalidation cannot put the old value back.
+    ///
+    /// The tombstones that decide this are kept for as many keys as the cache holds entries;
+    /// more invalidations than that within one TTL can push one out early and let its race
+    /// through, for one TTL at most.
+    pub async fn insert_read_at(&self, key: &str, value: V, read_at: Instant) {
+        let until = read_at + self.ttl;
+        if until <= Instant::now() {
+            return;
+        }
+        self.cache.insert(key.to_owned(), Timed { value, until });
+        // Checked after the insert: an invalidation that lands between the check and the insert
+        // has left its tombstone before dropping the key (see `drop_key`), so one of the two
+        // removes the value.
+        if self.tombstones.since(key, read_at) {
+            self.cache.remove(key);
+        }
+    }
+
     /// Drops `key` from this instance only.
     pub async fn invalidate_local(&self, key: &str) {
-        self.cache.remove(key);
+        drop_key(&self.cache, &self.tombstones, key);
     }
 
     /// Drops `key` here and tells every instance (through `conn`) to drop it too.
@@ -181,7 +251,7 @@ impl<V: Clone + Send + Sync + 'static> InvalidatedCache<V> {
         conn: &mut C,
         key: &str,
     ) -> Result<()> {
-        self.cache.remove(key);
+        drop_key(&self.cache, &self.tombstones, key);
         let _: i64 = redis::cmd("PUBLISH")
             .arg(&self.channel)
             .arg(key)
@@ -191,30 +261,43 @@ impl<V: Clone + Send + Sync + 'static> InvalidatedCache<V> {
     }
 }
 
+/// Drops `key`, its tombstone first.
+fn drop_key<V: Clone>(cache: &Entries<V>, tombstones: &Tombstones, key: &str) {
+    tombstones.bury(key);
+    cache.remove(key);
+}
+
+/// Drops every entry, the tombstone first.
+fn drop_all<V: Clone>(cache: &Entries<V>, tombstones: &Tombstones) {
+    tombstones.bury_all();
+    cache.clear();
+}
+
 async fn listen<V: Clone + Send + Sync + 'static>(
     mut pubsub: redis::aio::PubSub,
     client: redis::Client,
     channel: String,
     cache: Entries<V>,
+    tombstones: Tombstones,
 ) {
     loop {
         {
             let mut messages = pubsub.on_message();
             while let Some(msg) = messages.next().await {
                 if let Ok(key) = msg.get_payload::<String>() {
-                    cache.remove(&key);
+                    drop_key(&cache, &tombstones, &key);
                 }
             }
         }
         // The subscription broke: anything may have changed meanwhile.
-        cache.clear();
+        drop_all(&cache, &tombstones);
         tracing::warn!(%channel, "invalidation subscription lost; cache cleared, reconnecting");
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
             match client.get_async_pubsub().await {
                 Ok(mut p) => {
                     if p.subscribe(&channel).await.is_ok() {
-                        cache.clear();
+                        drop_all(&cache, &tombstones);
                         pubsub = p;
                         break;
                     }

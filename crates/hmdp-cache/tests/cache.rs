@@ -1006,3 +1006,41 @@ async fn an_invalidated_cache_forgets_after_its_ttl_and_when_told() {
     .await;
     assert!(inserted.elapsed() >= ttl, "expired before its TTL");
 }
+
+/// A value read before an invalidation and stored after it (a read racing a logout) is not kept,
+/// on the instance that invalidated and on one that heard of it by message; a value read after
+/// the invalidation is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_that_raced_an_invalidation_is_not_kept() {
+    let prefix = KeyPrefix::new();
+    let url = redis_url();
+    let channel = format!("{}drop", prefix.0);
+    let start = || {
+        InvalidatedCache::<u64>::start(
+            L1Options::new(100, Duration::from_secs(30)),
+            redis::Client::open(url.clone()).unwrap(),
+            channel.clone(),
+        )
+    };
+    let (a, b) = (start().await.unwrap(), start().await.unwrap());
+    b.insert("k", 0).await;
+    let read_at = Instant::now();
+    a.invalidate_everywhere(&mut connect(&url).await, "k")
+        .await
+        .unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        "b hears of the invalidation",
+        async || b.get("k").await.is_none(),
+    )
+    .await;
+    for cache in [&a, &b] {
+        cache.insert_read_at("k", 1, read_at).await;
+        assert_eq!(cache.get("k").await, None, "the raced read was kept");
+        cache.insert_read_at("k", 2, Instant::now()).await;
+        assert_eq!(cache.get("k").await, Some(2), "a later read is kept");
+        // Other keys are not affected.
+        cache.insert_read_at("other", 3, read_at).await;
+        assert_eq!(cache.get("other").await, Some(3));
+    }
+}

@@ -285,6 +285,10 @@ settings! {
         /// sliding session lifetime, refreshed by every request with the token
         HMDP_SESSION_TTL_SECS session_ttl: Duration as Secs = Duration::from_secs(30 * 60),
             check at_least(1);
+        /// how long a session lives at most after its login, however much it is used (its TTL
+        /// never slides past that); `POST /user/logout/all` ends a user's sessions sooner
+        HMDP_SESSION_MAX_AGE_SECS session_max_age: Duration as Secs =
+            Duration::from_secs(30 * 24 * 3600), check at_least(60);
         /// trust a session read from Redis for this long without asking again (at most 60000;
         /// `0` = read Redis on every request): its TTL then slides at most once per window. A
         /// logout on any instance ends the session everywhere at once (pub/sub); a session
@@ -361,6 +365,11 @@ settings! {
         /// must ask for a new code; all addresses together get this × `HMDP_CODE_DAILY_LIMIT` a
         /// day (once per live code tried), after which every wrong try voids the phone's codes
         HMDP_CODE_MAX_ATTEMPTS max_attempts: u32 = 5, check at_least(1);
+        /// wrong tries a day from one client address (an IPv6 /64 counts as one) against the codes
+        /// of all phones together (a fixed 24-hour window); past it the address is refused with
+        /// 429 `too_many_wrong_codes`, even with a right code, so it cannot guess across many
+        /// phones
+        HMDP_CODE_IP_WRONG_DAILY_LIMIT ip_wrong_daily_limit: u32 = 30, check at_least(1);
     }
 }
 
@@ -388,6 +397,10 @@ settings! {
         /// answers 5xx or 429, after 200 ms, 400 ms, … All tries must fit in
         /// `HMDP_REQUEST_TIMEOUT_MS`
         HMDP_SMS_RETRIES retries: u32 = 2, check at_most(10);
+        /// login codes sent per hour by the whole service (all instances, a fixed window that
+        /// opens with its first code); past it `POST /user/code` answers 503 `sms_budget_spent`
+        /// until the hour is over: caps what a flood from many addresses costs (`0` = off)
+        HMDP_SMS_HOURLY_LIMIT hourly_limit: u32 = 1_000;
     }
 }
 
@@ -681,10 +694,10 @@ impl Config {
             config.database_url = default_database_url(&config.data_dir);
         }
         // A session trusted longer than it lives could outlast its expiry by more than a blink.
-        if config.session_cache >= config.session_ttl {
+        if config.session_cache >= config.session_ttl.min(config.session_max_age) {
             return Err(ConfigError::Invalid {
                 name: "HMDP_SESSION_CACHE_MS",
-                message: "must be shorter than the session TTL".to_owned(),
+                message: "must be shorter than the session TTL and maximum age".to_owned(),
             });
         }
         // `WAIT` reaches one node; a cluster spreads the grabs over several.
@@ -944,12 +957,54 @@ fn header_name() -> impl Fn(&String) -> Result<(), String> {
     }
 }
 
-/// Replaces the password of every `scheme://user:password@host` part with `***`.
+/// Hides what a URL may carry as a credential: the password of every `scheme://user:password@host`
+/// (a user name alone, which some gateways take as their key, too), and the query and fragment,
+/// where gateways take API keys. `HMDP_REDIS_URL` may list several URLs, separated by `,` before
+/// a scheme; any other `,` may be part of a password (RFC 3986 allows it there unencoded).
+/// The user information ends at the last `@` before the query, so an unencoded `@` or `/` in a
+/// password is hidden too; a path with an `@` hides more than it needs to.
 pub fn redact_url(url: &str) -> String {
-    // The user ends at the first `:`, the password at the last `@` before the path or the next URL.
-    static PASSWORD: LazyLock<regex::Regex> =
-        LazyLock::new(|| regex::Regex::new(r"(://[^/,:]*:)[^/,]*@").expect("a valid pattern"));
-    PASSWORD.replace_all(url, "${1}***@").into_owned()
+    static NEXT_URL: LazyLock<regex::Regex> = LazyLock::new(|| {
+        regex::Regex::new(r",[A-Za-z][A-Za-z0-9+.-]*://").expect("a valid pattern")
+    });
+    // Everything from the first `?` or `#` on, later URLs of a list included: what hides a key
+    // is worth more than the rest of the list.
+    let (urls, hidden) = match url.find(['?', '#']) {
+        Some(at) => (&url[..at], Some(&url[at..at + 1])),
+        None => (url, None),
+    };
+    let mut out = String::with_capacity(url.len());
+    let mut start = 0;
+    let ends = NEXT_URL.find_iter(urls).map(|m| m.start());
+    for end in ends.chain([urls.len()]) {
+        if start > 0 {
+            out.push(',');
+        }
+        out.push_str(&redact_user_info(&urls[start..end]));
+        start = end + 1;
+    }
+    if let Some(mark) = hidden {
+        out.push_str(mark);
+        out.push_str("***");
+    }
+    out
+}
+
+/// One URL without its query, with the password (or a user name alone) replaced by `***`.
+fn redact_user_info(url: &str) -> String {
+    let Some(authority) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let Some(at) = url[authority..].rfind('@').map(|i| authority + i) else {
+        return url.to_owned();
+    };
+    let user_info = &url[authority..at];
+    let shown = match user_info.split_once(':') {
+        Some((user, _)) => format!("{user}:***"),
+        None if user_info.is_empty() => String::new(),
+        None => "***".to_owned(),
+    };
+    format!("{}{shown}{}", &url[..authority], &url[at..])
 }
 
 #[cfg(test)]
@@ -1245,6 +1300,61 @@ mod tests {
         let c =
             Config::from_sources(None, &env(&[("HMDP_METRICS_LISTEN", "10.0.0.5:9464")])).unwrap();
         assert_eq!(c.metrics_listen, Some("10.0.0.5:9464".parse().unwrap()));
+    }
+
+    #[test]
+    fn passwords_with_commas_and_query_strings_are_hidden() {
+        for (url, shown) in [
+            ("redis://:p,w@a:1", "redis://:***@a:1"),
+            (
+                "redis://:p,w@a:1,redis://u:x,redis:y@b:2",
+                "redis://:***@a:1,redis://u:***@b:2",
+            ),
+            (
+                "mysql://root:p@ss/w,rd@db:3306/hmdp",
+                "mysql://root:***@db:3306/hmdp",
+            ),
+            (
+                "https://sms.example/send?key=k3y&to=a@b",
+                "https://sms.example/send?***",
+            ),
+            (
+                "https://sms.example/send#k3y",
+                "https://sms.example/send#***",
+            ),
+            (
+                "https://k3y@sms.example/send",
+                "https://***@sms.example/send",
+            ),
+            (
+                "https://:k3y@sms.example/send",
+                "https://:***@sms.example/send",
+            ),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
+        let c = Config::from_sources(
+            None,
+            &env(&[
+                ("HMDP_SMS", "http"),
+                (
+                    "HMDP_SMS_URL",
+                    "https://sms.example/send?apikey=gateway-key-42",
+                ),
+                ("HMDP_SMS_SECRET", "s"),
+                ("HMDP_REDIS_URL", "redis://:hunter,2@r:6379"),
+                ("HMDP_DATABASE_URL", "mysql://root:a,b@db:3306/hmdp"),
+            ]),
+        )
+        .unwrap();
+        let shown = format!("{c:?} {}", c.redacted_summary());
+        for secret in ["gateway-key-42", "hunter", ",2@", "a,b"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(
+            shown.contains("sms_url=https://sms.example/send?*** "),
+            "{shown}"
+        );
     }
 
     #[test]

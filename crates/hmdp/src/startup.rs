@@ -175,15 +175,20 @@ impl Application {
         if let Some(w) = &worker {
             check_broker(w, &config).await?;
         }
-        let sessions = SessionStore::new(redis.clone(), keys.clone(), config.session_ttl)
-            .with_cache(
-                config.session_cache,
-                SESSIONS_IN_MEMORY,
-                subscriber.clone(),
-                keys.session_channel(),
-            )
-            .await
-            .context("cannot subscribe for session invalidations")?;
+        let sessions = SessionStore::new(
+            redis.clone(),
+            keys.clone(),
+            config.session_ttl,
+            config.session_max_age,
+        )
+        .with_cache(
+            config.session_cache,
+            SESSIONS_IN_MEMORY,
+            subscriber.clone(),
+            keys.session_channel(),
+        )
+        .await
+        .context("cannot subscribe for session invalidations")?;
         let http_metrics = Arc::new(crate::http::HttpMetrics::default());
         let connections = Arc::new(http::ConnectionStats::default());
         let stream_metrics = StreamMetrics::default();
@@ -243,7 +248,12 @@ impl Application {
             )),
             locks,
             sessions,
-            codes: CodeIssuer::new(redis.clone(), keys.clone(), config.code.clone()),
+            codes: CodeIssuer::new(
+                redis.clone(),
+                keys.clone(),
+                config.code.clone(),
+                config.sms.hourly_limit,
+            ),
             db,
             redis,
             keys,

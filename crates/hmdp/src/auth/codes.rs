@@ -24,6 +24,16 @@
 //! - It can delay the owner's next code by up to `HMDP_CODE_MIN_INTERVAL_SECS` (the cooldown is
 //!   per phone, so the phone gets one SMS a minute at most): the codes it triggers reach the
 //!   owner's phone and stay valid, so the owner can log in with them meanwhile.
+//! - It cannot guess across many phones from one address: an address gets
+//!   `HMDP_CODE_IP_WRONG_DAILY_LIMIT` wrong tries a day against all phones together, then it is
+//!   refused (right codes too, as a right code is only known by comparing it).
+//! - It cannot run up the SMS bill without end: the service sends `HMDP_SMS_HOURLY_LIMIT` codes
+//!   an hour at most, from all addresses together.
+//!
+//! Those two budgets are one key each, in no phone's slot, so they cannot join the phone's
+//! scripts on a cluster. Each request takes a unit from its budget first (`TAKE`) and gives it
+//! back (`GIVE_BACK`) when it turns out not to be a guess or no code went out: concurrent
+//! requests can never overdraw a budget, and a failure in between only leaves it stricter.
 
 use std::{net::IpAddr, sync::LazyLock, time::Duration};
 
@@ -92,9 +102,10 @@ return {0, 0}
 ///
 /// KEYS: code, live, wrong tries. ARGV: submitted code, client address, wrong tries per address,
 /// wrong tries per phone and day, daily window ms. Returns 0 = no live code, 1 = match, 2 =
-/// wrong, 3 = this address has no tries left, 4 = wrong and the phone's codes are now void;
-/// plus tries left. The newest code is also read from the code key alone, so a code stored
-/// before the live set existed still counts.
+/// wrong, 3 = wrong and this address has no tries left now, 4 = wrong and the phone's codes are
+/// now void, 5 = this address had no tries left (nothing compared); plus tries left. The newest
+/// code is also read from the code key alone, so a code stored before the live set existed still
+/// counts.
 static CHECK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -106,7 +117,7 @@ local live = redis.call('ZCARD', KEYS[2])
 if live == 0 and not newest then return {0, 0} end
 local max = tonumber(ARGV[3])
 local mine = tonumber(redis.call('HGET', KEYS[3], ARGV[2]) or '0')
-if mine >= max then return {3, 0} end
+if mine >= max then return {5, 0} end
 if newest == ARGV[1] or redis.call('ZSCORE', KEYS[2], ARGV[1]) then return {1, 0} end
 mine = redis.call('HINCRBY', KEYS[3], ARGV[2], 1)
 local total = redis.call('HINCRBY', KEYS[3], '*', math.max(live, 1))
@@ -117,6 +128,34 @@ if total >= tonumber(ARGV[4]) then
 end
 if mine >= max then return {3, 0} end
 return {2, max - mine}
+",
+    )
+});
+
+/// Takes one unit from a budget counted in a fixed window, unless it is spent.
+///
+/// KEYS: the counter. ARGV: units in a window, window ms. Returns `{0, 0}` when taken, `{1, ms}`
+/// when spent (`ms` = time until the window ends). The window opens with its first unit.
+static TAKE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+if used >= tonumber(ARGV[1]) then
+  return {1, math.max(redis.call('PTTL', KEYS[1]), 0)}
+end
+redis.call('INCR', KEYS[1])
+if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return {0, 0}
+",
+    )
+});
+
+/// Gives a unit taken by `TAKE` back, unless its window has ended meanwhile. KEYS: the counter.
+static GIVE_BACK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then redis.call('DECR', KEYS[1]) end
+return 0
 ",
     )
 });
@@ -151,6 +190,9 @@ pub enum CodeError {
         "daily code limit for this phone from this address reached; next code in {retry_after:?}"
     )]
     AddressDailyLimit { retry_after: Duration },
+    /// The service's codes for this hour are sent (`HMDP_SMS_HOURLY_LIMIT`).
+    #[error("the hourly SMS budget is spent; next code in {retry_after:?}")]
+    SmsBudgetSpent { retry_after: Duration },
     #[error(transparent)]
     Redis(#[from] redis::RedisError),
 }
@@ -169,6 +211,9 @@ pub enum CodeVerdict {
     Void,
     /// No live code for this phone (never sent, expired, used or voided).
     Missing,
+    /// This address has used its wrong tries of the day against all phones
+    /// (`HMDP_CODE_IP_WRONG_DAILY_LIMIT`): nothing was compared.
+    AddressSpent { retry_after: Duration },
 }
 
 /// Issues, checks and consumes login codes.
@@ -177,22 +222,46 @@ pub struct CodeIssuer {
     redis: RedisConn,
     keys: Keys,
     policy: CodePolicy,
+    /// `HMDP_SMS_HOURLY_LIMIT`; 0 = no budget.
+    sms_hourly_limit: u32,
 }
 
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+const HOUR: Duration = Duration::from_secs(60 * 60);
 
 impl CodeIssuer {
-    pub fn new(redis: RedisConn, keys: Keys, policy: CodePolicy) -> Self {
+    /// Codes under `policy`, at most `sms_hourly_limit` sent an hour (0 = no such limit).
+    pub fn new(redis: RedisConn, keys: Keys, policy: CodePolicy, sms_hourly_limit: u32) -> Self {
         Self {
             redis,
             keys,
             policy,
+            sms_hourly_limit,
         }
     }
 
     /// Stores a fresh code for `phone`, asked for by `client` (a client key: see
     /// [`crate::http::ClientIp::key`]), and returns it, or says why not.
     pub async fn issue(&self, phone: &Phone, client: IpAddr) -> Result<LoginCode, CodeError> {
+        let budget = (self.sms_hourly_limit > 0).then(|| self.keys.sms_hourly());
+        if let Some(budget) = &budget
+            && let Some(retry_after) = self.take(budget, self.sms_hourly_limit, HOUR).await?
+        {
+            return Err(CodeError::SmsBudgetSpent { retry_after });
+        }
+        let issued = self.issue_within_budget(phone, client).await;
+        if let (Err(_), Some(budget)) = (&issued, &budget) {
+            self.give_back(budget).await;
+        }
+        issued
+    }
+
+    /// [`CodeIssuer::issue`] once the hourly budget has granted the code.
+    async fn issue_within_budget(
+        &self,
+        phone: &Phone,
+        client: IpAddr,
+    ) -> Result<LoginCode, CodeError> {
         let code = LoginCode::generate();
         let p = phone.as_str();
         let (status, ms): (i64, i64) = ISSUE
@@ -221,13 +290,46 @@ impl CodeIssuer {
         }
     }
 
-    /// Lifts the cooldown again, for when the code could not be delivered.
+    /// Lifts the cooldown again and gives the code back to the hourly budget, for when the code
+    /// could not be delivered.
     pub async fn cancel_cooldown(&self, phone: &Phone) -> Result<(), redis::RedisError> {
         let _: () = redis::cmd("DEL")
             .arg(self.keys.login_code_cooldown(phone.as_str()))
             .query_async(&mut self.redis.clone())
             .await?;
+        if self.sms_hourly_limit > 0 {
+            self.give_back(&self.keys.sms_hourly()).await;
+        }
         Ok(())
+    }
+
+    /// Takes a unit from the budget at `key` (`TAKE`); `Some(time until the window ends)`
+    /// when it is spent.
+    async fn take(
+        &self,
+        key: &str,
+        limit: u32,
+        window: Duration,
+    ) -> Result<Option<Duration>, redis::RedisError> {
+        let (spent, ms): (i64, i64) = TAKE
+            .key(key)
+            .arg(limit)
+            .arg(millis(window))
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        Ok((spent == 1).then(|| Duration::from_millis(ms.max(0) as u64)))
+    }
+
+    /// Gives a unit back to the budget at `key` (`GIVE_BACK`). A failure only leaves the
+    /// budget one unit stricter, so it is logged, not returned.
+    async fn give_back(&self, key: &str) {
+        let given: Result<i64, _> = GIVE_BACK
+            .key(key)
+            .invoke_async(&mut self.redis.clone())
+            .await;
+        if let Err(e) = given {
+            tracing::warn!(error = %e, "a login budget unit could not be given back");
+        }
     }
 
     /// Compares `code`, sent by `client` (a client key), with the phone's live codes, counting
@@ -238,6 +340,11 @@ impl CodeIssuer {
         code: &LoginCode,
         client: IpAddr,
     ) -> Result<CodeVerdict, redis::RedisError> {
+        let budget = self.keys.login_wrong_ip(&client.to_string());
+        let limit = self.policy.ip_wrong_daily_limit;
+        if let Some(retry_after) = self.take(&budget, limit, DAY).await? {
+            return Ok(CodeVerdict::AddressSpent { retry_after });
+        }
         let p = phone.as_str();
         let (status, left): (i64, i64) = CHECK
             .key(self.keys.login_code(p))
@@ -250,12 +357,16 @@ impl CodeIssuer {
             .arg(millis(DAY))
             .invoke_async(&mut self.redis.clone())
             .await?;
+        // Only a wrong code compared is a wrong try of this address.
+        if matches!(status, 0 | 1 | 5) {
+            self.give_back(&budget).await;
+        }
         Ok(match status {
             1 => CodeVerdict::Match,
             2 => CodeVerdict::Wrong {
                 tries_left: left.max(0) as u32,
             },
-            3 => CodeVerdict::Exhausted,
+            3 | 5 => CodeVerdict::Exhausted,
             4 => CodeVerdict::Void,
             _ => CodeVerdict::Missing,
         })

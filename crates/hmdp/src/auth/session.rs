@@ -1,4 +1,5 @@
-//! Sessions: `login:token:{token}` hashes with a sliding TTL (the original's Redis session).
+//! Sessions: `login:token:{token}` hashes with a sliding TTL (the original's Redis session), an
+//! absolute lifetime, and a list of each user's sessions so that all of them can be ended.
 //!
 //! Redis is the authority on a session. A request that carries a token reads the hash and
 //! slides its TTL in one round trip, as the original's `RefreshTokenInterceptor` does, unless
@@ -6,20 +7,84 @@
 //! then it trusts the copy in memory, so a session costs at most one Redis round trip per
 //! window per instance, and its TTL slides at most once per window (nothing next to a
 //! 30-minute TTL). A logout on any instance publishes the token and every instance forgets it
-//! at once ([`hmdp_cache::InvalidatedCache`]); only a session deleted in Redis by other means
-//! (by hand, or expired, which a session in use within the window cannot be) is still trusted
-//! for up to the window. Unknown tokens are never cached, so a session created on another
-//! instance works at once.
+//! at once ([`hmdp_cache::InvalidatedCache`]); a read of that session still under way then is
+//! not kept either (the logout leaves a tombstone that the read checks when it stores its copy).
+//! Only a session deleted in Redis by other means (by hand, or expired, which a session in use
+//! within the window cannot be) is still trusted for up to the window. Unknown tokens are never
+//! cached, so a session created on another instance works at once.
+//!
+//! Sliding alone would keep a session in use alive for ever. Each session records when it began
+//! (`created`, ms on Redis's clock; a session from before that field gets it on its first read)
+//! and ends `HMDP_SESSION_MAX_AGE_SECS` later however it is used: its TTL never slides past that
+//! instant, so Redis expires it then, and an instance that trusts it from memory does so for one
+//! cache window longer at most.
+//!
+//! `login:sessions:{userId}` lists a user's sessions (token → the instant it ends at the
+//! latest) for `POST /user/logout/all`, which ends each as a logout does. A session is listed
+//! before its hash is written, so every session that exists is listed; ended ones leave the list
+//! once their latest end has passed (at the user's next login), and the list expires with its
+//! newest session. A login that completes while all sessions are being ended may survive that.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, LazyLock},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
 
 use hmdp_cache::{InvalidatedCache, L1Options};
-use redis::AsyncCommands;
+use redis::{AsyncCommands, Script};
 
 use crate::{
     domain::{SessionToken, UserDto, UserId},
     kv::{Keys, RedisConn},
 };
+
+/// Writes a new session with its start on Redis's clock.
+///
+/// KEYS: the session. ARGV: TTL ms, maximum age ms, then the hash's fields and values.
+static CREATE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', KEYS[1], 'created', now, unpack(ARGV, 3))
+redis.call('PEXPIRE', KEYS[1], math.min(tonumber(ARGV[1]), tonumber(ARGV[2])))
+return 0
+",
+    )
+});
+
+/// Reads a session and slides its TTL, never past its maximum age; a session older than that is
+/// deleted. A session without `created` (made before the field existed) starts its age now.
+///
+/// KEYS: the session. ARGV: TTL ms, maximum age ms. Returns `{adopted, fields}`: the hash's
+/// fields and values (none when there is no live session), and 1 when `created` was just set.
+static TOUCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local fields = redis.call('HGETALL', KEYS[1])
+if #fields == 0 then return {0, fields} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local created
+for i = 1, #fields, 2 do
+  if fields[i] == 'created' then created = tonumber(fields[i + 1]) end
+end
+local adopted = 0
+if not created then
+  created = now
+  redis.call('HSET', KEYS[1], 'created', now)
+  adopted = 1
+end
+local left = created + tonumber(ARGV[2]) - now
+if left <= 0 then
+  redis.call('DEL', KEYS[1])
+  return {0, {}}
+end
+redis.call('PEXPIRE', KEYS[1], math.min(tonumber(ARGV[1]), left))
+return {adopted, fields}
+",
+    )
+});
 
 /// The user behind a valid session token.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,16 +99,20 @@ pub struct SessionStore {
     redis: RedisConn,
     keys: Keys,
     ttl: Duration,
+    /// `HMDP_SESSION_MAX_AGE_SECS`: how long a session lives at most, however it is used.
+    max_age: Duration,
     /// Sessions read from Redis recently, by token (see the module docs); `None` = off.
     recent: Option<InvalidatedCache<Arc<SessionUser>>>,
 }
 
 impl SessionStore {
-    pub fn new(redis: RedisConn, keys: Keys, ttl: Duration) -> Self {
+    /// Sessions sliding by `ttl`, each ending `max_age` after its login at the latest.
+    pub fn new(redis: RedisConn, keys: Keys, ttl: Duration, max_age: Duration) -> Self {
         Self {
             redis,
             keys,
             ttl,
+            max_age,
             recent: None,
         }
     }
@@ -68,40 +137,75 @@ impl SessionStore {
     /// Stores a new session for `user` and returns its token.
     pub async fn create(&self, user: &UserDto) -> Result<SessionToken, redis::RedisError> {
         let token = SessionToken::generate();
-        let key = self.keys.login_token(token.as_str());
-        let _: () = redis::pipe()
-            .atomic()
-            .hset_multiple(
-                &key,
-                &[
-                    ("id", user.id.to_string()),
-                    ("nickName", user.nick_name.clone()),
-                    ("icon", user.icon.clone()),
-                ],
-            )
-            .pexpire(&key, self.ttl_ms())
-            .query_async(&mut self.redis.clone())
+        // Listed first: a session that exists is always on its user's list.
+        self.list(user.id, &token).await?;
+        let _: i64 = CREATE
+            .key(self.keys.login_token(token.as_str()))
+            .arg(millis(self.ttl))
+            .arg(millis(self.max_age))
+            .arg("id")
+            .arg(user.id.to_string())
+            .arg("nickName")
+            .arg(&user.nick_name)
+            .arg("icon")
+            .arg(&user.icon)
+            .invoke_async(&mut self.redis.clone())
             .await?;
         Ok(token)
     }
 
+    /// Puts `token` on `user`'s list of sessions, dropping those whose latest end has passed.
+    async fn list(&self, user: UserId, token: &SessionToken) -> Result<(), redis::RedisError> {
+        let key = self.keys.user_sessions(user.get());
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let _: () = redis::pipe()
+            .atomic()
+            .zrembyscore(&key, "-inf", millis(now))
+            .zadd(&key, token.as_str(), millis(now + self.max_age))
+            .pexpire(&key, millis(self.max_age) as i64)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok(())
+    }
+
     /// The session's user, refreshing its TTL in the same round trip; `None` if the session
-    /// does not exist (expired, logged out, never issued).
+    /// does not exist (expired, too old, logged out, never issued).
     pub async fn touch(
         &self,
         token: &SessionToken,
+    ) -> Result<Option<Arc<SessionUser>>, redis::RedisError> {
+        self.touch_then(token, std::future::ready(())).await
+    }
+
+    /// [`SessionStore::touch`], running `meanwhile` between reading Redis and keeping the copy
+    /// in memory: what a logout racing the read does (feature `test-util`).
+    #[cfg(feature = "test-util")]
+    pub async fn touch_racing(
+        &self,
+        token: &SessionToken,
+        meanwhile: impl Future<Output = ()>,
+    ) -> Result<Option<Arc<SessionUser>>, redis::RedisError> {
+        self.touch_then(token, meanwhile).await
+    }
+
+    async fn touch_then(
+        &self,
+        token: &SessionToken,
+        meanwhile: impl Future<Output = ()>,
     ) -> Result<Option<Arc<SessionUser>>, redis::RedisError> {
         if let Some(recent) = &self.recent
             && let Some(user) = recent.get(token.as_str()).await
         {
             return Ok(Some(user));
         }
-        let key = self.keys.login_token(token.as_str());
-        // PEXPIRE on a missing key is a no-op, so reading and refreshing can share one round trip.
-        let (fields, _): (Vec<(String, String)>, i64) = redis::pipe()
-            .hgetall(&key)
-            .pexpire(&key, self.ttl_ms())
-            .query_async(&mut self.redis.clone())
+        let read_at = Instant::now();
+        let (adopted, fields): (i64, Vec<(String, String)>) = TOUCH
+            .key(self.keys.login_token(token.as_str()))
+            .arg(millis(self.ttl))
+            .arg(millis(self.max_age))
+            .invoke_async(&mut self.redis.clone())
             .await?;
         let mut id = None;
         let mut nick_name = String::new();
@@ -124,33 +228,66 @@ impl SessionStore {
                 },
             })
         });
+        if let (1, Some(user)) = (adopted, &user)
+            && let Err(e) = self.list(user.user.id, token).await
+        {
+            // Only `POST /user/logout/all` misses it; it still ends at its maximum age.
+            tracing::warn!(error = %e, "an older session could not be listed for its user");
+        }
+        meanwhile.await;
         if let (Some(recent), Some(user)) = (&self.recent, &user) {
-            recent.insert(token.as_str(), user.clone()).await;
+            recent
+                .insert_read_at(token.as_str(), user.clone(), read_at)
+                .await;
         }
         Ok(user)
     }
 
     /// Ends a session.
-    pub async fn delete(&self, token: &SessionToken) -> Result<(), redis::RedisError> {
+    pub async fn delete(&self, session: &SessionUser) -> Result<(), redis::RedisError> {
+        self.end(session.token.as_str()).await?;
         let _: i64 = self
             .redis
             .clone()
-            .del(self.keys.login_token(token.as_str()))
+            .zrem(
+                self.keys.user_sessions(session.user.id.get()),
+                session.token.as_str(),
+            )
             .await?;
+        Ok(())
+    }
+
+    /// Ends every session of `user`; how many there were.
+    pub async fn delete_all(&self, user: UserId) -> Result<u64, redis::RedisError> {
+        let key = self.keys.user_sessions(user.get());
+        let tokens: Vec<String> = self.redis.clone().zrange(&key, 0, -1).await?;
+        let mut ended = 0;
+        for token in &tokens {
+            ended += self.end(token).await?;
+        }
+        if !tokens.is_empty() {
+            let _: i64 = self.redis.clone().zrem(&key, &tokens).await?;
+        }
+        Ok(ended)
+    }
+
+    /// Deletes the session of `token` and tells every instance to forget it; 1 if it existed.
+    async fn end(&self, token: &str) -> Result<u64, redis::RedisError> {
+        let deleted: u64 = self.redis.clone().del(self.keys.login_token(token)).await?;
         // After the DEL, not before: a request of this session could otherwise read it back in
         // while the DEL is on its way.
         if let Some(recent) = &self.recent
             && let Err(e) = recent
-                .invalidate_everywhere(&mut self.redis.clone(), token.as_str())
+                .invalidate_everywhere(&mut self.redis.clone(), token)
                 .await
         {
             // Gone here and in Redis; other instances forget it within their window.
             tracing::warn!(error = %e, "logout not published to the other instances");
         }
-        Ok(())
+        Ok(deleted)
     }
+}
 
-    fn ttl_ms(&self) -> i64 {
-        self.ttl.as_millis().min(i64::MAX as u128) as i64
-    }
+fn millis(d: Duration) -> u64 {
+    d.as_millis().min(u64::MAX as u128) as u64
 }

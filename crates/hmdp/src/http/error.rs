@@ -202,6 +202,11 @@ error_codes! {
     UploadQuota => ("upload_quota", TOO_MANY_REQUESTS),
     /// The upload folder's free space is below `HMDP_UPLOAD_MIN_FREE_BYTES`: uploads wait.
     DiskFull => ("disk_full", INSUFFICIENT_STORAGE),
+    /// This client address used its wrong login-code tries of the day across all phones
+    /// (`HMDP_CODE_IP_WRONG_DAILY_LIMIT`).
+    TooManyWrongCodes => ("too_many_wrong_codes", TOO_MANY_REQUESTS),
+    /// The service sent its login codes for this hour (`HMDP_SMS_HOURLY_LIMIT`).
+    SmsBudgetSpent => ("sms_budget_spent", SERVICE_UNAVAILABLE),
     /// Redis or the database cannot be reached right now; retry later.
     Unavailable => ("unavailable", SERVICE_UNAVAILABLE),
     /// The order was accepted (`data` names it) but the Redis replicas did not confirm it in
@@ -245,10 +250,13 @@ impl ApiError {
     }
 
     pub fn rate_limited(message: impl Into<Cow<'static, str>>, retry_after: Duration) -> Self {
-        Self {
-            retry_after: Some(retry_after),
-            ..Self::new(ErrorCode::RateLimited, message)
-        }
+        Self::new(ErrorCode::RateLimited, message).with_retry_after(retry_after)
+    }
+
+    /// Adds a `Retry-After` header (whole seconds, rounded up, at least 1).
+    pub fn with_retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self
     }
 
     /// 500; the cause is logged, the client sees only "服务器异常".

@@ -38,6 +38,7 @@ pub fn router(config: &Config) -> OpenApiRouter<AppState> {
         }))
         .routes(routes!(login))
         .routes(routes!(logout))
+        .routes(routes!(logout_all))
         .routes(routes!(me))
         .routes(routes!(info))
         .routes(routes!(user_by_id))
@@ -56,8 +57,9 @@ struct CodeParams {
 /// Send a 6-digit login code (by SMS gateway, or logged as the original does: `HMDP_SMS`).
 ///
 /// Each phone has a cooldown and a daily cap, each phone and client address a daily cap, each
-/// client address a quota of code requests (`HMDP_CODE_IP_PER_MIN`). Earlier codes stay valid.
-/// When the code cannot be sent the answer is 503 and the phone's cooldown is lifted.
+/// client address a quota of code requests (`HMDP_CODE_IP_PER_MIN`), and the service an hourly
+/// budget (`HMDP_SMS_HOURLY_LIMIT`, 503 `sms_budget_spent`). Earlier codes stay valid. When the
+/// code cannot be sent the answer is 503 and the phone's cooldown is lifted.
 // The IP quota is the route layer in `router` (`limits::limit_codes`).
 #[utoipa::path(post, path = "/user/code", tag = TAG, params(CodeParams))]
 async fn send_code(
@@ -91,6 +93,14 @@ async fn send_code(
             ),
             retry_after,
         ),
+        CodeError::SmsBudgetSpent { retry_after } => ApiError::new(
+            ErrorCode::SmsBudgetSpent,
+            format!(
+                "短信发送量已达上限，请稍后再试 (the service's login codes for this hour are sent: retry in {} s)",
+                ceil_secs(retry_after)
+            ),
+        )
+        .with_retry_after(retry_after),
         CodeError::Redis(e) => e.into(),
     })?;
     if let Err(e) = state.sms.send_code(phone.as_str(), code.as_str()).await {
@@ -119,7 +129,9 @@ struct LoginForm {
 /// Log in with phone and code; data is the session token.
 ///
 /// Any live code of the phone will do, and the login uses them all up. Send the token in the
-/// `authorization` header of later requests.
+/// `authorization` header of later requests. A client address that made
+/// `HMDP_CODE_IP_WRONG_DAILY_LIMIT` wrong tries today, on any phones, is refused with 429
+/// `too_many_wrong_codes`.
 #[utoipa::path(post, path = "/user/login", tag = TAG, request_body = LoginForm,
     responses((status = OK, body = String)))]
 async fn login(
@@ -168,6 +180,16 @@ async fn login(
                 "验证码已失效，请重新获取 (no valid code for this phone: request one)",
             ));
         }
+        CodeVerdict::AddressSpent { retry_after } => {
+            return Err(ApiError::new(
+                ErrorCode::TooManyWrongCodes,
+                format!(
+                    "验证码错误次数过多，请稍后再试 (too many wrong codes from this address: retry in {} s)",
+                    ceil_secs(retry_after)
+                ),
+            )
+            .with_retry_after(retry_after));
+        }
     }
     // The database work comes before the code is used up, so a database failure here leaves
     // the code valid for a retry instead of burning it.
@@ -190,8 +212,22 @@ async fn logout(
     axum::extract::State(state): axum::extract::State<AppState>,
     CurrentUser(session): CurrentUser,
 ) -> ApiResult<()> {
-    state.sessions.delete(&session.token).await?;
+    state.sessions.delete(&session).await?;
     ok_empty()
+}
+
+/// End every session of the logged-in user, this one included; data is how many ended.
+///
+/// Every instance forgets them at once, as after a logout.
+#[utoipa::path(post, path = "/user/logout/all", tag = TAG, security(("session" = [])),
+    responses((status = OK, body = u64)))]
+async fn logout_all(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    CurrentUser(session): CurrentUser,
+) -> ApiResult<u64> {
+    let ended = state.sessions.delete_all(session.user.id).await?;
+    tracing::info!(user_id = %session.user.id, ended, "all sessions of a user ended");
+    ok(ended)
 }
 
 /// The logged-in user.

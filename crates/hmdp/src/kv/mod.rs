@@ -164,9 +164,26 @@ impl Keys {
         slot_mate(&self.login_code(phone), "daily:ip")
     }
 
+    /// `login:wrong:{address}`: wrong code tries from one client address (see
+    /// [`crate::http::ClientIp::key`]) against all phones in the current 24-hour window.
+    pub fn login_wrong_ip(&self, address: &str) -> String {
+        format!("{}login:wrong:{address}", self.prefix)
+    }
+
+    /// `login:sms:hour`: login codes sent by the whole service in the current hour.
+    pub fn sms_hourly(&self) -> String {
+        format!("{}login:sms:hour", self.prefix)
+    }
+
     /// `login:token:{token}`: the session hash (id, nickName, icon) (the original's key).
     pub fn login_token(&self, token: &str) -> String {
         format!("{}login:token:{token}", self.prefix)
+    }
+
+    /// `login:sessions:{userId}`: a user's sessions, token → the instant (ms) it ends at the
+    /// latest (ZSET), for ending them all.
+    pub fn user_sessions(&self, user_id: i64) -> String {
+        format!("{}login:sessions:{user_id}", self.prefix)
     }
 
     // ---- notes, likes, follows, feed (`social`) ----

@@ -197,6 +197,84 @@ async fn one_address_cannot_flood_sms_to_many_phones() {
     assert!(r.success(), "{r:?}");
 }
 
+/// One address guessing codes on many phones (five wrong tries per phone and code) runs out of
+/// its wrong tries of the day across all phones long before 30 × 5 guesses, and is then refused
+/// even with a right code; another address, and the phones' owners, are not affected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_cannot_guess_codes_across_many_phones() {
+    let budget = hmdp::Config::default().code.ip_wrong_daily_limit;
+    assert_eq!(budget, 30);
+    let app = spawn_app(Backend::Sqlite).await;
+    let phones: Vec<String> = (0..30).map(|i| format!("1371234{i:04}")).collect();
+    let mut codes = Vec::new();
+    for phone in &phones {
+        assert!(app.send_code(phone).await.success());
+        codes.push(app.sms.last_code_for(phone).unwrap());
+    }
+    let wrong_for = |code: &str| if code == "000000" { "111111" } else { "000000" };
+    let attacker = client_from([127, 0, 0, 2]);
+    let (mut wrong_tries, mut refusal) = (0, None);
+    'guessing: for (phone, code) in phones.iter().zip(&codes) {
+        for _ in 0..5 {
+            let r = app.login_via(&attacker, phone, wrong_for(code)).await;
+            if r.status == 429 {
+                refusal = Some(r);
+                break 'guessing;
+            }
+            assert!(matches!(r.code(), "wrong_code" | "code_void"), "{r:?}");
+            wrong_tries += 1;
+        }
+    }
+    let r = refusal.expect("refused before 30 phones × 5 tries");
+    assert_eq!(wrong_tries, budget);
+    assert_eq!(r.code(), "too_many_wrong_codes", "{r:?}");
+    let after: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=24 * 3600).contains(&after), "{r:?}");
+    // A right code is refused too: it is known to be right only by comparing it.
+    let (phone, code) = (&phones[29], &codes[29]);
+    let r = app.login_via(&attacker, phone, code).await;
+    assert_eq!((r.status, r.code()), (429, "too_many_wrong_codes"), "{r:?}");
+
+    // Another address has its own tries, and the owner logs in.
+    let r = app
+        .login_via(&client_from([127, 0, 0, 3]), phone, wrong_for(code))
+        .await;
+    assert_eq!(r.code(), "wrong_code", "{r:?}");
+    assert!(r.msg().contains("4 tries left"), "{r:?}");
+    let r = app.login_with(phone, code).await;
+    assert!(r.success(), "the owner logs in: {r:?}");
+}
+
+/// `HMDP_SMS_HOURLY_LIMIT`: once the service has sent that many codes in the hour, to any phones
+/// from any addresses, new codes are refused with 503 `sms_budget_spent`; a request refused for
+/// another reason does not use the budget up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hourly_sms_budget_refuses_new_codes_once_spent() {
+    assert_eq!(hmdp::Config::default().sms.hourly_limit, 1_000);
+    let app = spawn_app_with(Backend::Sqlite, |c| c.sms.hourly_limit = 3).await;
+    assert!(app.send_code("13812340001").await.success());
+    let r = app.send_code("13812340001").await;
+    assert_eq!(
+        (r.status, r.code()),
+        (429, "rate_limited"),
+        "cooldown: {r:?}"
+    );
+    for (i, phone) in [(2, "13812340002"), (3, "13812340003")] {
+        let r = app.send_code_via(&client_from([127, 0, 0, i]), phone).await;
+        assert!(r.success(), "{r:?}");
+    }
+    let r = app
+        .send_code_via(&client_from([127, 0, 0, 4]), "13812340004")
+        .await;
+    assert_eq!((r.status, r.code()), (503, "sms_budget_spent"), "{r:?}");
+    let after: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=3600).contains(&after), "{r:?}");
+    assert_eq!(app.sms.count(), 3, "the refused request sent nothing");
+    // The codes that went out still log in.
+    let code = app.sms.last_code_for("13812340002").unwrap();
+    assert!(app.login_with("13812340002", &code).await.success());
+}
+
 /// A client that opens a connection and dribbles a request head (slowloris), or leaves a
 /// keep-alive connection idle, is disconnected after `HMDP_IDLE_TIMEOUT_SECS`; the server keeps
 /// answering everyone else meanwhile.

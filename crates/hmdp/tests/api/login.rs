@@ -530,3 +530,121 @@ async fn a_session_cache_trusts_a_session_for_its_window_only() {
         .unwrap();
     assert!(app.get("/api/user/me", Some(&token)).await.success());
 }
+
+/// A read of a session that was under way when its logout landed does not put the session back
+/// into the in-memory cache: the logout's tombstone is checked when the read stores its copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_racing_a_logout_does_not_bring_the_session_back() {
+    let app = spawn_app(Backend::Sqlite).await;
+    assert!(!app.state.config.session_cache.is_zero(), "the cache is on");
+    let token = app.login("13612340010").await;
+    let parsed = hmdp::domain::SessionToken::parse(&token).unwrap();
+    let read = app
+        .state
+        .sessions
+        .touch_racing(&parsed, async {
+            let r = app.post("/api/user/logout", Some(&token)).await;
+            assert!(r.success(), "{r:?}");
+        })
+        .await
+        .unwrap();
+    assert!(read.is_some(), "the read saw the session before the logout");
+    let r = app.get("/api/user/me", Some(&token)).await;
+    assert_eq!(r.status, 401, "the logged-out session came back: {r:?}");
+}
+
+/// `HMDP_SESSION_MAX_AGE_SECS`: a session in constant use still ends that long after its login;
+/// its TTL never slides past that instant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_in_use_ends_at_its_maximum_age() {
+    assert_eq!(
+        hmdp::Config::default().session_max_age,
+        std::time::Duration::from_secs(30 * 24 * 3600)
+    );
+    let max_age = std::time::Duration::from_secs(3);
+    let app = spawn_app_with(Backend::Sqlite, |c| {
+        c.session_max_age = max_age;
+        c.session_cache = std::time::Duration::ZERO;
+    })
+    .await;
+    let token = app.login("13612340011").await;
+    let logged_in = std::time::Instant::now();
+    let key = format!("{}login:token:{token}", app.prefix);
+    let ttl = app.pttl(&key).await;
+    assert!(
+        ttl > 0 && ttl <= 3_000,
+        "the TTL stops at the maximum age: {ttl}"
+    );
+    // Used all along, as a busy client would.
+    wait_until(
+        std::time::Duration::from_secs(10),
+        "the session ending",
+        async || app.get("/api/user/me", Some(&token)).await.status == 401,
+    )
+    .await;
+    let lived = logged_in.elapsed();
+    assert!(
+        lived >= max_age - std::time::Duration::from_millis(200),
+        "{lived:?}"
+    );
+}
+
+/// `POST /user/logout/all` ends every session of the user, on every instance at once, one made
+/// before sessions were listed included, and no one else's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logout_all_ends_every_session_of_the_user_everywhere() {
+    let a = spawn_app_with(Backend::Sqlite, |c| {
+        c.code.min_interval = std::time::Duration::ZERO
+    })
+    .await;
+    let b = spawn_app_with(Backend::Sqlite, |c| {
+        c.redis_prefix = a.prefix.clone();
+        c.database_url = a.state.config.database_url.clone();
+        c.code.min_interval = std::time::Duration::ZERO;
+    })
+    .await;
+    let phone = "13612340012";
+    let (t1, t2) = (a.login(phone).await, b.login(phone).await);
+    let me = a.get("/api/user/me", Some(&t1)).await.body["data"].clone();
+    // A session written before sessions were listed: the original's hash alone.
+    let older = "0123456789abcdef0123456789abcdef".to_owned();
+    let key = format!("{}login:token:{older}", a.prefix);
+    let fields = [
+        ("id", me["id"].to_string()),
+        ("nickName", me["nickName"].as_str().unwrap().to_owned()),
+        ("icon", String::new()),
+    ];
+    let mut redis = a.redis().await;
+    let _: () = redis::AsyncCommands::hset_multiple(&mut redis, &key, &fields)
+        .await
+        .unwrap();
+    let _: () = redis::AsyncCommands::pexpire(&mut redis, &key, 600_000)
+        .await
+        .unwrap();
+    let someone_else = a.login("13612340013").await;
+    let mine = [&t1, &t2, &older];
+    for token in mine.into_iter().chain([&someone_else]) {
+        for app in [&a, &b] {
+            let r = app.get("/api/user/me", Some(token)).await;
+            assert!(r.success(), "{r:?}");
+        }
+    }
+
+    let r = b.post("/api/user/logout/all", Some(&t2)).await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!(r.body["data"], 3, "{r:?}");
+    for token in mine {
+        for app in [&a, &b] {
+            wait_until(
+                std::time::Duration::from_secs(2),
+                "every instance refusing the user's sessions",
+                async || app.get("/api/user/me", Some(token)).await.status == 401,
+            )
+            .await;
+        }
+    }
+    for app in [&a, &b] {
+        let r = app.get("/api/user/me", Some(&someone_else)).await;
+        assert!(r.success(), "another user's session lives on: {r:?}");
+    }
+}

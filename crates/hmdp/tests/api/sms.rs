@@ -172,6 +172,12 @@ async fn a_gateway_that_is_down_answers_503_and_lifts_the_cooldown() {
             "{r:?}"
         );
     }
+    // Neither code went out, so neither used the hourly SMS budget.
+    let key = format!("{}login:sms:hour", app.prefix);
+    let used: Option<i64> = redis::AsyncCommands::get(&mut app.redis().await, &key)
+        .await
+        .unwrap();
+    assert_eq!(used.unwrap_or(0), 0);
 }
 
 /// Codes in the log on an address others reach, by default, would let whoever reads the log log
