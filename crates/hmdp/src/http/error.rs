@@ -278,12 +278,6 @@ impl ApiError {
         }
     }
 
-    /// Adds a `Retry-After` header: when asking again can succeed.
-    pub fn with_retry_after(mut self, after: Duration) -> Self {
-        self.retry_after = Some(after);
-        self
-    }
-
     pub fn code(&self) -> ErrorCode {
         self.code
     }
