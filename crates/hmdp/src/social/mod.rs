@@ -58,6 +58,9 @@ pub enum SocialError {
     /// A user cannot follow themselves.
     #[error("不能关注自己 (you cannot follow yourself)")]
     FollowSelf,
+    /// The user already follows as many users as `HMDP_FOLLOW_MAX` allows.
+    #[error("关注人数已达上限 (at most {0} follows)")]
+    FollowLimit(u64),
 }
 
 /// How many commands go to Redis in one pipeline (single node), or at once (cluster).

@@ -20,6 +20,9 @@ both_backends!(
     racing_like_toggles_keep_the_count_equal_to_the_set,
     follows_are_idempotent_and_refuse_self_and_unknown_users,
     racing_follow_toggles_keep_the_set_equal_to_the_rows,
+    follows_per_user_are_capped,
+    common_follows_show_the_first_hundred_by_id,
+    users_are_read_in_bounded_lists_in_the_order_asked,
     the_feed_scrolls_two_at_a_time_without_skipping_ties,
     big_authors_are_pulled_into_the_feed_at_read_time,
 );
@@ -116,6 +119,12 @@ async fn follow_set(app: &TestApp, user: i64) -> Vec<i64> {
         .filter(|m| *m != "0")
         .map(|m| m.parse().unwrap())
         .collect();
+    ids.sort_unstable();
+    ids
+}
+
+fn sorted(ids: &[i64]) -> Vec<i64> {
+    let mut ids = ids.to_vec();
     ids.sort_unstable();
     ids
 }
@@ -680,6 +689,106 @@ async fn racing_follow_toggles_keep_the_set_equal_to_the_rows(backend: Backend) 
         let distinct: HashSet<i64> = rows.iter().copied().collect();
         assert_eq!(distinct.len(), rows.len(), "one row per pair");
     }
+}
+
+/// `HMDP_FOLLOW_MAX` refuses a new follow beyond it; following again and unfollowing still work.
+async fn follows_per_user_are_capped(backend: Backend) {
+    let app = Arc::new(spawn_app_with(backend, |c| c.social.follow_max = 2).await);
+    let tokens = login_many(&app, 4).await;
+    let mut ids = Vec::new();
+    for t in &tokens {
+        ids.push(me(&app, t).await);
+    }
+    let user = &tokens[0];
+    for target in [ids[1], ids[2]] {
+        let r = put(&app, &format!("/api/follow/{target}/true"), Some(user)).await;
+        assert!(r.success(), "{r:?}");
+    }
+    let over = put(&app, &format!("/api/follow/{}/true", ids[3]), Some(user)).await;
+    assert_eq!(over.status, 200, "a business refusal: {over:?}");
+    assert_eq!(over.code(), "follow_limit", "{over:?}");
+    assert!(!over.success());
+    assert_eq!(follow_rows(&app, ids[0]).await, sorted(&[ids[1], ids[2]]));
+    let again = put(&app, &format!("/api/follow/{}/true", ids[1]), Some(user)).await;
+    assert!(
+        again.success(),
+        "following again is no new follow: {again:?}"
+    );
+
+    assert!(
+        put(&app, &format!("/api/follow/{}/false", ids[2]), Some(user))
+            .await
+            .success()
+    );
+    let now = put(&app, &format!("/api/follow/{}/true", ids[3]), Some(user)).await;
+    assert!(now.success(), "room again after an unfollow: {now:?}");
+    assert_eq!(follow_rows(&app, ids[0]).await, sorted(&[ids[1], ids[3]]));
+    let r = app
+        .get(&format!("/api/follow/common/{}", ids[1]), Some(user))
+        .await;
+    assert!(r.success());
+    assert_eq!(follow_set(&app, ids[0]).await, sorted(&[ids[1], ids[3]]));
+}
+
+/// Inserts `n` users straight into the table; their ids, ascending.
+async fn insert_users(app: &TestApp, n: i64) -> Vec<i64> {
+    for i in 0..n {
+        exec(
+            app,
+            "INSERT INTO tb_user (phone, nick_name) VALUES (?, 'bulk')",
+            &[13_700_000_000 + i],
+        )
+        .await;
+    }
+    column(
+        app,
+        "SELECT CAST(id AS SIGNED) FROM tb_user WHERE nick_name = 'bulk' ORDER BY id",
+        &[],
+    )
+    .await
+}
+
+/// Two users who both follow 150 others see the first 100 of them by id, whether Redis or the
+/// table answers.
+async fn common_follows_show_the_first_hundred_by_id(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let a = app.login("13812345678").await;
+    let b = app.login("13812345679").await;
+    let (a_id, b_id) = (me(&app, &a).await, me(&app, &b).await);
+    let others = insert_users(&app, 150).await;
+    assert_eq!(others.len(), 150);
+    for id in &others {
+        for follower in [a_id, b_id] {
+            exec(
+                &app,
+                "INSERT INTO tb_follow (user_id, follow_user_id) VALUES (?, ?)",
+                &[follower, *id],
+            )
+            .await;
+        }
+    }
+    let r = app
+        .get(&format!("/api/follow/common/{b_id}"), Some(&a))
+        .await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!(ids_of(&r.body["data"]), others[..100].to_vec());
+}
+
+/// More ids than one statement may bind (SQLite: 32,766; MySQL: 65,535) are read in bounded
+/// lists, and the users come back in the order asked, unknown ids left out.
+async fn users_are_read_in_bounded_lists_in_the_order_asked(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let known = insert_users(&app, 3).await;
+    let mut ids: Vec<i64> = (1_000_000..1_070_000).collect();
+    ids.insert(0, known[1]);
+    ids.insert(40_000, known[2]);
+    ids.push(known[0]);
+    ids.push(known[1]);
+    let users = hmdp::storage::follows::users_by_ids(&app.state.db, &ids)
+        .await
+        .unwrap();
+    let got: Vec<i64> = users.iter().map(|u| u.id.get()).collect();
+    assert_eq!(got, vec![known[1], known[2], known[0]]);
 }
 
 // ---- feed ----
