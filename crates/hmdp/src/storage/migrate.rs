@@ -392,6 +392,25 @@ const MIGRATIONS: &[Migration] = &[
             columns: "voucher_id",
         }],
     },
+    Migration {
+        version: 7,
+        name: "likers kept in the database",
+        // `blog:liked:{id}` was the only record of who likes a note: a Redis that lost it reset
+        // every count. This table is what a lost set is rebuilt from (`social::likes`).
+        steps: &[Step::Sql {
+            sqlite: "CREATE TABLE IF NOT EXISTS hmdp_blog_like (
+                blog_id INTEGER NOT NULL,
+                user_id INTEGER NOT NULL,
+                liked_at INTEGER NOT NULL,
+                PRIMARY KEY (blog_id, user_id))",
+            mysql: "CREATE TABLE IF NOT EXISTS hmdp_blog_like (
+                blog_id BIGINT UNSIGNED NOT NULL,
+                user_id BIGINT UNSIGNED NOT NULL,
+                liked_at BIGINT NOT NULL,
+                PRIMARY KEY (blog_id, user_id)
+            ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+        }],
+    },
 ];
 
 /// Brings the schema up to date. Safe to run any number of times, on an empty database or on

@@ -133,7 +133,7 @@ async fn migrations_adopt(dump: &SchemaDump) {
 
     let blogs = count(&db, "SELECT COUNT(*) FROM tb_blog").await;
     let first = hmdp::storage::migrate(&pool).await.unwrap();
-    assert_eq!(first.applied, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(first.applied, vec![1, 2, 3, 4, 5, 6, 7]);
     assert!(!first.seeded_demo, "an existing catalogue is never seeded");
     assert!(!first.seeded_demo_people, "nor are demo people added");
     assert_eq!(count(&db, "SELECT COUNT(*) FROM tb_blog").await, blogs);
@@ -169,7 +169,7 @@ async fn migrations_are_idempotent_on_sqlite_too() {
     let url = format!("sqlite://{}/x.db", dir.path().display());
     let db = hmdp::storage::Db::connect(&url, 1).await.unwrap();
     let first = hmdp::storage::migrate(&db).await.unwrap();
-    assert_eq!(first.applied, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(first.applied, vec![1, 2, 3, 4, 5, 6, 7]);
     assert!(first.seeded_demo);
     assert!(first.seeded_demo_people);
     assert!(
@@ -187,7 +187,7 @@ async fn migrations_are_idempotent_on_sqlite_too() {
             .unwrap();
     }
     let again = hmdp::storage::migrate(&db).await.unwrap();
-    assert_eq!(again.applied, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(again.applied, vec![1, 2, 3, 4, 5, 6, 7]);
     assert!(!again.seeded_demo, "the catalogue is not seeded twice");
     assert!(!again.seeded_demo_people, "nor the people");
     if let hmdp::storage::Db::Sqlite(pool) = &db {
