@@ -500,6 +500,9 @@ settings! {
         HMDP_FEED_PUSH_MAX_FOLLOWERS feed_push_max_followers: u64 = 5_000;
         /// notes kept in each follower's inbox (`feed:{userId}`), the oldest trimmed first
         HMDP_FEED_INBOX_MAX feed_inbox_max: u64 = 1_000, check at_least(1);
+        /// the most users one user may follow; a follow beyond it is refused with `follow_limit`
+        /// (it bounds the follow sets, their rebuilds and the common-follows intersection)
+        HMDP_FOLLOW_MAX follow_max: u64 = 5_000, check at_least(1);
         /// the time zone of "today" for sign-in days and daily visitor counts (an IANA name)
         HMDP_TIME_ZONE time_zone: TimeZone = TimeZone(chrono_tz::Asia::Shanghai);
         /// shop visits are buffered in memory and sent to Redis at least this often (at most 1 s)

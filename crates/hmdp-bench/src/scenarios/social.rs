@@ -322,10 +322,17 @@ async fn likes_match(s: &BenchServer, notes: &[i64]) -> anyhow::Result<Check> {
     let mut bad = Vec::new();
     let mut total = 0;
     for id in notes {
-        let card: i64 = redis::cmd("ZCARD")
-            .arg(format!("{}blog:liked:{id}", s.prefix))
+        let key = format!("{}blog:liked:{id}", s.prefix);
+        let (all, marker): (i64, Option<f64>) = redis::pipe()
+            .cmd("ZCARD")
+            .arg(&key)
+            .cmd("ZSCORE")
+            .arg(&key)
+            .arg(hmdp::social::likes::LOADED)
             .query_async(&mut redis)
             .await?;
+        // The set's loaded marker is no liker.
+        let card = all - i64::from(marker.is_some());
         let liked: i64 = hmdp::on_pool!(&s.state.db, pool => {
             sqlx::query_scalar("SELECT CAST(liked AS SIGNED) FROM tb_blog WHERE id = ?")
                 .bind(id)

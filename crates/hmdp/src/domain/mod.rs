@@ -4,12 +4,14 @@
 //! [`SessionToken`] only if it has the token shape, so the rest of the code never re-checks.
 
 mod code;
+mod html;
 mod ids;
 mod phone;
 mod token;
 mod user;
 
 pub use code::{LoginCode, LoginCodeError};
+pub use html::SafeHtml;
 pub use ids::{BlogId, IdError, OrderId, ShopId, UserId, VoucherId};
 pub use phone::{Phone, PhoneError, mask_phones};
 pub use token::SessionToken;

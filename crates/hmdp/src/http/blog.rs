@@ -51,6 +51,11 @@ impl From<SocialError> for ApiError {
                 ErrorCode::FollowSelf,
                 "不能关注自己 (you cannot follow yourself)",
             ),
+            SocialError::LikesNotLoaded => ApiError::unavailable("redis", e),
+            SocialError::FollowLimit(max) => ApiError::new(
+                ErrorCode::FollowLimit,
+                format!("关注人数已达上限 (you follow {max} users, the most allowed)"),
+            ),
         }
     }
 }

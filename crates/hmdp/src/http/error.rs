@@ -170,6 +170,8 @@ error_codes! {
     UserNotFound => ("user_not_found", OK),
     /// Following oneself.
     FollowSelf => ("follow_self", OK),
+    /// Following more users than `HMDP_FOLLOW_MAX` allows.
+    FollowLimit => ("follow_limit", OK),
     /// An upload that is not an image (judged by its content).
     NotAnImage => ("not_an_image", OK),
     /// A photo name that is not one this service hands out ("错误的文件名称").

@@ -44,7 +44,8 @@ impl<'de> Deserialize<'de> for Flag {
 
 /// Follow (`true`) or unfollow (`false`) a user; data is whether you now follow them.
 ///
-/// Idempotent. Refused for yourself (`follow_self`) and unknown users (`user_not_found`).
+/// Idempotent. Refused for yourself (`follow_self`), unknown users (`user_not_found`) and a new
+/// follow beyond `HMDP_FOLLOW_MAX` (`follow_limit`).
 #[utoipa::path(put, path = "/follow/{id}/{isFollow}", tag = TAG, security(("session" = [])),
     params(
         ("id" = inline(UserId), Path, description = "the user to follow"),
@@ -71,7 +72,7 @@ async fn is_following(
     ok(state.social.is_following(session.user.id, id).await?)
 }
 
-/// The users both you and this user follow.
+/// The users both you and this user follow: the first 100, by id.
 #[utoipa::path(get, path = "/follow/common/{id}", tag = TAG, security(("session" = [])),
     params(("id" = inline(UserId), Path, description = "a positive id")),
     responses((status = OK, body = Vec<UserDto>)))]

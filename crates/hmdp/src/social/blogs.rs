@@ -1,19 +1,18 @@
 //! Notes: writing one (checked and sanitised) and the views the pages list.
 //!
 //! The original pages render `content` with `v-html`, so a note's HTML runs in every reader's
-//! browser. It is cleaned with `ammonia` on write (an allow-list: formatting, links and
-//! images stay; scripts, event handlers, `javascript:` URLs and styles go), and the length
+//! browser. It is cleaned on write ([`SafeHtml`]: formatting, links and images stay; scripts,
+//! event handlers, `javascript:` URLs and styles go; the notes of an adopted database are
+//! cleaned once, by a migration), and the length
 //! limits of the original columns (`varchar(255)` title, `varchar(2048)` content and images)
 //! are checked in characters after cleaning, so what is stored is exactly what was checked.
-
-use std::sync::LazyLock;
 
 use chrono::{NaiveDateTime, Timelike};
 use serde::{Deserialize, Serialize};
 
 use super::{Social, SocialError};
 use crate::{
-    domain::{BlogId, ShopId, UserId},
+    domain::{BlogId, SafeHtml, ShopId, UserId},
     storage::{
         blogs::{self, BlogRow, NewBlog},
         datetime_format,
@@ -109,10 +108,6 @@ impl Blog {
     }
 }
 
-/// The HTML cleaner: ammonia's defaults (a conservative allow-list of tags, attributes and
-/// URL schemes; links get `rel="noopener noreferrer"`).
-static CLEANER: LazyLock<ammonia::Builder<'static>> = LazyLock::new(ammonia::Builder::default);
-
 /// A note's fields, checked and cleaned.
 #[derive(Debug, PartialEq, Eq)]
 struct Checked {
@@ -150,7 +145,7 @@ fn check(input: &BlogInput) -> Result<Checked, SocialError> {
             "内容不能包含控制字符 (content must not contain control characters)",
         ));
     }
-    let content = CLEANER.clean(&input.content).to_string();
+    let content = SafeHtml::clean(&input.content).into_string();
     if content.trim().is_empty() {
         return Err(invalid("内容不能为空 (content must not be empty)"));
     }

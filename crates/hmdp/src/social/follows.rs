@@ -1,6 +1,10 @@
 //! Follows: `tb_follow` is the truth (one row per pair, a unique index); `follows:{userId}` is
 //! its copy in Redis for set operations (common follows, the feed's pulled authors).
 //!
+//! **Bounds.** One user follows at most `HMDP_FOLLOW_MAX` users (checked under the user's lock),
+//! so a set, its rebuild and an intersection stay small; common follows show the first
+//! [`COMMON_FOLLOWS_SHOWN`] by id, and their users are read in bounded `IN (…)` lists.
+//!
 //! **Lost sets.** An empty SET does not exist in Redis, so "follows nobody" and "the set was
 //! lost" (evicted, flushed, a fresh Redis) would look the same. Every set built here holds the
 //! marker member [`LOADED`] (`0`, never a user id); a set without it is rebuilt from the table
@@ -30,6 +34,9 @@ use crate::{
 /// The marker member of a `follows:{userId}` set built from `tb_follow`.
 pub const LOADED: &str = "0";
 
+/// How many users `/follow/common/{id}` shows at most: the first ones by id.
+pub const COMMON_FOLLOWS_SHOWN: usize = 100;
+
 impl Social {
     /// Makes `user` follow `target` (`follow`) or stop following; idempotent. Returns whether
     /// `user` now follows `target`.
@@ -47,7 +54,8 @@ impl Social {
         }
         let key = self.keys.follows(user.get());
         let mut conn = self.conn();
-        follows::set_locked(&self.db, user, target, follow, || async move {
+        let max = self.settings.follow_max;
+        let done = follows::set_locked(&self.db, user, target, follow, max, || async move {
             let _: i64 = APPLY_FOLLOW
                 .key(&key)
                 .arg(LOADED)
@@ -58,6 +66,9 @@ impl Social {
             Ok::<_, SocialError>(())
         })
         .await?;
+        if !done {
+            return Err(SocialError::FollowLimit(max));
+        }
         Ok(follow)
     }
 
@@ -66,7 +77,7 @@ impl Social {
         Ok(follows::is_following(&self.db, user, target).await?)
     }
 
-    /// The users both `user` and `other` follow, by id.
+    /// The first [`COMMON_FOLLOWS_SHOWN`] users both `user` and `other` follow, by id.
     pub async fn common_follows(
         &self,
         user: UserId,
@@ -91,6 +102,7 @@ impl Social {
             None => follows::common(&self.db, user, other).await?,
         };
         ids.sort_unstable();
+        ids.truncate(COMMON_FOLLOWS_SHOWN);
         Ok(follows::users_by_ids(&self.db, &ids).await?)
     }
 

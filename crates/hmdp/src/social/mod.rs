@@ -2,8 +2,9 @@
 //!
 //! - [`blogs`]: notes are sanitised on write (the pages render `content` as raw HTML) and shown
 //!   with their author and whether the viewer likes them.
-//! - [`likes`]: one Lua script decides a toggle, and `tb_blog.liked` follows the set's size
-//!   under the note's row lock, so racing clicks never double-count.
+//! - [`likes`]: `hmdp_blog_like` is the truth, `blog:liked:{id}` its copy with a marker
+//!   member (rebuilt when lost); one Lua script decides a toggle, and the row and
+//!   `tb_blog.liked` follow it under the note's row lock, so racing clicks never double-count.
 //! - [`follows`]: `tb_follow` is the truth; `follows:{userId}` is a copy that carries a marker
 //!   member, so a lost set is rebuilt instead of read as "follows nobody".
 //! - [`feed`]: push to followers' inboxes, or, past `HMDP_FEED_PUSH_MAX_FOLLOWERS`, pull from
@@ -58,6 +59,12 @@ pub enum SocialError {
     /// A user cannot follow themselves.
     #[error("不能关注自己 (you cannot follow yourself)")]
     FollowSelf,
+    /// The user already follows as many users as `HMDP_FOLLOW_MAX` allows.
+    #[error("关注人数已达上限 (at most {0} follows)")]
+    FollowLimit(u64),
+    /// A note's set of likers kept vanishing while it was rebuilt (Redis is losing data).
+    #[error("the likers of a note could not be loaded into redis")]
+    LikesNotLoaded,
 }
 
 /// How many commands go to Redis in one pipeline (single node), or at once (cluster).

@@ -6,21 +6,49 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Toggles one user's like of a note: the check and the change in one step, so two racing
-/// clicks of one user are one like and one unlike, never two likes.
+/// Toggles one user's like of a loaded note set: the check and the change in one step, so two
+/// racing clicks of one user are one like and one unlike, never two likes. A set without the
+/// marker member (lost, evicted, never built) is left alone for a rebuild.
 ///
-/// KEYS: `blog:liked:{id}`. ARGV: user id, now (ms, the like's score).
-/// Returns `{1, size}` when the user now likes the note, `{0, size}` when they no longer do;
-/// `size` is the set's size after the change.
+/// KEYS: `blog:liked:{id}`. ARGV: the marker, user id, now (ms, the like's score).
+/// Returns `{1, likers}` when the user now likes the note, `{0, likers}` when they no longer
+/// do (`likers`: the set's size after the change, without the marker), `{-1, 0}` when the set
+/// is not loaded.
 pub static TOGGLE_LIKE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  redis.call('ZREM', KEYS[1], ARGV[1])
-  return {0, redis.call('ZCARD', KEYS[1])}
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {-1, 0} end
+if redis.call('ZSCORE', KEYS[1], ARGV[2]) then
+  redis.call('ZREM', KEYS[1], ARGV[2])
+  return {0, redis.call('ZCARD', KEYS[1]) - 1}
 end
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-return {1, redis.call('ZCARD', KEYS[1])}
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
+return {1, redis.call('ZCARD', KEYS[1]) - 1}
+",
+    )
+});
+
+/// Loads a note's set that is not loaded: adds the given likes (read from the database) and
+/// the marker (score 0, before every like), keeping what the set already held. A loaded set is
+/// kept as it is (someone else rebuilt it first).
+///
+/// KEYS: `blog:liked:{id}`. ARGV: the marker, then pairs of (ms, user id).
+/// Returns nil if the set was loaded already, else what it held before, as a flat list of
+/// member and score (likes Redis knew of and the database did not).
+pub static REBUILD_LIKES: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return false end
+local before = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+redis.call('ZADD', KEYS[1], 0, ARGV[1])
+local n = #ARGV
+local i = 2
+while i <= n do
+  local j = math.min(i + 999, n)
+  redis.call('ZADD', KEYS[1], 'NX', unpack(ARGV, i, j))
+  i = j + 1
+end
+return before
 ",
     )
 });

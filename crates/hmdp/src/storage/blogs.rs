@@ -1,13 +1,12 @@
 //! Notes (`tb_blog`): reads and writes.
 //!
 //! A note row comes with its author's `nick_name` and `icon` (a `LEFT JOIN tb_user`), which is
-//! what every page that lists notes shows. `liked` is a copy of the size of the note's Redis
-//! set of likers (`blog:liked:{id}`), written under the row's lock by [`set_liked_locked`]
-//! (see `social::likes` for why).
+//! what every page that lists notes shows. `liked` is the number of the note's likers, written
+//! under the row's lock by `storage::likes` (see `social::likes` for why).
 
 use chrono::NaiveDateTime;
 
-use super::{BeginWrite, Db, Result, StorageError, impl_from_row, last_id};
+use super::{Db, Result, StorageError, impl_from_row, last_id};
 use crate::domain::{BlogId, ShopId, UserId};
 
 /// A `tb_blog` row with its author's name and icon.
@@ -143,47 +142,4 @@ pub async fn of_user(db: &Db, user: UserId, current: i64, size: i64) -> Result<V
             .fetch_all(pool)
             .await?
     }))
-}
-
-/// Runs `count` while holding the note's row lock, then stores what it returns as the note's
-/// `liked`. `None` when there is no such note (`count` is not run).
-///
-/// Every writer of `liked` goes through here, so the last one to take the lock also ran
-/// `count` last: the stored number is the set's size after every toggle that finished before
-/// it, whatever order the toggles and their database writes interleave in.
-///
-/// On SQLite the write transaction (`BEGIN IMMEDIATE`) is the lock; on MySQL
-/// `SELECT … FOR UPDATE` on the row.
-pub async fn set_liked_locked<T, E, F, Fut>(db: &Db, id: BlogId, count: F) -> Result<Option<T>, E>
-where
-    F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = Result<(T, i64), E>>,
-    E: From<StorageError>,
-{
-    crate::on_pool!(db, pool => {
-        let mut tx = pool.begin_write().await.map_err(StorageError::from)?;
-        let found: Option<i64> = sqlx::query_scalar(
-            if matches!(db, Db::MySql(_)) {
-                "SELECT 1 FROM tb_blog WHERE id = ? FOR UPDATE"
-            } else {
-                "SELECT 1 FROM tb_blog WHERE id = ?"
-            },
-        )
-        .bind(id.get())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(StorageError::from)?;
-        if found.is_none() {
-            return Ok(None);
-        }
-        let (out, liked) = count().await?;
-        sqlx::query("UPDATE tb_blog SET liked = ? WHERE id = ?")
-            .bind(liked.max(0))
-            .bind(id.get())
-            .execute(&mut *tx)
-            .await
-            .map_err(StorageError::from)?;
-        tx.commit().await.map_err(StorageError::from)?;
-        Ok(Some(out))
-    })
 }

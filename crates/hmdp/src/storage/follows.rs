@@ -7,6 +7,8 @@
 //! Redis in the same order, and a rebuild never interleaves with a change: the set cannot
 //! drift from the table (`social::follows` explains the set's "loaded" marker).
 
+use std::collections::HashMap;
+
 use super::{BeginWrite, Db, Result, StorageError, impl_from_row};
 use crate::domain::{UserDto, UserId};
 
@@ -38,15 +40,17 @@ pub async fn is_following(db: &Db, user: UserId, target: UserId) -> Result<bool>
 }
 
 /// Makes `user` follow (`follow`) or stop following `target`, then runs `redis` before the
-/// commit, all under `user`'s lock. Idempotent: one row per pair. If `redis` fails, nothing is
-/// written.
+/// commit, all under `user`'s lock. Idempotent: one row per pair. A new follow is refused
+/// (`Ok(false)`, nothing written, `redis` not run) when `user` already follows `max` users;
+/// following someone again and unfollowing never are. If `redis` fails, nothing is written.
 pub async fn set_locked<E, F, Fut>(
     db: &Db,
     user: UserId,
     target: UserId,
     follow: bool,
+    max: u64,
     redis: F,
-) -> Result<(), E>
+) -> Result<bool, E>
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<(), E>>,
@@ -61,9 +65,32 @@ where
     } else {
         "DELETE FROM tb_follow WHERE user_id = ? AND follow_user_id = ?"
     };
+    let max = i64::try_from(max).unwrap_or(i64::MAX);
     crate::on_pool!(db, pool => {
         let mut tx = pool.begin_write().await.map_err(StorageError::from)?;
         lock_user!(db, tx, user);
+        if follow {
+            // Under the lock, so racing follows of one user cannot pass the cap together.
+            let already: Option<i64> = sqlx::query_scalar(
+                "SELECT 1 FROM tb_follow WHERE user_id = ? AND follow_user_id = ? LIMIT 1",
+            )
+            .bind(user.get())
+            .bind(target.get())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(StorageError::from)?;
+            if already.is_none() {
+                let count: i64 =
+                    sqlx::query_scalar("SELECT COUNT(*) FROM tb_follow WHERE user_id = ?")
+                        .bind(user.get())
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(StorageError::from)?;
+                if count >= max {
+                    return Ok(false);
+                }
+            }
+        }
         sqlx::query(sql)
             .bind(user.get())
             .bind(target.get())
@@ -73,7 +100,7 @@ where
         redis().await?;
         tx.commit().await.map_err(StorageError::from)?;
     });
-    Ok(())
+    Ok(true)
 }
 
 /// Reads whom `user` follows and hands the ids to `redis`, under `user`'s lock (so no change
@@ -144,28 +171,33 @@ impl_from_row!(UserDtoRow, |row| {
     }))
 });
 
+/// How many ids one `IN (…)` list binds at most (SQLite refuses more than 32,766 parameters,
+/// MySQL more than 65,535).
+const IN_CHUNK: usize = 500;
+
 /// The public fields of these users, in the order of `ids` (unknown ids left out).
 pub async fn users_by_ids(db: &Db, ids: &[i64]) -> Result<Vec<UserDto>> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
+    // Each id's first position: the rows are put in place in linear time.
+    let mut rank: HashMap<i64, usize> = HashMap::with_capacity(ids.len());
+    for (at, id) in ids.iter().enumerate() {
+        rank.entry(*id).or_insert(at);
     }
-    let marks = vec!["?"; ids.len()].join(", ");
-    let sql = format!("SELECT id, nick_name, icon FROM tb_user WHERE id IN ({marks})");
-    let mut users: Vec<UserDto> = crate::on_pool!(db, pool => {
-        let mut q = sqlx::query_as::<_, UserDtoRow>(&sql);
-        for id in ids {
-            q = q.bind(id);
+    let mut slots: Vec<Option<UserDto>> = vec![None; ids.len()];
+    for chunk in ids.chunks(IN_CHUNK) {
+        let marks = vec!["?"; chunk.len()].join(", ");
+        let sql = format!("SELECT id, nick_name, icon FROM tb_user WHERE id IN ({marks})");
+        let rows: Vec<UserDtoRow> = crate::on_pool!(db, pool => {
+            let mut q = sqlx::query_as::<_, UserDtoRow>(&sql);
+            for id in chunk {
+                q = q.bind(id);
+            }
+            q.fetch_all(pool).await?
+        });
+        for UserDtoRow(user) in rows {
+            if let Some(at) = rank.get(&user.id.get()) {
+                slots[*at] = Some(user);
+            }
         }
-        q.fetch_all(pool).await?
-    })
-    .into_iter()
-    .map(|r| r.0)
-    .collect();
-    let rank = |id: UserId| {
-        ids.iter()
-            .position(|x| *x == id.get())
-            .unwrap_or(usize::MAX)
-    };
-    users.sort_by_key(|u| rank(u.id));
-    Ok(users)
+    }
+    Ok(slots.into_iter().flatten().collect())
 }

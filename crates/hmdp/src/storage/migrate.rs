@@ -8,6 +8,7 @@
 //! harmless by construction.
 
 use super::{Db, Result, StorageError, seed};
+use crate::domain::SafeHtml;
 
 /// One schema change, with its SQL for each dialect.
 struct Migration {
@@ -39,6 +40,8 @@ enum Step {
     /// Demo users, notes and follows, inserted only right after the demo catalogue (in the same
     /// run) and only where there are no notes, follows or demo users yet.
     SeedDemoPeople,
+    /// Every note's `content` cleaned as a new note's is (rows hmdp wrote stay as they are).
+    SanitizeNotes,
 }
 
 /// What a migration run did.
@@ -392,6 +395,33 @@ const MIGRATIONS: &[Migration] = &[
             columns: "voucher_id",
         }],
     },
+    Migration {
+        version: 7,
+        name: "likers kept in the database",
+        // `blog:liked:{id}` was the only record of who likes a note: a Redis that lost it reset
+        // every count. This table is what a lost set is rebuilt from (`social::likes`).
+        steps: &[Step::Sql {
+            sqlite: "CREATE TABLE IF NOT EXISTS hmdp_blog_like (
+                blog_id INTEGER NOT NULL,
+                user_id INTEGER NOT NULL,
+                liked_at INTEGER NOT NULL,
+                PRIMARY KEY (blog_id, user_id))",
+            mysql: "CREATE TABLE IF NOT EXISTS hmdp_blog_like (
+                blog_id BIGINT UNSIGNED NOT NULL,
+                user_id BIGINT UNSIGNED NOT NULL,
+                liked_at BIGINT NOT NULL,
+                PRIMARY KEY (blog_id, user_id)
+            ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+        }],
+    },
+    Migration {
+        version: 8,
+        name: "notes adopted from the original database, sanitized",
+        // The original never cleaned `content` and its pages render it as HTML; hmdp cleans on
+        // write. Cleaning the rows once here, recorded like any migration, keeps reads free of
+        // it; what hmdp wrote is clean already and is left as it is.
+        steps: &[Step::SanitizeNotes],
+    },
 ];
 
 /// Brings the schema up to date. Safe to run any number of times, on an empty database or on
@@ -439,6 +469,10 @@ pub async fn migrate(db: &Db) -> Result<MigrationReport> {
                     report.seeded_demo_people =
                         seed::seed_people_if_fresh(db, report.seeded_demo).await?
                 }
+                Step::SanitizeNotes => {
+                    let n = sanitize_notes(db).await?;
+                    tracing::info!(notes = n, "notes sanitized");
+                }
             }
         }
         let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
@@ -456,6 +490,47 @@ pub async fn migrate(db: &Db) -> Result<MigrationReport> {
         report.applied.push(m.version);
     }
     Ok(report)
+}
+
+/// The width of `tb_blog.content` in the original schema (`varchar(2048)`).
+const CONTENT_MAX: usize = 2048;
+
+/// Cleans every note's `content` ([`SafeHtml`]), a batch of rows at a time; writes only the
+/// rows that change (keeping their `update_time`). How many changed.
+async fn sanitize_notes(db: &Db) -> Result<u64> {
+    const BATCH: i64 = 200;
+    let (mut after, mut changed) = (0_i64, 0_u64);
+    loop {
+        let rows: Vec<(i64, String)> = crate::on_pool!(db, pool => {
+            sqlx::query_as(
+                "SELECT CAST(id AS SIGNED), content FROM tb_blog WHERE id > ? ORDER BY id LIMIT ?",
+            )
+            .bind(after)
+            .bind(BATCH)
+            .fetch_all(pool)
+            .await?
+        });
+        let Some((last, _)) = rows.last() else {
+            return Ok(changed);
+        };
+        after = *last;
+        for (id, content) in rows {
+            let clean = SafeHtml::clean_within(&content, CONTENT_MAX);
+            if clean.as_str() == content {
+                continue;
+            }
+            crate::on_pool!(db, pool => {
+                sqlx::query(
+                    "UPDATE tb_blog SET content = ?, update_time = update_time WHERE id = ?",
+                )
+                .bind(clean.as_str())
+                .bind(id)
+                .execute(pool)
+                .await?;
+            });
+            changed += 1;
+        }
+    }
 }
 
 async fn run_sql(db: &Db, sqlite: &str, mysql: &str) -> Result<()> {

@@ -14,6 +14,7 @@
 pub mod blogs;
 pub mod catalogue;
 pub mod follows;
+pub mod likes;
 mod migrate;
 pub mod orders;
 mod seed;

@@ -5,9 +5,15 @@
 //! our own), and in addition on the original `hmdp.sql` when it is at hand (see
 //! [`SchemaDump::available`]); the test prints which ones ran.
 
+use serde_json::json;
 use sqlx::Connection;
 
-use crate::helpers::{Backend, SchemaDump, TestDatabase, spawn_with_config, test_config};
+use crate::{
+    both_backends,
+    helpers::{Backend, SchemaDump, TestApp, TestDatabase, spawn_with_config, test_config},
+};
+
+both_backends!(adopted_notes_are_sanitized_once_and_ours_are_left_alone);
 
 /// What a dump holds, for the checks to compare with.
 struct Facts {
@@ -133,7 +139,7 @@ async fn migrations_adopt(dump: &SchemaDump) {
 
     let blogs = count(&db, "SELECT COUNT(*) FROM tb_blog").await;
     let first = hmdp::storage::migrate(&pool).await.unwrap();
-    assert_eq!(first.applied, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(first.applied, vec![1, 2, 3, 4, 5, 6, 7, 8]);
     assert!(!first.seeded_demo, "an existing catalogue is never seeded");
     assert!(!first.seeded_demo_people, "nor are demo people added");
     assert_eq!(count(&db, "SELECT COUNT(*) FROM tb_blog").await, blogs);
@@ -169,7 +175,7 @@ async fn migrations_are_idempotent_on_sqlite_too() {
     let url = format!("sqlite://{}/x.db", dir.path().display());
     let db = hmdp::storage::Db::connect(&url, 1).await.unwrap();
     let first = hmdp::storage::migrate(&db).await.unwrap();
-    assert_eq!(first.applied, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(first.applied, vec![1, 2, 3, 4, 5, 6, 7, 8]);
     assert!(first.seeded_demo);
     assert!(first.seeded_demo_people);
     assert!(
@@ -187,7 +193,7 @@ async fn migrations_are_idempotent_on_sqlite_too() {
             .unwrap();
     }
     let again = hmdp::storage::migrate(&db).await.unwrap();
-    assert_eq!(again.applied, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(again.applied, vec![1, 2, 3, 4, 5, 6, 7, 8]);
     assert!(!again.seeded_demo, "the catalogue is not seeded twice");
     assert!(!again.seeded_demo_people, "nor the people");
     if let hmdp::storage::Db::Sqlite(pool) = &db {
@@ -200,4 +206,119 @@ async fn migrations_are_idempotent_on_sqlite_too() {
         }
     }
     db.close().await;
+}
+
+/// A note of the original's that would run in every reader's browser.
+const HOSTILE: &str = "<p>好吃</p><script>alert(1)</script><img src=x onerror=alert(2)>\
+    <a href=\"javascript:alert(3)\">看</a>";
+
+/// Notes adopted from the original database were never cleaned, and its pages render `content`
+/// as HTML: a migration cleans each once (recorded like any migration), and what hmdp wrote is
+/// left byte for byte. On MySQL the note comes with the original's schema; on SQLite (which the
+/// original never ran on) it is inserted into a database whose record of that migration is
+/// forgotten.
+async fn adopted_notes_are_sanitized_once_and_ours_are_left_alone(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, test_db) = match backend {
+        Backend::MySql => {
+            let db = TestDatabase::create().await;
+            SchemaDump::Fixture.load_into(&db).await;
+            (db.url.clone(), Some(db))
+        }
+        Backend::Sqlite => (format!("sqlite://{}/hmdp.db", dir.path().display()), None),
+    };
+    let db = hmdp::storage::Db::connect(&url, 2).await.unwrap();
+    if backend == Backend::Sqlite {
+        hmdp::storage::migrate(&db).await.unwrap();
+        forget_migration(&db, 8).await;
+    }
+    let hostile = insert_note(&db, HOSTILE, 1_000_000).await;
+    db.close().await;
+
+    let config = test_config(url.clone(), dir.path());
+    let app = spawn_with_config(config, backend, test_db, dir).await;
+    let token = app.login("13900000001").await;
+    let shown = app.get(&format!("/api/blog/{hostile}"), Some(&token)).await;
+    assert!(shown.success(), "{shown:?}");
+    assert_clean(shown.body["data"]["content"].as_str().unwrap());
+    let hot = app.get("/api/blog/hot", None).await;
+    assert_eq!(
+        hot.body["data"][0]["id"], hostile,
+        "the most liked: {hot:?}"
+    );
+    assert_clean(hot.body["data"][0]["content"].as_str().unwrap());
+
+    // A note hmdp wrote, with everything the cleaner keeps; then the migration runs again.
+    let ours = "<p>第一行<br>第二行 <b>粗</b> <i>斜</i> &amp; &lt;括号&gt;</p>\
+        <a href=\"https://example.com/\" rel=\"noopener noreferrer\">链接</a>\
+        <img src=\"/imgs/blogs/1/2/a.jpg\">";
+    let r = app
+        .post_json(
+            "/api/blog",
+            &json!({"shopId": 1, "title": "ours", "content": ours}),
+            Some(&token),
+        )
+        .await;
+    assert!(r.success(), "{r:?}");
+    let id = r.body["data"].as_i64().unwrap();
+    let before = note_content(&app, id).await;
+    assert_eq!(before, ours);
+    let db = hmdp::storage::Db::connect(&url, 2).await.unwrap();
+    forget_migration(&db, 8).await;
+    let report = hmdp::storage::migrate(&db).await.unwrap();
+    assert_eq!(report.applied, vec![8]);
+    db.close().await;
+    assert_eq!(note_content(&app, id).await, before, "ours is left alone");
+    assert_clean(&note_content(&app, hostile).await);
+    app.stop().await;
+}
+
+fn assert_clean(content: &str) {
+    for bad in ["<script", "onerror", "javascript:", "alert"] {
+        assert!(!content.contains(bad), "{bad} in {content}");
+    }
+    assert!(
+        content.contains("<p>好吃</p>"),
+        "formatting kept: {content}"
+    );
+}
+
+async fn forget_migration(db: &hmdp::storage::Db, version: i64) {
+    hmdp::on_pool!(db, pool => {
+        sqlx::query("DELETE FROM hmdp_schema_migrations WHERE version = ?")
+            .bind(version)
+            .execute(pool)
+            .await
+            .unwrap();
+    });
+}
+
+/// Inserts a note straight into `tb_blog`, by user 2 on shop 1; its id.
+async fn insert_note(db: &hmdp::storage::Db, content: &str, liked: i64) -> i64 {
+    hmdp::on_pool!(db, pool => {
+        sqlx::query(
+            "INSERT INTO tb_blog (shop_id, user_id, title, images, content, liked, comments, \
+             create_time, update_time) VALUES (1, 2, 'adopted', '/imgs/blogs/blog1.jpg', ?, ?, \
+             0, '2022-01-11 16:05:47', '2022-01-11 16:05:47')",
+        )
+        .bind(content)
+        .bind(liked)
+        .execute(pool)
+        .await
+        .unwrap();
+        sqlx::query_scalar::<_, i64>("SELECT CAST(MAX(id) AS SIGNED) FROM tb_blog")
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    })
+}
+
+async fn note_content(app: &TestApp, id: i64) -> String {
+    hmdp::on_pool!(&app.state.db, pool => {
+        sqlx::query_scalar::<_, String>("SELECT content FROM tb_blog WHERE id = ?")
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    })
 }

@@ -18,8 +18,12 @@ both_backends!(
     the_hot_list_orders_by_likes_ten_a_page,
     notes_of_me_and_of_a_user_page_in_writing_order,
     racing_like_toggles_keep_the_count_equal_to_the_set,
+    a_lost_like_set_is_rebuilt_from_the_database,
     follows_are_idempotent_and_refuse_self_and_unknown_users,
     racing_follow_toggles_keep_the_set_equal_to_the_rows,
+    follows_per_user_are_capped,
+    common_follows_show_the_first_hundred_by_id,
+    users_are_read_in_bounded_lists_in_the_order_asked,
     the_feed_scrolls_two_at_a_time_without_skipping_ties,
     big_authors_are_pulled_into_the_feed_at_read_time,
 );
@@ -99,8 +103,41 @@ async fn db_liked(app: &TestApp, blog: i64) -> i64 {
     .await
 }
 
+/// The likers in a note's set (without the loaded marker `0`).
 async fn zcard(app: &TestApp, key: &str) -> i64 {
-    app.redis().await.zcard(key).await.unwrap()
+    let members: Vec<String> = app.redis().await.zrange(key, 0, -1).await.unwrap();
+    members.iter().filter(|m| *m != "0").count() as i64
+}
+
+/// The likers in a note's set, in the order they liked.
+async fn like_set(app: &TestApp, blog: i64) -> Vec<i64> {
+    let members: Vec<String> = app
+        .redis()
+        .await
+        .zrange(format!("{}blog:liked:{blog}", app.prefix), 0, -1)
+        .await
+        .unwrap();
+    members
+        .iter()
+        .filter(|m| *m != "0")
+        .map(|m| m.parse().unwrap())
+        .collect()
+}
+
+fn sorted(ids: &[i64]) -> Vec<i64> {
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids
+}
+
+/// The likers in the table, by user id.
+async fn like_rows(app: &TestApp, blog: i64) -> Vec<i64> {
+    column(
+        app,
+        "SELECT CAST(user_id AS SIGNED) FROM hmdp_blog_like WHERE blog_id = ? ORDER BY user_id",
+        &[blog],
+    )
+    .await
 }
 
 /// The ids in `follows:{user}` without the loaded marker, sorted.
@@ -399,13 +436,7 @@ async fn the_hot_list_orders_by_likes_ten_a_page(backend: Backend) {
     }
     assert_eq!(liker_ids.iter().copied().collect::<HashSet<_>>(), expected);
     // In the order they liked: the set's order (by time, then id for the same millisecond).
-    let in_redis: Vec<i64> = app
-        .redis()
-        .await
-        .zrange(format!("{}blog:liked:{}", app.prefix, ids[3]), 0, 4)
-        .await
-        .unwrap();
-    assert_eq!(liker_ids, in_redis);
+    assert_eq!(liker_ids, like_set(&app, ids[3]).await);
     assert!(likers.body["data"][0]["nickName"].is_string());
 }
 
@@ -495,6 +526,83 @@ async fn racing_like_toggles_keep_the_count_equal_to_the_set(backend: Backend) {
         .await;
     assert_eq!(shown.body["data"]["liked"], 30);
     assert_eq!(shown.body["data"]["isLike"], false, "tokens[0] unliked");
+}
+
+/// The likers are kept in the database: a Redis that lost a note's set rebuilds it from there,
+/// so the next like is one more (not the first), and the likers list comes back.
+async fn a_lost_like_set_is_rebuilt_from_the_database(backend: Backend) {
+    let app = Arc::new(spawn_app(backend).await);
+    let tokens = login_many(&app, 5).await;
+    let mut ids = Vec::new();
+    for t in &tokens {
+        ids.push(me(&app, t).await);
+    }
+    let blog = publish(&app, &tokens[0], "loved").await;
+    let key = format!("{}blog:liked:{blog}", app.prefix);
+    let like = |token: String| {
+        let app = app.clone();
+        async move { put(&app, &format!("/api/blog/like/{blog}"), Some(&token)).await }
+    };
+    let lose = || {
+        let (app, key) = (app.clone(), key.clone());
+        async move {
+            let _: () = app.redis().await.del(&key).await.unwrap();
+        }
+    };
+    for t in &tokens[1..4] {
+        assert!(like(t.clone()).await.success());
+    }
+    assert_eq!(like_rows(&app, blog).await, sorted(&ids[1..4]));
+
+    // The set is lost; a fourth user likes the note.
+    lose().await;
+    let r = like(tokens[4].clone()).await;
+    assert_eq!(r.body["data"], json!({"isLike": true, "liked": 4}), "{r:?}");
+    assert_eq!(db_liked(&app, blog).await, 4);
+    let in_redis = like_set(&app, blog).await;
+    assert_eq!(sorted(&in_redis), sorted(&ids[1..5]));
+    let likers = app
+        .get(&format!("/api/blog/likes/{blog}"), Some(&tokens[0]))
+        .await;
+    let likers: Vec<i64> = likers.body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(likers, in_redis, "in the order they liked");
+
+    // Lost again: reads rebuild it too, and an unlike counts down from the right number.
+    lose().await;
+    let shown = app
+        .get(&format!("/api/blog/{blog}"), Some(&tokens[1]))
+        .await;
+    assert_eq!(shown.body["data"]["isLike"], true, "{shown:?}");
+    lose().await;
+    let r = like(tokens[2].clone()).await;
+    assert_eq!(
+        r.body["data"],
+        json!({"isLike": false, "liked": 3}),
+        "{r:?}"
+    );
+    assert_eq!(
+        like_rows(&app, blog).await,
+        sorted(&[ids[1], ids[3], ids[4]])
+    );
+
+    // A set written before the table existed (no marker) is kept and recorded, not wiped.
+    let older = publish(&app, &tokens[0], "older").await;
+    let older_key = format!("{}blog:liked:{older}", app.prefix);
+    let _: () = app
+        .redis()
+        .await
+        .zadd_multiple(&older_key, &[(1_000, ids[1]), (2_000, ids[2])])
+        .await
+        .unwrap();
+    let r = put(&app, &format!("/api/blog/like/{older}"), Some(&tokens[3])).await;
+    assert_eq!(r.body["data"], json!({"isLike": true, "liked": 3}), "{r:?}");
+    assert_eq!(like_rows(&app, older).await, sorted(&ids[1..4]));
+    assert_eq!(like_set(&app, older).await, ids[1..4].to_vec());
 }
 
 /// A note from the original `hmdp.sql` says `liked=1` with no likers in Redis: the first toggle
@@ -680,6 +788,106 @@ async fn racing_follow_toggles_keep_the_set_equal_to_the_rows(backend: Backend) 
         let distinct: HashSet<i64> = rows.iter().copied().collect();
         assert_eq!(distinct.len(), rows.len(), "one row per pair");
     }
+}
+
+/// `HMDP_FOLLOW_MAX` refuses a new follow beyond it; following again and unfollowing still work.
+async fn follows_per_user_are_capped(backend: Backend) {
+    let app = Arc::new(spawn_app_with(backend, |c| c.social.follow_max = 2).await);
+    let tokens = login_many(&app, 4).await;
+    let mut ids = Vec::new();
+    for t in &tokens {
+        ids.push(me(&app, t).await);
+    }
+    let user = &tokens[0];
+    for target in [ids[1], ids[2]] {
+        let r = put(&app, &format!("/api/follow/{target}/true"), Some(user)).await;
+        assert!(r.success(), "{r:?}");
+    }
+    let over = put(&app, &format!("/api/follow/{}/true", ids[3]), Some(user)).await;
+    assert_eq!(over.status, 200, "a business refusal: {over:?}");
+    assert_eq!(over.code(), "follow_limit", "{over:?}");
+    assert!(!over.success());
+    assert_eq!(follow_rows(&app, ids[0]).await, sorted(&[ids[1], ids[2]]));
+    let again = put(&app, &format!("/api/follow/{}/true", ids[1]), Some(user)).await;
+    assert!(
+        again.success(),
+        "following again is no new follow: {again:?}"
+    );
+
+    assert!(
+        put(&app, &format!("/api/follow/{}/false", ids[2]), Some(user))
+            .await
+            .success()
+    );
+    let now = put(&app, &format!("/api/follow/{}/true", ids[3]), Some(user)).await;
+    assert!(now.success(), "room again after an unfollow: {now:?}");
+    assert_eq!(follow_rows(&app, ids[0]).await, sorted(&[ids[1], ids[3]]));
+    let r = app
+        .get(&format!("/api/follow/common/{}", ids[1]), Some(user))
+        .await;
+    assert!(r.success());
+    assert_eq!(follow_set(&app, ids[0]).await, sorted(&[ids[1], ids[3]]));
+}
+
+/// Inserts `n` users straight into the table; their ids, ascending.
+async fn insert_users(app: &TestApp, n: i64) -> Vec<i64> {
+    for i in 0..n {
+        exec(
+            app,
+            "INSERT INTO tb_user (phone, nick_name) VALUES (?, 'bulk')",
+            &[13_700_000_000 + i],
+        )
+        .await;
+    }
+    column(
+        app,
+        "SELECT CAST(id AS SIGNED) FROM tb_user WHERE nick_name = 'bulk' ORDER BY id",
+        &[],
+    )
+    .await
+}
+
+/// Two users who both follow 150 others see the first 100 of them by id, whether Redis or the
+/// table answers.
+async fn common_follows_show_the_first_hundred_by_id(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let a = app.login("13812345678").await;
+    let b = app.login("13812345679").await;
+    let (a_id, b_id) = (me(&app, &a).await, me(&app, &b).await);
+    let others = insert_users(&app, 150).await;
+    assert_eq!(others.len(), 150);
+    for id in &others {
+        for follower in [a_id, b_id] {
+            exec(
+                &app,
+                "INSERT INTO tb_follow (user_id, follow_user_id) VALUES (?, ?)",
+                &[follower, *id],
+            )
+            .await;
+        }
+    }
+    let r = app
+        .get(&format!("/api/follow/common/{b_id}"), Some(&a))
+        .await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!(ids_of(&r.body["data"]), others[..100].to_vec());
+}
+
+/// More ids than one statement may bind (SQLite: 32,766; MySQL: 65,535) are read in bounded
+/// lists, and the users come back in the order asked, unknown ids left out.
+async fn users_are_read_in_bounded_lists_in_the_order_asked(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let known = insert_users(&app, 3).await;
+    let mut ids: Vec<i64> = (1_000_000..1_070_000).collect();
+    ids.insert(0, known[1]);
+    ids.insert(40_000, known[2]);
+    ids.push(known[0]);
+    ids.push(known[1]);
+    let users = hmdp::storage::follows::users_by_ids(&app.state.db, &ids)
+        .await
+        .unwrap();
+    let got: Vec<i64> = users.iter().map(|u| u.id.get()).collect();
+    assert_eq!(got, vec![known[1], known[2], known[0]]);
 }
 
 // ---- feed ----
