@@ -204,7 +204,7 @@ async fn one_address_cannot_flood_sms_to_many_phones() {
 async fn one_address_cannot_guess_codes_across_many_phones() {
     let budget = hmdp::Config::default().code.ip_wrong_daily_limit;
     assert_eq!(budget, 30);
-    let app = spawn_app(Backend::Sqlite).await;
+    let app = spawn_app_with(Backend::Sqlite, |c| c.code.ip_wrong_daily_limit = budget).await;
     let phones: Vec<String> = (0..30).map(|i| format!("1371234{i:04}")).collect();
     let mut codes = Vec::new();
     for phone in &phones {

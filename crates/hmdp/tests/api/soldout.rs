@@ -79,6 +79,8 @@ async fn refusals_are_repeated_from_memory_without_redis(backend: Backend) {
         0,
         "the first one came from the script"
     );
+    // Reading `later`'s session is a script too: read it first, so only a grab could run one.
+    assert!(app.get("/api/user/me", Some(&later)).await.success());
     let scripts = scripts_run(&url).await;
     let (_, body) = grab_raw(&app, voucher, &later).await;
     assert_eq!(code_of(&body), "sold_out", "{body}");
