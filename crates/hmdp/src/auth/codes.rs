@@ -31,9 +31,13 @@
 //!   an hour at most, from all addresses together.
 //!
 //! Those two budgets are one key each, in no phone's slot, so they cannot join the phone's
-//! scripts on a cluster. Each request takes a unit from its budget first (`TAKE`) and gives it
-//! back (`GIVE_BACK`) when it turns out not to be a guess or no code went out: concurrent
-//! requests can never overdraw a budget, and a failure in between only leaves it stricter.
+//! scripts on a cluster. A code request takes a unit from the hourly budget first (`TAKE`) and
+//! gives it back (`GIVE_BACK`) when no code went out, so concurrent requests never overdraw it.
+//! A login reads its address's wrong tries before comparing and counts a wrong one after
+//! (`COUNT`): logins in progress hold nothing, so any number of right codes from one address
+//! (an office behind one NAT) go through, and guesses racing the last try can pass the budget
+//! by at most the guesses one address has in flight at that moment (bounded by its request
+//! rate limit).
 
 use std::{net::IpAddr, sync::LazyLock, time::Duration};
 
@@ -146,6 +150,17 @@ end
 redis.call('INCR', KEYS[1])
 if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return {0, 0}
+",
+    )
+});
+
+/// Counts one unit in a fixed window. KEYS: the counter. ARGV: window ms. Returns the count.
+static COUNT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local n = redis.call('INCR', KEYS[1])
+if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return n
 ",
     )
 });
@@ -341,9 +356,15 @@ impl CodeIssuer {
         client: IpAddr,
     ) -> Result<CodeVerdict, redis::RedisError> {
         let budget = self.keys.login_wrong_ip(&client.to_string());
-        let limit = self.policy.ip_wrong_daily_limit;
-        if let Some(retry_after) = self.take(&budget, limit, DAY).await? {
-            return Ok(CodeVerdict::AddressSpent { retry_after });
+        let (wrong, ms): (Option<u64>, i64) = redis::pipe()
+            .get(&budget)
+            .pttl(&budget)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        if wrong.unwrap_or(0) >= u64::from(self.policy.ip_wrong_daily_limit) {
+            return Ok(CodeVerdict::AddressSpent {
+                retry_after: Duration::from_millis(ms.max(0) as u64),
+            });
         }
         let p = phone.as_str();
         let (status, left): (i64, i64) = CHECK
@@ -358,8 +379,12 @@ impl CodeIssuer {
             .invoke_async(&mut self.redis.clone())
             .await?;
         // Only a wrong code compared is a wrong try of this address.
-        if matches!(status, 0 | 1 | 5) {
-            self.give_back(&budget).await;
+        if matches!(status, 2..=4) {
+            let _: i64 = COUNT
+                .key(&budget)
+                .arg(millis(DAY))
+                .invoke_async(&mut self.redis.clone())
+                .await?;
         }
         Ok(match status {
             1 => CodeVerdict::Match,

@@ -421,3 +421,23 @@ async fn an_untrusted_peer_cannot_escape_its_quota_with_x_forwarded_for() {
         );
     }
 }
+
+/// Right codes are not guesses: a hundred people behind one address (an office, a carrier NAT)
+/// logging in at the same moment all get in, whatever the address's wrong-try budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_right_codes_at_once_from_one_address_all_log_in() {
+    let app = spawn_app_with(Backend::Sqlite, |c| c.code.ip_wrong_daily_limit = 30).await;
+    let phones: Vec<String> = (0..100).map(|i| format!("1381234{i:04}")).collect();
+    let mut codes = Vec::new();
+    for phone in &phones {
+        assert!(app.send_code(phone).await.success());
+        codes.push(app.sms.last_code_for(phone).unwrap());
+    }
+    let logins = phones
+        .iter()
+        .zip(&codes)
+        .map(|(phone, code)| app.login_with(phone, code));
+    for r in futures_util::future::join_all(logins).await {
+        assert!(r.success(), "{r:?}");
+    }
+}

@@ -76,11 +76,9 @@ pub fn test_config(database_url: String, dir: &std::path::Path) -> Config {
         max_connections_per_ip: 0,
         ..Config::default()
     };
-    // Tests ask for many codes from 127.0.0.1 (thousands for some sales), hundreds of logins at
-    // once; the per-IP code quota, the per-address wrong-try budget (which a login holds a unit
-    // of while it runs) and the hourly SMS budget have their own tests.
+    // Tests ask for many codes from 127.0.0.1 (thousands for some sales); the per-IP code quota
+    // and the hourly SMS budget have their own tests.
     config.code.ip_per_min = 0;
-    config.code.ip_wrong_daily_limit = u32::MAX;
     config.sms.hourly_limit = 0;
     config
 }
