@@ -964,50 +964,48 @@ fn header_name() -> impl Fn(&String) -> Result<(), String> {
 /// (a user name alone, which some gateways take as their key, too), and the query and fragment,
 /// where gateways take API keys. `HMDP_REDIS_URL` may list several URLs, separated by `,` before
 /// a scheme; any other `,` may be part of a password (RFC 3986 allows it there unencoded).
-/// The user information ends at the last `@` before the query, so an unencoded `@` or `/` in a
-/// password is hidden too; a path with an `@` hides more than it needs to.
+/// The user information ends at the last `@`, so an unencoded `@`, `/` or `,` in a password is
+/// hidden too. When a `?` or `#` comes before that `@`, nothing tells a password containing one
+/// (`root:a?b@db`) from a query containing an `@` (`/send?to=a@b`): everything after the scheme
+/// is hidden then.
 pub fn redact_url(url: &str) -> String {
     static NEXT_URL: LazyLock<regex::Regex> = LazyLock::new(|| {
         regex::Regex::new(r",[A-Za-z][A-Za-z0-9+.-]*://").expect("a valid pattern")
     });
-    // Everything from the first `?` or `#` on, later URLs of a list included: what hides a key
-    // is worth more than the rest of the list.
-    let (urls, hidden) = match url.find(['?', '#']) {
-        Some(at) => (&url[..at], Some(&url[at..at + 1])),
-        None => (url, None),
-    };
     let mut out = String::with_capacity(url.len());
     let mut start = 0;
-    let ends = NEXT_URL.find_iter(urls).map(|m| m.start());
-    for end in ends.chain([urls.len()]) {
+    let ends = NEXT_URL.find_iter(url).map(|m| m.start());
+    for end in ends.chain([url.len()]) {
         if start > 0 {
             out.push(',');
         }
-        out.push_str(&redact_user_info(&urls[start..end]));
+        out.push_str(&redact_one_url(&url[start..end]));
         start = end + 1;
-    }
-    if let Some(mark) = hidden {
-        out.push_str(mark);
-        out.push_str("***");
     }
     out
 }
 
-/// One URL without its query, with the password (or a user name alone) replaced by `***`.
-fn redact_user_info(url: &str) -> String {
-    let Some(authority) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
+/// One URL with its password (or a user name alone) and its query or fragment replaced by `***`.
+fn redact_one_url(url: &str) -> String {
+    let authority = url.find("://").map_or(0, |i| i + 3);
+    let query = url[authority..].find(['?', '#']).map(|i| authority + i);
+    let at = url[authority..].rfind('@').map(|i| authority + i);
+    let hide_query = |rest: &str| match rest.find(['?', '#']) {
+        Some(q) => format!("{}{}***", &rest[..q], &rest[q..q + 1]),
+        None => rest.to_owned(),
     };
-    let Some(at) = url[authority..].rfind('@').map(|i| authority + i) else {
-        return url.to_owned();
-    };
-    let user_info = &url[authority..at];
-    let shown = match user_info.split_once(':') {
-        Some((user, _)) => format!("{user}:***"),
-        None if user_info.is_empty() => String::new(),
-        None => "***".to_owned(),
-    };
-    format!("{}{shown}{}", &url[..authority], &url[at..])
+    match (at, query) {
+        (Some(at), Some(q)) if q < at => format!("{}***", &url[..authority]),
+        (Some(at), _) => {
+            let shown = match url[authority..at].split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                None if at == authority => String::new(),
+                None => "***".to_owned(),
+            };
+            format!("{}{shown}{}", &url[..authority], hide_query(&url[at..]))
+        }
+        (None, _) => hide_query(url),
+    }
 }
 
 #[cfg(test)]
@@ -1318,8 +1316,15 @@ mod tests {
                 "mysql://root:***@db:3306/hmdp",
             ),
             (
-                "https://sms.example/send?key=k3y&to=a@b",
+                "https://sms.example/send?key=k3y&to=a",
                 "https://sms.example/send?***",
+            ),
+            ("https://sms.example/send?key=k3y&to=a@b", "https://***"),
+            ("mysql://root:ab?cd@db/hmdp", "mysql://***"),
+            ("mysql://root:ab#cd@db/hmdp", "mysql://***"),
+            (
+                "redis://:a@h:1?k=v,redis://:b@h:2",
+                "redis://:***@h:1?***,redis://:***@h:2",
             ),
             (
                 "https://sms.example/send#k3y",
