@@ -1097,7 +1097,12 @@ async fn a_demo_user_reads_likes_follows_writes_and_checks_in() {
         round += 1;
         let shop = hmdp::domain::ShopId::new(1).unwrap();
         helpers::wait_until(Duration::from_secs(15), "the visit counted", async || {
-            app.state.activity.shop_uv(shop, 7).await.unwrap_or(0) >= 1
+            app.state
+                .activity
+                .shop_uv(shop, 7, [127, 0, 0, 1].into())
+                .await
+                .unwrap_or(0)
+                >= 1
         })
         .await;
         b.js(

@@ -32,14 +32,17 @@ use std::{
     collections::{HashMap, HashSet, hash_map::RandomState},
     hash::BuildHasher,
     net::IpAddr,
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
 use chrono::{Days, NaiveDate};
 use futures_util::{StreamExt, TryStreamExt, stream};
 use governor::{
-    DefaultDirectRateLimiter, Quota,
+    DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota,
     clock::{Clock as _, DefaultClock},
 };
 use tokio::sync::oneshot;
@@ -71,6 +74,11 @@ const COUNT_CAPACITY: u64 = 10_000;
 /// many). A busy day costs Redis about 25 µs in a multi-key `PFCOUNT` (BENCHMARKS.md), so this
 /// holds counting under ~1 % of Redis's thread per instance, whatever is asked.
 pub(crate) const COUNT_BUDGET_KEYS_PER_SEC: u32 = 300;
+
+/// Of that budget, what one client (an address, an IPv6 /64) may spend per second: half, so no
+/// single client can keep everyone else's counts refused (a page asking for a shop's last 7, 30
+/// and 90 days spends 127).
+pub(crate) const CLIENT_BUDGET_KEYS_PER_SEC: u32 = COUNT_BUDGET_KEYS_PER_SEC / 2;
 
 /// Members per `PFADD` and commands per pipeline.
 const PFADD_CHUNK: usize = 1_000;
@@ -162,6 +170,10 @@ pub(crate) struct Counts {
     /// callers of a key.
     answers: moka::future::Cache<(Scope, NaiveDate, u32), u64>,
     budget: DefaultDirectRateLimiter,
+    /// Each client's share of `budget`.
+    per_client: DefaultKeyedRateLimiter<IpAddr>,
+    /// Spends, to forget idle clients now and then.
+    spends: AtomicU64,
 }
 
 impl Counts {
@@ -174,20 +186,32 @@ impl Counts {
                 .time_to_live(COUNT_TTL)
                 .build(),
             budget: DefaultDirectRateLimiter::direct(Quota::per_second(per_second)),
+            per_client: DefaultKeyedRateLimiter::keyed(Quota::per_second(
+                std::num::NonZeroU32::new(CLIENT_BUDGET_KEYS_PER_SEC).expect("a positive share"),
+            )),
+            spends: AtomicU64::new(0),
         }
     }
 
-    /// Takes `keys` day keys from the budget, or says when there will be enough.
-    fn spend(&self, keys: u32) -> Result<(), ActivityError> {
+    /// Takes `keys` day keys from `client`'s share and from the instance's budget, or says when
+    /// there will be enough.
+    fn spend(&self, client: IpAddr, keys: u32) -> Result<(), ActivityError> {
+        if self.spends.fetch_add(1, Ordering::Relaxed) % 10_000 == 9_999 {
+            self.per_client.retain_recent();
+        }
         let n = std::num::NonZeroU32::new(keys.max(1)).expect("at least one");
+        let busy = |wait: Duration| ActivityError::Busy { retry_after: wait };
+        let one_second = Duration::from_secs(1);
+        let now = DefaultClock::default().now();
+        match self.per_client.check_key_n(&client, n) {
+            Ok(Ok(())) => {}
+            Ok(Err(not_until)) => return Err(busy(not_until.wait_time_from(now))),
+            Err(_) => return Err(busy(one_second)),
+        }
         match self.budget.check_n(n) {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(not_until)) => Err(ActivityError::Busy {
-                retry_after: not_until.wait_time_from(DefaultClock::default().now()),
-            }),
-            Err(_) => Err(ActivityError::Busy {
-                retry_after: Duration::from_secs(1),
-            }),
+            Ok(Err(not_until)) => Err(busy(not_until.wait_time_from(now))),
+            Err(_) => Err(busy(one_second)),
         }
     }
 }
@@ -434,18 +458,25 @@ impl Activity {
     /// Distinct visitors of `shop` over the last `days` days (1 = today), `1..=MAX_UV_DAYS`.
     /// At most [`COUNT_TTL`] old; [`ActivityError::Busy`] when it is not cached and the budget
     /// of counts is spent.
-    pub async fn shop_uv(&self, shop: ShopId, days: u32) -> Result<u64, ActivityError> {
-        self.count(Scope::Shop(shop.get()), days).await
+    /// `client` (a client key) is who asks: its share of the budget is spent if the count is
+    /// computed.
+    pub async fn shop_uv(
+        &self,
+        shop: ShopId,
+        days: u32,
+        client: IpAddr,
+    ) -> Result<u64, ActivityError> {
+        self.count(Scope::Shop(shop.get()), days, client).await
     }
 
     /// Distinct visitors of any shop page over the last `days` days (1 = today), as
     /// [`Activity::shop_uv`].
-    pub async fn site_uv(&self, days: u32) -> Result<u64, ActivityError> {
-        self.count(Scope::Site, days).await
+    pub async fn site_uv(&self, days: u32, client: IpAddr) -> Result<u64, ActivityError> {
+        self.count(Scope::Site, days, client).await
     }
 
     /// A count from the shared answers of the last second, else computed once for every caller.
-    async fn count(&self, scope: Scope, days: u32) -> Result<u64, ActivityError> {
+    async fn count(&self, scope: Scope, days: u32, client: IpAddr) -> Result<u64, ActivityError> {
         let days = days.clamp(1, MAX_UV_DAYS);
         let today = self.today();
         #[cfg(feature = "test-util")]
@@ -459,7 +490,10 @@ impl Activity {
         self.0
             .counts
             .answers
-            .try_get_with((scope, today, days), self.compute_count(scope, today, days))
+            .try_get_with(
+                (scope, today, days),
+                self.compute_count(scope, today, days, client),
+            )
             .await
             .map_err(|shared| (*shared).clone())
     }
@@ -469,9 +503,10 @@ impl Activity {
         scope: Scope,
         today: NaiveDate,
         days: u32,
+        client: IpAddr,
     ) -> Result<u64, ActivityError> {
         let stats = self.0.visits.stats();
-        if let Err(busy) = self.0.counts.spend(days) {
+        if let Err(busy) = self.0.counts.spend(client, days) {
             stats.counts_refused.inc();
             return Err(busy);
         }
@@ -581,13 +616,22 @@ mod tests {
     #[test]
     fn the_count_budget_refuses_past_its_keys_and_says_when() {
         let counts = Counts::new();
-        counts.spend(MAX_UV_DAYS).unwrap();
-        let mut spent = MAX_UV_DAYS;
+        let client = |i: u8| IpAddr::from([192, 0, 2, i]);
+        // One client spends its share, and then nothing more; others go on.
+        counts.spend(client(0), CLIENT_BUDGET_KEYS_PER_SEC).unwrap();
+        assert!(matches!(
+            counts.spend(client(0), 1),
+            Err(ActivityError::Busy { .. })
+        ));
+        let mut spent = CLIENT_BUDGET_KEYS_PER_SEC;
+        let mut i = 1;
         while spent + MAX_UV_DAYS <= COUNT_BUDGET_KEYS_PER_SEC {
-            counts.spend(MAX_UV_DAYS).unwrap();
+            counts.spend(client(i), MAX_UV_DAYS).unwrap();
             spent += MAX_UV_DAYS;
+            i += 1;
         }
-        match counts.spend(MAX_UV_DAYS) {
+        // The instance's budget is spent, for a client that has spent nothing too.
+        match counts.spend(client(200), MAX_UV_DAYS) {
             Err(ActivityError::Busy { retry_after }) => {
                 assert!(retry_after > Duration::ZERO && retry_after <= Duration::from_secs(1));
             }

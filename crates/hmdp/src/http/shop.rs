@@ -117,6 +117,7 @@ fn uv_days(days: Option<i64>) -> Result<u32, ApiError> {
     responses((status = OK, body = u64)))]
 async fn shop_uv(
     State(state): State<AppState>,
+    client: ClientIp,
     AppPath(id): AppPath<ShopId>,
     AppQuery(q): AppQuery<UvQuery>,
 ) -> ApiResult<u64> {
@@ -124,15 +125,19 @@ async fn shop_uv(
     if !state.catalogue.shop_exists(id).await? {
         return Err(shop_not_found());
     }
-    ok(state.activity.shop_uv(id, days).await?)
+    ok(state.activity.shop_uv(id, days, client.key()).await?)
 }
 
 /// Unique visitors of any shop page over the last `days` days (today included).
 #[utoipa::path(get, path = "/shop/uv/site", tag = TAG, params(UvQuery),
     responses((status = OK, body = u64)))]
-async fn site_uv(State(state): State<AppState>, AppQuery(q): AppQuery<UvQuery>) -> ApiResult<u64> {
+async fn site_uv(
+    State(state): State<AppState>,
+    client: ClientIp,
+    AppQuery(q): AppQuery<UvQuery>,
+) -> ApiResult<u64> {
     let days = uv_days(q.days)?;
-    ok(state.activity.site_uv(days).await?)
+    ok(state.activity.site_uv(days, client.key()).await?)
 }
 
 /// Create a shop; data is its id.

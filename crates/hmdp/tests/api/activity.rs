@@ -641,3 +641,29 @@ async fn a_flood_of_visitor_counts_costs_redis_almost_nothing() {
         "{r:?}"
     );
 }
+
+/// One client asking for every long span cannot spend the whole counting budget: past its own
+/// share it is refused, and another client's new count is still computed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_cannot_spend_everyone_s_counts() {
+    let app = spawn_app(Backend::Sqlite).await;
+    app.state.activity.clock().pin(shanghai(2024, 5, 10, 12));
+    let greedy = crate::helpers::client_from([127, 0, 0, 2]);
+    let mut refused = 0;
+    for days in 61..=90 {
+        let url = app.url(&format!("/api/shop/uv/site?days={days}"));
+        let r = app.send(greedy.get(url)).await;
+        if r.status == 429 {
+            assert_eq!(r.code(), "rate_limited", "{r:?}");
+            assert!(r.headers.contains_key("retry-after"), "{r:?}");
+            refused += 1;
+        }
+    }
+    assert!(
+        refused >= 25,
+        "the greedy client was refused past its share: {refused}"
+    );
+    let other = crate::helpers::client_from([127, 0, 0, 3]);
+    let r = app.send(other.get(app.url("/api/shop/1/uv?days=90"))).await;
+    assert!(r.success(), "another client's count: {r:?}");
+}
