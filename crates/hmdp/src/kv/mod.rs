@@ -324,6 +324,12 @@ impl Keys {
         format!("{}seckill:failed", self.prefix)
     }
 
+    /// `seckill:failed:backfilled`: set once the orders dead-lettered before `seckill:failed`
+    /// existed have been copied into it (the worker does it once, at its first start).
+    pub fn seckill_failed_backfilled(&self) -> String {
+        format!("{}seckill:failed:backfilled", self.prefix)
+    }
+
     /// `seckill:shards`: the shard count recorded by the first instance (no hash tag: it is
     /// read on its own).
     pub fn seckill_shards(&self) -> String {

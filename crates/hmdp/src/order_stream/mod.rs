@@ -58,32 +58,49 @@ pub async fn orders_of_voucher(
     stream: &str,
     voucher: i64,
 ) -> redis::RedisResult<Vec<NewOrder>> {
-    const PAGE: usize = 1000;
-    let mut redis = redis.clone();
     let mut out = Vec::new();
-    let mut start = "-".to_owned();
-    loop {
+    let mut pages = Pages::default();
+    while let Some(orders) = pages.next(redis, stream).await? {
+        out.extend(orders.into_iter().filter(|o| o.voucher_id == voucher));
+    }
+    Ok(out)
+}
+
+/// A whole stream's orders, read with `XRANGE` a page at a time.
+#[derive(Default)]
+struct Pages {
+    /// Where the next page starts; `None` before the first, `Some("")` after the last.
+    start: Option<String>,
+}
+
+impl Pages {
+    const SIZE: usize = 1000;
+
+    /// The next page's orders; `None` after the last page.
+    async fn next(
+        &mut self,
+        redis: &RedisConn,
+        stream: &str,
+    ) -> redis::RedisResult<Option<Vec<NewOrder>>> {
+        let start = match self.start.as_deref() {
+            None => "-".to_owned(),
+            Some("") => return Ok(None),
+            Some(s) => s.to_owned(),
+        };
         let reply: StreamRangeReply = redis::cmd("XRANGE")
             .arg(stream)
             .arg(&start)
             .arg("+")
             .arg("COUNT")
-            .arg(PAGE)
-            .query_async(&mut redis)
+            .arg(Self::SIZE)
+            .query_async(&mut redis.clone())
             .await?;
-        out.extend(
-            reply
-                .ids
-                .iter()
-                .filter_map(parse)
-                .filter(|o| o.voucher_id == voucher),
-        );
-        match reply.ids.last() {
-            Some(last) if reply.ids.len() == PAGE => start = format!("({}", last.id),
-            _ => break,
-        }
+        self.start = Some(match reply.ids.last() {
+            Some(last) if reply.ids.len() == Self::SIZE => format!("({}", last.id),
+            _ => String::new(),
+        });
+        Ok(Some(reply.ids.iter().filter_map(parse).collect()))
     }
-    Ok(out)
 }
 
 /// Where an order waits in the outbox, as the RabbitMQ relay names it for the consumer:
@@ -228,6 +245,59 @@ pub async fn record_failed(
         .query_async(&mut redis.clone())
         .await?;
     write_pending(redis, keys, order.id, record).await
+}
+
+/// Gives the pending records of the orders in `stream` (a shard's order stream: what waits to
+/// be written) their full [`PENDING_TTL`] again, page by page, one pipeline of `PEXPIRE`s a
+/// page; records already gone (written orders) stay gone. Returns how many orders were seen.
+pub async fn refresh_pending(
+    redis: &RedisConn,
+    keys: &Keys,
+    stream: &str,
+) -> redis::RedisResult<usize> {
+    let ttl = PENDING_TTL.as_millis() as u64;
+    let mut seen = 0;
+    let mut pages = Pages::default();
+    while let Some(orders) = pages.next(redis, stream).await? {
+        if orders.is_empty() {
+            continue;
+        }
+        let mut pipe = redis::pipe();
+        for o in &orders {
+            pipe.cmd("PEXPIRE")
+                .arg(keys.seckill_pending(o.id))
+                .arg(ttl)
+                .ignore();
+        }
+        let _: () = pipe.query_async(&mut redis.clone()).await?;
+        seen += orders.len();
+    }
+    Ok(seen)
+}
+
+/// Copies the orders of a shard's dead letters into `seckill:failed` (see [`record_failed`]),
+/// page by page; returns how many. Idempotent: an order's value is always `user:voucher`.
+pub async fn copy_dead_letters_to_failed(
+    redis: &RedisConn,
+    keys: &Keys,
+    dead_letters: &str,
+) -> redis::RedisResult<usize> {
+    let mut copied = 0;
+    let mut pages = Pages::default();
+    while let Some(orders) = pages.next(redis, dead_letters).await? {
+        if orders.is_empty() {
+            continue;
+        }
+        let mut hset = redis::cmd("HSET");
+        hset.arg(keys.seckill_failed());
+        for o in &orders {
+            hset.arg(o.id)
+                .arg(format!("{}:{}", o.user_id, o.voucher_id));
+        }
+        let _: i64 = hset.query_async(&mut redis.clone()).await?;
+        copied += orders.len();
+    }
+    Ok(copied)
 }
 
 /// An order the worker gave up on, from `seckill:failed` (see [`record_failed`]).

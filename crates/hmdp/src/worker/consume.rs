@@ -151,6 +151,7 @@ impl OrderWorker {
             }
         }
         let mut backoff = FIRST_BACKOFF;
+        let mut refreshed = tokio::time::Instant::now();
         loop {
             let written = self.write_orders(items).await;
             // The written ones first, as the stream worker does: a conflict may share an id
@@ -190,6 +191,11 @@ impl OrderWorker {
             };
             tracing::warn!(error = %source, orders = written.held.len(), retry_in = ?backoff, "database unavailable; holding the orders for a retry");
             items = written.held;
+            // The held orders and those queued behind them all wait in the outbox streams.
+            if refreshed.elapsed() >= self.status_refresh_every {
+                refreshed = tokio::time::Instant::now();
+                self.refresh_statuses(0..self.settings.shards).await;
+            }
             if sleep_or_stop(stop, backoff).await {
                 return Ok(true);
             }

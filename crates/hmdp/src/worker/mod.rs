@@ -14,6 +14,7 @@ mod read;
 mod run;
 mod scripts;
 mod stats;
+mod statuses;
 mod write;
 
 use std::{
@@ -28,6 +29,7 @@ use tokio::sync::watch;
 
 pub use crate::order_stream::GROUP;
 pub use stats::{BATCH_SIZE_BUCKETS, WRITE_SECONDS_BUCKETS, WorkerStats};
+pub use statuses::DEFAULT_STATUS_REFRESH_EVERY;
 
 use crate::{
     amqp::{AmqpStats, PublishError, Publisher},
@@ -49,6 +51,8 @@ pub struct OrderWorker {
     stats: Arc<WorkerStats>,
     dead_letter_after: Duration,
     consumer_expiry: Duration,
+    /// While orders are held, their status records are renewed this often.
+    status_refresh_every: Duration,
     /// Where the next `XAUTOCLAIM` of each shard continues.
     claim_cursors: Arc<Mutex<HashMap<u32, String>>>,
     /// With `HMDP_ORDER_TRANSPORT=rabbitmq`: the shard loops publish here instead of writing.
@@ -150,6 +154,7 @@ impl OrderWorker {
             stats: Arc::default(),
             dead_letter_after: DEFAULT_DEAD_LETTER_AFTER,
             consumer_expiry: DEFAULT_CONSUMER_EXPIRY,
+            status_refresh_every: DEFAULT_STATUS_REFRESH_EVERY,
             claim_cursors: Arc::default(),
         }
     }
@@ -221,6 +226,9 @@ impl OrderWorker {
             }
         };
         if checked {
+            // Off the start-up path: the dead letters may be many.
+            let me = self.clone();
+            tasks.push(tokio::spawn(async move { me.backfill_failed().await }));
             // With RabbitMQ the shard loops are the relay: a consumer-only worker runs none.
             let rabbitmq = self.publisher.is_some();
             let role = self.settings.amqp_role;

@@ -1,5 +1,6 @@
 //! The loop of one shard: own pending entries first, then new ones, taking over idle entries
-//! now and then; while the database is away it retries what it holds; between steps it trims
+//! now and then; while the database is away it retries what it holds (renewing the orders'
+//! status records now and then, see `statuses.rs`); between steps it trims
 //! the stream and removes idle consumers.
 
 use std::time::{Duration, Instant};
@@ -69,6 +70,8 @@ struct ShardLoop<'w> {
     claim: Every,
     trim: Every,
     cleanup: Every,
+    /// Renewing the status records of the orders held through an outage.
+    refresh: Every,
 }
 
 impl<'w> ShardLoop<'w> {
@@ -105,6 +108,7 @@ impl<'w> ShardLoop<'w> {
             claim: Every::new(claim_every),
             trim: Every::new(TRIM_EVERY),
             cleanup: Every::new(cleanup_every),
+            refresh: Every::new(worker.status_refresh_every),
         })
     }
 
@@ -168,6 +172,10 @@ impl<'w> ShardLoop<'w> {
             Err(WorkerError::Stalled { entries, source }) => {
                 tracing::warn!(error = %source, shard, orders = entries.len(), retry_in = ?self.backoff, "holding the orders for a retry");
                 self.stalled = entries;
+                if self.refresh.is_due() {
+                    self.refresh.restart();
+                    self.worker.refresh_statuses([shard]).await;
+                }
                 self.back_off().await
             }
             Err(e) => {

@@ -234,17 +234,7 @@ async fn orders_wait_out_a_refusing_database(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_sqlite_database_holds_the_orders() {
     let (app, tokens) = app_with_users(Backend::Sqlite, 3, |c| c.seckill.worker = false).await;
-    let url = app.state.config.database_url.clone();
-    let pool = sqlx::sqlite::SqlitePoolOptions::new()
-        .min_connections(1)
-        .max_connections(1)
-        .connect_with(
-            url.parse::<sqlx::sqlite::SqliteConnectOptions>()
-                .unwrap()
-                .busy_timeout(Duration::from_secs(5)),
-        )
-        .await
-        .unwrap();
+    let pool = one_sqlite_connection(&app).await;
     let pragma = async |sql: &str| {
         sqlx::query(sql).execute(&pool).await.unwrap();
     };
@@ -256,6 +246,82 @@ async fn a_read_only_sqlite_database_holds_the_orders() {
         async || pragma("PRAGMA query_only = OFF").await,
     )
     .await;
+}
+
+/// A pool of one connection to the test's SQLite file (for `PRAGMA query_only`).
+async fn one_sqlite_connection(app: &TestApp) -> sqlx::SqlitePool {
+    let url = app.state.config.database_url.clone();
+    sqlx::sqlite::SqlitePoolOptions::new()
+        .min_connections(1)
+        .max_connections(1)
+        .connect_with(
+            url.parse::<sqlx::sqlite::SqliteConnectOptions>()
+                .unwrap()
+                .busy_timeout(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap()
+}
+
+/// Milliseconds an order's status record has left (negative: none, or no expiry).
+async fn pending_ttl(app: &TestApp, order: i64) -> i64 {
+    redis::cmd("PTTL")
+        .arg(app.state.keys.seckill_pending(order))
+        .query_async(&mut app.redis().await)
+        .await
+        .unwrap()
+}
+
+/// An outage outlasting the status records (a day): while the worker holds the orders it
+/// renews their records, so their buyers keep seeing `pending`, not `order_not_found`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_held_through_a_long_outage_keep_their_status() {
+    let (app, tokens) = app_with_users(Backend::Sqlite, 2, |c| c.seckill.worker = false).await;
+    let pool = one_sqlite_connection(&app).await;
+    let voucher = create_sale(&app, 5, -60, 3600).await;
+    let ids = grab_all(&app, voucher, &tokens).await;
+    sqlx::query("PRAGMA query_only = ON")
+        .execute(&pool)
+        .await
+        .unwrap();
+    // The outage has lasted most of a day: the records are about to expire.
+    for id in &ids {
+        let _: i64 = redis::cmd("PEXPIRE")
+            .arg(app.state.keys.seckill_pending(*id))
+            .arg(3000)
+            .query_async(&mut app.redis().await)
+            .await
+            .unwrap();
+    }
+    let worker = worker_with(&app, Db::Sqlite(pool.clone()), "w", |_| {})
+        .with_status_refresh_every(Duration::from_millis(200));
+    let handle = tokio::spawn(
+        worker
+            .clone()
+            .run_until(tokio::time::sleep(Duration::from_secs(60))),
+    );
+    for id in &ids {
+        wait_until(
+            Duration::from_secs(20),
+            "the status record of a held order was not renewed",
+            async || pending_ttl(&app, *id).await > 60_000,
+        )
+        .await;
+    }
+    assert!(worker.stats().db_outages.get() >= 1);
+    assert!(db_order_ids(&app, voucher).await.is_empty());
+    for (id, token) in ids.iter().zip(&tokens) {
+        assert_eq!(state_of(&app, *id, token).await, "pending");
+    }
+    sqlx::query("PRAGMA query_only = OFF")
+        .execute(&pool)
+        .await
+        .unwrap();
+    wait_for_orders(&app, voucher, ids.len() as i64).await;
+    handle.abort();
+    for (id, token) in ids.iter().zip(&tokens) {
+        assert_eq!(state_of(&app, *id, token).await, "created");
+    }
 }
 
 /// The worker connects as a user of its own, bound by the server's `read_only` (MariaDB error
@@ -584,6 +650,65 @@ async fn an_expired_status_record_still_answers_created_or_failed() {
         .get(&format!("/api/voucher-order/{}", ids[0]), Some(&tokens[1]))
         .await;
     assert_eq!(r.code(), "order_not_found", "{r:?}");
+}
+
+/// Orders dead-lettered before `seckill:failed` existed are copied into it when a worker
+/// starts, once: their owners see `failed` after the records expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_from_before_the_failed_hash_are_copied_into_it_once() {
+    let (app, tokens) = app_with_users(Backend::Sqlite, 2, |c| c.seckill.worker = false).await;
+    let voucher = create_sale(&app, 5, -60, 3600).await;
+    let ids = grab_all(&app, voucher, &tokens).await;
+    exec(
+        &app,
+        "INSERT INTO tb_voucher_order (id, user_id, voucher_id, pay_type, status) VALUES (?, ?, ?, 1, 1)",
+        &[ids[0], 999_999, voucher + 1000],
+    )
+    .await;
+    drain(&worker_for(&app, "w")).await;
+    assert_eq!(xlen(&app, "seckill:{s0}:orders:dead").await, 1);
+    // As an older version left it: no `seckill:failed`, and the record has expired.
+    let keys = &app.state.keys;
+    let _: i64 = redis::cmd("DEL")
+        .arg(keys.seckill_failed())
+        .arg(keys.seckill_pending(ids[0]))
+        .query_async(&mut app.redis().await)
+        .await
+        .unwrap();
+    let status = async || {
+        app.get(&format!("/api/voucher-order/{}", ids[0]), Some(&tokens[0]))
+            .await
+    };
+    assert_eq!(status().await.code(), "order_not_found");
+
+    let worker = worker_for(&app, "w2");
+    let handle = tokio::spawn(
+        worker
+            .clone()
+            .run_until(tokio::time::sleep(Duration::from_secs(60))),
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "the dead letters were not copied into seckill:failed",
+        async || status().await.body["data"]["state"] == "failed",
+    )
+    .await;
+    let marker: Option<String> = redis::cmd("GET")
+        .arg(keys.seckill_failed_backfilled())
+        .query_async(&mut app.redis().await)
+        .await
+        .unwrap();
+    assert_eq!(marker.as_deref(), Some("1"));
+    handle.abort();
+
+    // It ran once: a later start leaves the hash alone.
+    let _: i64 = redis::cmd("DEL")
+        .arg(keys.seckill_failed())
+        .query_async(&mut app.redis().await)
+        .await
+        .unwrap();
+    worker_for(&app, "w3").backfill_failed().await;
+    assert_eq!(status().await.code(), "order_not_found");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
