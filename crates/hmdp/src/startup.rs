@@ -337,6 +337,9 @@ impl Application {
                 let _ = worker_stopped.await;
             }))
         });
+        // Like sets from before the likes table (or from the original) go into it now, not
+        // when their note is next opened, so a Redis that loses its data later loses none.
+        self.state.social.adopt_likes_in_background();
         // In-flight requests get their own time limit plus a second to finish on shutdown.
         let drain = self.state.config.request_timeout + Duration::from_secs(1);
         let options = http::ServeOptions::new(&self.state.config, drain, self.connections);

@@ -13,9 +13,11 @@
 pub mod managed;
 mod persistence;
 mod replicas;
+mod scan;
 
 pub(crate) use persistence::{NOT_DURABLE, orders_at_risk};
 pub use replicas::{ReplicaWait, Replicated};
+pub(crate) use scan::KeyScan;
 
 use std::time::Duration;
 
@@ -192,6 +194,21 @@ impl Keys {
     /// original's key).
     pub fn blog_liked(&self, blog_id: i64) -> String {
         format!("{}blog:liked:{blog_id}", self.prefix)
+    }
+
+    /// The `SCAN … MATCH` pattern of every [`Keys::blog_liked`] key (the prefix taken
+    /// literally, even if it holds `*`, `?`, `[` or `\`).
+    pub fn blog_liked_pattern(&self) -> String {
+        format!("{}blog:liked:*", glob_escape(&self.prefix))
+    }
+
+    /// The note id of a [`Keys::blog_liked`] key; `None` for any other key.
+    pub fn blog_liked_id(&self, key: &str) -> Option<i64> {
+        key.strip_prefix(self.prefix.as_str())?
+            .strip_prefix("blog:liked:")?
+            .parse()
+            .ok()
+            .filter(|id| *id > 0)
     }
 
     /// `follows:{userId}`: whom a user follows (the original's key; `tb_follow` is the truth).
@@ -379,6 +396,18 @@ impl Keys {
     }
 }
 
+/// `s` with the characters special to Redis glob patterns escaped.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// A key that hashes to the same Redis Cluster slot as `key`, named `key` + `:` + `suffix`.
 ///
 /// A key without a hash tag hashes as a whole, so wrapping it in braces (`{key}:suffix`) makes
@@ -439,6 +468,16 @@ mod tests {
         assert_eq!(key_slot("{user1000}.following"), key_slot("user1000"));
         // An empty tag does not count: the whole key is hashed.
         assert_eq!(hash_tag("foo{}{bar}"), None);
+    }
+
+    #[test]
+    fn like_set_keys_are_matched_and_parsed_under_the_prefix() {
+        let keys = Keys::new("a*b:");
+        assert_eq!(keys.blog_liked_pattern(), "a\\*b:blog:liked:*");
+        assert_eq!(keys.blog_liked_id(&keys.blog_liked(42)), Some(42));
+        assert_eq!(keys.blog_liked_id("a*b:blog:liked:x"), None);
+        assert_eq!(keys.blog_liked_id("a*b:blog:liked:0"), None);
+        assert_eq!(keys.blog_liked_id("other:blog:liked:42"), None);
     }
 
     #[test]

@@ -15,12 +15,17 @@
 //! note's lock, before a toggle or a read uses it, so a Redis that lost its data counts the
 //! next like as one more, not as the first. Members a set held without the marker (a set
 //! written before the table existed, or by the original) are kept and added to the table.
+//! Such a set is adopted when its note is next read or toggled, and at start-up
+//! ([`Social::adopt_unmarked_likes`] walks every `blog:liked:*` set once, in the background),
+//! so a Redis that loses its data after an upgrade loses no like of a note nobody opened since.
 //!
 //! **Order of the writes.** Redis is changed first and the database transaction commits after
 //! it. If the commit fails (or the process dies in between), Redis is one toggle of one user
 //! ahead: the user was answered an error and sees the Redis state, and their next click
 //! toggles it back in both places. The other order would leave a committed like missing from
 //! a loaded set, which nothing would ever repair.
+
+use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 
@@ -30,6 +35,7 @@ use super::{
 };
 use crate::{
     domain::{BlogId, UserDto, UserId},
+    kv::KeyScan,
     storage::{
         follows,
         likes::{self, Like, Toggled},
@@ -52,7 +58,114 @@ pub struct LikeState {
     pub liked: i64,
 }
 
+/// What one walk of [`Social::adopt_unmarked_likes`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Adoption {
+    /// `blog:liked:{id}` sets looked at.
+    pub seen: u64,
+    /// Sets without the marker whose likers went into the table (they now carry the marker).
+    pub adopted: u64,
+    /// Sets without the marker of a note that does not exist (left as they are).
+    pub orphans: u64,
+    /// Sets that could not be adopted (each logged); the next read or toggle of the note
+    /// tries again.
+    pub failed: u64,
+}
+
+/// Every how many sets looked at the walk logs its progress.
+const ADOPTION_PROGRESS_EVERY: u64 = 10_000;
+
 impl Social {
+    /// Starts [`Social::adopt_unmarked_likes`] in the background: its outcome is logged, never
+    /// returned, and [`Social::shutdown`] stops it between two notes.
+    pub fn adopt_likes_in_background(&self) {
+        let me = self.clone();
+        self.jobs.spawn(async move {
+            match me.adopt_unmarked_likes().await {
+                Ok(done) if done.failed > 0 => tracing::warn!(
+                    seen = done.seen,
+                    adopted = done.adopted,
+                    orphans = done.orphans,
+                    failed = done.failed,
+                    "like sets without the marker: some could not be adopted (each is tried \
+                     again when its note is read or liked)"
+                ),
+                Ok(done) => tracing::info!(
+                    seen = done.seen,
+                    adopted = done.adopted,
+                    orphans = done.orphans,
+                    "like sets without the marker adopted into the database"
+                ),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "cannot walk the like sets; those without the marker are adopted when their \
+                     note is read or liked"
+                ),
+            }
+        });
+    }
+
+    /// Walks every `blog:liked:{id}` set (`SCAN`; on a cluster, every primary) and adopts each
+    /// one without the marker, as a read of its note would: under the note's lock, its likers
+    /// go into `hmdp_blog_like` and the set gets the marker. A set with the marker costs one
+    /// `ZSCORE` (pipelined), so a second walk is cheap. A failure on one note is logged and the
+    /// walk goes on; an error of the walk itself is returned.
+    pub async fn adopt_unmarked_likes(&self) -> Result<Adoption, SocialError> {
+        let mut scan =
+            KeyScan::start(&self.redis, self.keys.blog_liked_pattern(), Some("zset")).await?;
+        let mut done = Adoption::default();
+        while let Some(keys) = scan.next_batch().await? {
+            let sets: Vec<(String, BlogId)> = keys
+                .into_iter()
+                .filter_map(|key| {
+                    let blog = BlogId::new(self.keys.blog_liked_id(&key)?).ok()?;
+                    Some((key, blog))
+                })
+                .collect();
+            let cmds = sets
+                .iter()
+                .map(|(key, _)| {
+                    let mut c = redis::cmd("ZSCORE");
+                    c.arg(key).arg(LOADED);
+                    c
+                })
+                .collect();
+            let markers: Vec<Option<f64>> = self.query_each(cmds).await?;
+            for ((key, blog), marker) in sets.into_iter().zip(markers) {
+                if self.jobs.stopping.load(Ordering::Acquire) {
+                    tracing::info!(?done, "like set adoption stopped by shutdown");
+                    return Ok(done);
+                }
+                done.seen += 1;
+                if done.seen % ADOPTION_PROGRESS_EVERY == 0 {
+                    tracing::info!(?done, "adopting like sets without the marker");
+                }
+                if marker.is_some() {
+                    continue;
+                }
+                let mut adopted = false;
+                let flag = &mut adopted;
+                let rebuilt = likes::rebuild_locked(&self.db, blog, |likes| async move {
+                    let before = self.load_likes(key, likes).await;
+                    *flag = matches!(before, Ok(Some(_)));
+                    before
+                })
+                .await;
+                match rebuilt {
+                    Ok(true) if adopted => done.adopted += 1,
+                    // Loaded meanwhile by a read or a toggle of the note.
+                    Ok(true) => {}
+                    Ok(false) => done.orphans += 1,
+                    Err(e) => {
+                        done.failed += 1;
+                        tracing::warn!(blog = blog.get(), error = %e, "cannot adopt a like set");
+                    }
+                }
+            }
+        }
+        Ok(done)
+    }
+
     /// Likes the note for `user`, or takes the like back if there is one.
     pub async fn toggle_like(&self, blog: BlogId, user: UserId) -> Result<LikeState, SocialError> {
         let key = self.keys.blog_liked(blog.get());

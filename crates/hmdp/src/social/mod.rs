@@ -10,7 +10,9 @@
 //! - [`feed`]: push to followers' inboxes, or, past `HMDP_FEED_PUSH_MAX_FOLLOWERS`, pull from
 //!   the author's outbox at read time; one scroll over both.
 //!
-//! Fan-outs to many followers run in the background; [`Social::shutdown`] waits for them.
+//! Fan-outs to many followers run in the background, and so does the start-up adoption of
+//! like sets without the marker ([`Social::adopt_likes_in_background`]); [`Social::shutdown`]
+//! waits for the fan-outs and stops the adoption between two notes.
 
 pub mod blogs;
 pub mod feed;
@@ -20,7 +22,7 @@ mod scripts;
 
 use std::sync::{
     Arc,
-    atomic::{AtomicUsize, Ordering},
+    atomic::{AtomicBool, AtomicUsize, Ordering},
 };
 
 use futures_util::{StreamExt, TryStreamExt};
@@ -29,7 +31,7 @@ use tokio::sync::Notify;
 
 pub use blogs::{Blog, BlogInput};
 pub use feed::ScrollResult;
-pub use likes::LikeState;
+pub use likes::{Adoption, LikeState};
 
 use crate::{
     catalogue::{Catalogue, CatalogueError},
@@ -78,7 +80,10 @@ pub struct Social {
     keys: Keys,
     settings: SocialSettings,
     catalogue: Catalogue,
+    /// Fan-outs.
     background: Arc<Background>,
+    /// Start-up jobs (the adoption of like sets).
+    jobs: Arc<Background>,
 }
 
 impl Social {
@@ -96,12 +101,16 @@ impl Social {
             settings,
             catalogue,
             background: Arc::default(),
+            jobs: Arc::default(),
         }
     }
 
-    /// Finishes background work (fan-outs in flight) before the process exits.
+    /// Finishes background work (fan-outs in flight) and stops the start-up jobs (after the
+    /// note they are at) before the process exits.
     pub async fn shutdown(&self) {
+        self.jobs.stopping.store(true, Ordering::Release);
         self.background.idle().await;
+        self.jobs.idle().await;
     }
 
     /// Fan-outs running in the background right now.
@@ -155,6 +164,8 @@ impl Social {
 struct Background {
     running: AtomicUsize,
     done: Notify,
+    /// Set on shutdown: long tasks stop at their next step.
+    stopping: AtomicBool,
 }
 
 impl Background {
