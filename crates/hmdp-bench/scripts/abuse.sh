@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Step 11, item 4: the cost of cheap requests (sale stats, unknown voucher ids, a deep name
+# The cost of cheap requests (sale stats, unknown voucher ids, a deep name
 # search) before and after, on MariaDB. Two `hmdp` binaries run in turn as real servers, each on
 # a fresh database and Redis prefix with the abuse limits off, and `hmdp-bench abuse --url` drives
 # each; the two alternate over two rounds. Writes crates/hmdp-bench/results/abuse.{txt,uptime}.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Step 12's profile: where a hmdp build spends its CPU while wrk (2 threads, 256 connections, a
+# A profile of where a hmdp build spends its CPU while wrk (2 threads, 256 connections, a
 # random logged-in user's token on every request) asks for one path. perf samples the server
 # for 10 s, starting 3 s into a 15 s load. PATH may name the sold-out voucher as VOUCHER
 # (`/voucher-order/seckill/VOUCHER`, POST); PATH `buy` profiles the grab while buying instead:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Step 12's memory goal: each hmdp build's RSS with 10,000 idle keep-alive connections (each
+# Memory under idle connections: each hmdp build's RSS with 10,000 idle keep-alive connections (each
 # served one GET /health first), one build after the other, on embedded defaults with the
 # connection caps off; first the bare floor server's (`hmdp-bench floor`: hyper alone), the
 # least any hyper server can hold.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Step 12's measurement: hmdp against a bare server (`hmdp-bench floor`) under wrk, a C client
+# hmdp against a bare server (`hmdp-bench floor`) under wrk, a C client
 # (2 threads, 256 connections), every request with a random logged-in user's token. Workloads:
 # the floor, hmdp's 404, a cached GET /shop/1, the grab of a sold-out voucher by 2,000 users, and
 # the grab while buying (each round a new voucher with stock 20,000 grabbed once by each of

@@ -56,7 +56,7 @@ pub(super) struct SaleMemory {
 
 /// A bounded map of ids read by every grab: `quick_cache`, whose reads record nothing, rather
 /// than moka, whose reads queue themselves for its LRU; and foldhash rather than SipHash, which
-/// took a sixth of the grab decision's CPU (perf, Step 12): the keys are ids this service hands
+/// took a sixth of the grab decision's CPU (perf, the buying grab's profile): the keys are ids this service hands
 /// out. Lifetimes are the values' own (`until`), checked when read.
 pub(super) type Ids<V, K = i64> =
     quick_cache::sync::Cache<K, V, quick_cache::UnitWeighter, foldhash::fast::RandomState>;

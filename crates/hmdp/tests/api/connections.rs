@@ -16,7 +16,7 @@ use crate::helpers::{
     ADMIN_TOKEN, Backend, ChildGuard, client_from, free_port, spawn_app, wait_until, wait_until_up,
 };
 
-/// Issue "Step 11", item 5: 1,100 idle connections from one address used to take every file
+/// 1,100 idle connections from one address used to take every file
 /// descriptor of a service with the usual soft limit, and then nobody could connect. Now the
 /// service raises its soft limit to the hard one, keeps at most `HMDP_MAX_CONNECTIONS_PER_IP`
 /// connections per address and closes the rest at once, and `/health` answers everyone else.

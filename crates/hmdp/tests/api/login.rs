@@ -179,7 +179,7 @@ async fn the_daily_code_cap_applies(backend: Backend) {
     assert_eq!(app.sms.count(), 3);
 }
 
-/// Issue "Step 11", item 3: ten code requests from one address used to use up the phone's day.
+/// Ten code requests from one address used to use up the phone's day.
 /// Now each (phone, address) has its own cap, under a much higher one for the phone.
 async fn a_third_party_cannot_use_up_a_phones_codes_from_one_address(backend: Backend) {
     let app = spawn_app_with(backend, |c| {
