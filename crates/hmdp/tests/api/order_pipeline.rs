@@ -144,17 +144,7 @@ async fn a_lock_wait_timeout_is_waited_out_not_dead_lettered() {
     .await
     .unwrap();
     // One failure would be enough to dead-letter an order if a lock wait counted as one.
-    let worker = worker_with(&app, impatient_db(&app), "w", |s| {
-        s.max_deliveries = 1;
-        s.claim_idle = Duration::from_millis(300);
-    })
-    .with_dead_letter_after(Duration::ZERO);
-    let handle = tokio::spawn(
-        worker
-            .clone()
-            .run_until(tokio::time::sleep(Duration::from_secs(60))),
-    );
-    let stats = worker.stats().clone();
+    let (handle, stats) = spawn_impatient_worker(&app, impatient_db(&app));
     wait_until(
         Duration::from_secs(20),
         "the worker never met the lock",
@@ -177,6 +167,29 @@ async fn a_lock_wait_timeout_is_waited_out_not_dead_lettered() {
     assert_eq!(stock, 2);
 }
 
+/// A worker on `db` impatient enough that one failed delivery would dead-letter an order,
+/// running for at most a minute; its handle and counters.
+fn spawn_impatient_worker(
+    app: &TestApp,
+    db: Db,
+) -> (
+    tokio::task::JoinHandle<()>,
+    std::sync::Arc<hmdp::worker::WorkerStats>,
+) {
+    let worker = worker_with(app, db, "w", |s| {
+        s.max_deliveries = 1;
+        s.claim_idle = Duration::from_millis(300);
+    })
+    .with_dead_letter_after(Duration::ZERO);
+    let stats = worker.stats().clone();
+    let handle = tokio::spawn(
+        worker
+            .clone()
+            .run_until(tokio::time::sleep(Duration::from_secs(60))),
+    );
+    (handle, stats)
+}
+
 /// The database refuses every write (`refuse`) while a worker on `worker_db` meets three
 /// orders, impatient enough that one failure would dead-letter an order: it must wait instead,
 /// the buyers see `pending`, and once the database takes writes again (`allow`) every order is
@@ -191,17 +204,7 @@ async fn orders_wait_out_a_refusing_database(
     let voucher = create_sale(app, 5, -60, 3600).await;
     let ids = grab_all(app, voucher, tokens).await;
     refuse().await;
-    let worker = worker_with(app, worker_db, "w", |s| {
-        s.max_deliveries = 1;
-        s.claim_idle = Duration::from_millis(300);
-    })
-    .with_dead_letter_after(Duration::ZERO);
-    let handle = tokio::spawn(
-        worker
-            .clone()
-            .run_until(tokio::time::sleep(Duration::from_secs(60))),
-    );
-    let stats = worker.stats().clone();
+    let (handle, stats) = spawn_impatient_worker(app, worker_db);
     wait_until(
         Duration::from_secs(20),
         "the worker never met the refusal",
