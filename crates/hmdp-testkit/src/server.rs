@@ -17,6 +17,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
+    /// Its working folder, unless `extra` names another: a replica's full sync writes an RDB
+    /// file there even without persistence, and it must not land in the crate being tested.
+    _dir: tempfile::TempDir,
 }
 
 impl RedisServer {
@@ -33,9 +36,12 @@ impl RedisServer {
     /// A server on `port` with extra command-line arguments (cluster mode, an AOF …); returns
     /// once it answers PING.
     pub async fn start_with(port: u16, extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("a folder for redis-server");
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -45,6 +51,7 @@ impl RedisServer {
         let mut server = Self {
             child: Some(child),
             port,
+            _dir: dir,
         };
         let client = redis::Client::open(server.url()).unwrap();
         let what = format!("redis-server on port {port} answering PING");
