@@ -282,7 +282,7 @@ impl Keys {
         (voucher_id.rem_euclid(i64::from(shards.max(1)))) as u32
     }
 
-    /// `seckill:{s<k>}:voucher:<id>`: hash of a voucher's live `stock`, `begin` and `end` (ms).
+    /// `seckill:{s<k>}:voucher:<id>`: a voucher's live sale (its fields: `seckill::voucher_hash`).
     /// Every key of one shard carries the hash tag `{s<k>}`, so the flash-sale script's keys
     /// and the shard's order stream share one Redis Cluster slot.
     pub fn seckill_voucher(&self, shard: u32, voucher_id: i64) -> String {

@@ -5,7 +5,10 @@ use std::time::{Duration, Instant};
 
 use chrono::Local;
 
-use super::{Refusal, Seckill, SeckillError, scripts};
+use super::{
+    Refusal, Seckill, SeckillError,
+    scripts::{self, GrabAnswer},
+};
 use crate::{
     domain::{UserId, VoucherId},
     kv::Keys,
@@ -103,23 +106,20 @@ impl Seckill {
                 .arg(user.get())
                 .arg(order_id);
             // An accepted grab waits for the replicas on a connection of its own (`kv::replicas`).
-            let (reply, replicated): (Vec<i64>, _) = match &self.replicas {
+            let (answer, replicated): (GrabAnswer, _) = match &self.replicas {
                 None => (grab.invoke_async(&mut redis).await?, None),
                 Some(replicas) => {
                     replicas
                         .write(
                             async |conn| grab.invoke_async(conn).await,
-                            |reply: &Vec<i64>| reply.first() == Some(&0),
+                            GrabAnswer::is_accepted,
                         )
                         .await?
                 }
             };
-            // `{code}`, `{0 | 1, gen}`, or `{2, order id, gen}` for a buyer who has an order.
-            let (code, prior) = (reply.first().copied().unwrap_or(-1), reply.get(1).copied());
-            let generation = |i: usize| reply.get(i).map_or(0, |g| (*g).max(0) as u64);
             let memory = self.memory.as_ref().zip(ticket);
-            match code {
-                0 => {
+            match answer {
+                GrabAnswer::Accepted { generation } => {
                     if let Some(replicated) = replicated.filter(|r| !r.is_complete()) {
                         self.stats.replica_wait_timeouts.inc();
                         return Err(SeckillError::NotReplicated {
@@ -132,39 +132,35 @@ impl Seckill {
                             voucher.get(),
                             user.get(),
                             order_id,
-                            generation(1),
+                            generation,
                             ticket,
                         );
                     }
                     return Ok(Ok(order_id));
                 }
-                1 => {
+                GrabAnswer::SoldOut { generation } => {
                     if let Some((memory, ticket)) = memory {
-                        memory.remember_sold_out(voucher.get(), generation(1), ticket);
+                        memory.remember_sold_out(voucher.get(), generation, ticket);
                     }
                     return Ok(Err(Refusal::SoldOut));
                 }
-                2 => {
-                    if let (Some((memory, ticket)), Some(order)) = (memory, prior) {
-                        memory.remember_buyer(
-                            voucher.get(),
-                            user.get(),
-                            order,
-                            generation(2),
-                            ticket,
-                        );
+                GrabAnswer::AlreadyBought { order, generation } => {
+                    if let (Some((memory, ticket)), Some(order)) = (memory, order) {
+                        memory.remember_buyer(voucher.get(), user.get(), order, generation, ticket);
                     }
-                    return Ok(Err(Refusal::Duplicate(prior)));
+                    return Ok(Err(Refusal::Duplicate(order)));
                 }
-                3 => return Ok(Err(Refusal::NotStarted)),
-                4 => return Ok(Err(Refusal::Ended)),
-                -2 => {
+                GrabAnswer::NotStarted => return Ok(Err(Refusal::NotStarted)),
+                GrabAnswer::Ended => return Ok(Err(Refusal::Ended)),
+                GrabAnswer::NoSuchVoucher => {
                     self.unknown
                         .insert(voucher.get(), Instant::now() + super::UNKNOWN_TTL);
                     return Ok(Err(Refusal::UnknownVoucher));
                 }
-                _ if attempt >= 3 && started.elapsed() >= WARM_RETRY_BUDGET => break,
-                _ => self.warm(voucher).await?,
+                GrabAnswer::NotLoaded if attempt >= 3 && started.elapsed() >= WARM_RETRY_BUDGET => {
+                    break;
+                }
+                GrabAnswer::NotLoaded => self.warm(voucher).await?,
             }
         }
         Err(SeckillError::NotLoaded)

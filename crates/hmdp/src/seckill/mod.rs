@@ -12,6 +12,7 @@ mod reconcile;
 pub mod scripts;
 mod stats;
 mod status;
+pub mod voucher_hash;
 mod warm;
 
 use std::{

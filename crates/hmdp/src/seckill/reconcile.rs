@@ -11,7 +11,7 @@
 
 use std::{collections::HashMap, fmt, time::Duration};
 
-use super::{Seckill, SeckillError, scripts};
+use super::{Seckill, SeckillError, scripts, voucher_hash::VoucherHash};
 use crate::{
     domain::VoucherId,
     kv::Keys,
@@ -192,7 +192,7 @@ impl Seckill {
             self.keys.seckill_voucher(shard, voucher.get()),
             self.keys.seckill_buyers(shard, voucher.get()),
         );
-        let (fields, in_redis): (HashMap<String, String>, HashMap<i64, i64>) = scripts::READ_SALE
+        let (hash, in_redis): (VoucherHash, HashMap<i64, i64>) = scripts::READ_SALE
             .key(&hash_key)
             .key(&buyers_key)
             .invoke_async(&mut self.redis.clone())
@@ -202,19 +202,14 @@ impl Seckill {
         };
         let mut check = SaleCheck {
             voucher: voucher.get(),
-            marked_unknown: fields.contains_key("missing") && !fields.contains_key("stock"),
+            marked_unknown: hash.marked_unknown(),
             ..SaleCheck::default()
         };
-        let Some(stock) = ["stock", "begin", "end"]
-            .iter()
-            .map(|f| fields.get(*f).and_then(|v| v.parse::<i64>().ok()))
-            .collect::<Option<Vec<i64>>>()
-            .map(|v| v[0])
-        else {
+        let Some(sale) = hash.sale() else {
             return Ok(Some(check));
         };
         check.loaded = true;
-        check.redis_stock = stock;
+        check.redis_stock = sale.stock;
         check.buyers = in_redis.len();
         let elsewhere: HashMap<i64, i64> = load.buyers.iter().copied().collect();
         let mut missing = Vec::new();

@@ -2,7 +2,7 @@
 
 use chrono::{Local, NaiveDateTime};
 
-use super::{Seckill, SeckillError};
+use super::{Seckill, SeckillError, voucher_hash::VoucherHash};
 use crate::{
     config::SeckillMode,
     domain::VoucherId,
@@ -178,10 +178,9 @@ impl Seckill {
         };
         let persisted = orders::count_orders_of_voucher(&self.db, voucher).await?;
         let shard = self.shard(voucher);
-        let (redis_stock, accepted): (Option<i64>, i64) = redis::pipe()
-            .cmd("HGET")
+        let (hash, accepted): (VoucherHash, i64) = redis::pipe()
+            .cmd("HGETALL")
             .arg(self.keys.seckill_voucher(shard, voucher.get()))
-            .arg("stock")
             .cmd("HLEN")
             .arg(self.keys.seckill_buyers(shard, voucher.get()))
             .query_async(&mut self.redis.clone())
@@ -190,7 +189,7 @@ impl Seckill {
             order_stream::read_gauges(&self.redis, &self.keys.seckill_stream(shard)).await?;
         Ok(Some(SaleStats {
             voucher_id: voucher.get(),
-            redis_stock,
+            redis_stock: hash.stock,
             db_stock: v.stock,
             accepted: if self.settings.mode == SeckillMode::Sync {
                 persisted

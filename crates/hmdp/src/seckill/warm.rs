@@ -9,7 +9,7 @@ use std::{
 
 use chrono::NaiveDateTime;
 
-use super::{Seckill, SeckillError, local_millis, scripts};
+use super::{Seckill, SeckillError, local_millis, scripts, voucher_hash};
 use crate::{
     config::SeckillMode,
     domain::VoucherId,
@@ -134,22 +134,21 @@ impl Seckill {
         // Every instance forgets its old answers before the stock can be taken.
         let generation = self.announce_load(voucher, shard).await?;
         // The hash last, and only if nobody loaded it meanwhile.
-        let loaded: i64 = scripts::LOAD
-            .key(&hash)
-            .arg(load.stock.max(0))
-            .arg(local_millis(snapshot.voucher.begin_time))
-            .arg(local_millis(snapshot.voucher.end_time))
-            .arg(load.buyers.len())
-            .arg(generation)
-            .invoke_async(&mut redis)
-            .await?;
+        let sale = voucher_hash::Sale {
+            stock: load.stock.max(0),
+            begin_ms: local_millis(snapshot.voucher.begin_time),
+            end_ms: local_millis(snapshot.voucher.end_time),
+            sold: load.buyers.len() as i64,
+            generation,
+        };
+        let loaded = sale.load(&hash, &mut redis).await?;
         tracing::info!(
             voucher = voucher.get(),
             stock = load.stock,
             buyers = load.buyers.len(),
             queued_unwritten = load.unwritten,
             dead_letters = dead,
-            loaded = loaded == 1,
+            loaded,
             "flash-sale voucher loaded into Redis from the database"
         );
         Ok(())
@@ -211,16 +210,19 @@ impl Seckill {
         }
         let shard = self.shard(voucher);
         let result = match self.announce_load(voucher, shard).await {
-            Ok(generation) => scripts::LOAD
-                .key(self.keys.seckill_voucher(shard, voucher.get()))
-                .arg(stock)
-                .arg(local_millis(begin))
-                .arg(local_millis(end))
-                .arg(0)
-                .arg(generation)
-                .invoke_async::<i64>(&mut self.redis.clone())
-                .await
-                .map_err(SeckillError::from),
+            Ok(generation) => voucher_hash::Sale {
+                stock,
+                begin_ms: local_millis(begin),
+                end_ms: local_millis(end),
+                sold: 0,
+                generation,
+            }
+            .load(
+                &self.keys.seckill_voucher(shard, voucher.get()),
+                &mut self.redis.clone(),
+            )
+            .await
+            .map_err(SeckillError::from),
             Err(e) => Err(e),
         };
         if let Err(e) = result {
