@@ -25,6 +25,7 @@
 //! - [`http`]: axum routers by resource, the envelope, errors and extractors.
 //! - [`secret_files`]: credentials on disk (admin token, managed Redis password), mode 600.
 //! - [`startup`]: wiring it all together; [`cli`]: the `hmdp` command.
+//! - `testing` (feature `test-util`): what this crate's tests and the bench share.
 
 pub mod activity;
 pub mod amqp;
@@ -43,6 +44,8 @@ pub mod social;
 pub mod startup;
 pub mod storage;
 pub mod telemetry;
+#[cfg(feature = "test-util")]
+pub mod testing;
 pub mod uploads;
 pub mod worker;
 

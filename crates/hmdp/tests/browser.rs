@@ -32,7 +32,7 @@ use std::{
 };
 
 use chrono::TimeZone;
-use hmdp::Config;
+use hmdp::{Config, testing::FlashSale};
 use serde_json::{Value, json};
 
 use helpers::{ADMIN_TOKEN, Backend, TestApp, free_port, spawn_app_with, square_png};
@@ -733,19 +733,14 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
     // Two sales created the original's way, in server-local time: one running for another
     // hour, one that has not begun.
     let now = chrono::Local::now().naive_local();
+    let base = app.url("");
     let create = |title: &'static str, begin: chrono::NaiveDateTime, end: chrono::NaiveDateTime| {
-        let req = app
-            .client
-            .post(app.url("/api/voucher/seckill"))
-            .header("x-admin-token", ADMIN_TOKEN)
-            .json(&json!({
-                "shopId": 2, "title": title, "payValue": 100, "actualValue": 1000, "stock": 5,
-                "beginTime": begin.format("%Y-%m-%dT%H:%M:%S").to_string(),
-                "endTime": end.format("%Y-%m-%dT%H:%M:%S").to_string(),
-            }));
+        let sale = FlashSale::new(5).shop(2).title(title).window(begin, end);
+        let (client, base) = (&app.client, &base);
         async move {
-            let r: Value = req.send().await.unwrap().json().await.unwrap();
-            r["data"].as_i64().unwrap_or_else(|| panic!("{r}"))
+            sale.create(client, base, ADMIN_TOKEN)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
         }
     };
     let running_begin = now - chrono::Duration::minutes(30);

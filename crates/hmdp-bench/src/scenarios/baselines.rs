@@ -9,7 +9,10 @@
 
 use std::{sync::Arc, time::Duration};
 
-use hmdp::{seckill::scripts::GRAB, storage::Db};
+use hmdp::{
+    seckill::{scripts::GRAB, voucher_hash::Sale},
+    storage::Db,
+};
 
 use crate::load::{Op, Outcome, op_phase};
 
@@ -61,16 +64,14 @@ pub async fn raw_grab(
     let client = redis::Client::open(redis_url)?;
     let keys = Arc::new(GrabKeys::new());
     let mut setup = client.get_multiplexed_async_connection().await?;
-    let _: () = redis::cmd("HSET")
-        .arg(&keys.voucher)
-        .arg("stock")
-        .arg(stock)
-        .arg("begin")
-        .arg(0)
-        .arg("end")
-        .arg(4_102_444_800_000i64)
-        .query_async(&mut setup)
-        .await?;
+    let sale = Sale {
+        stock,
+        begin_ms: 0,
+        end_ms: 4_102_444_800_000,
+        sold: 0,
+        generation: 0,
+    };
+    sale.load(&keys.voucher, &mut setup).await?;
     let hash = Arc::new(GRAB.load_async(&mut setup).await?);
     let tasks = if pipeline <= 1 {
         connections

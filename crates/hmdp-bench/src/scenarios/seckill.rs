@@ -483,12 +483,9 @@ async fn run_mode(
         let mut conn = redis::Client::open(cli.redis_url.as_str())?
             .get_multiplexed_async_connection()
             .await?;
-        let s: Option<i64> = redis::cmd("HGET")
-            .arg(t.keys.seckill_voucher(shard, voucher))
-            .arg("stock")
-            .query_async(&mut conn)
-            .await?;
-        Some(s.unwrap_or(i64::MIN))
+        let key = t.keys.seckill_voucher(shard, voucher);
+        let hash = hmdp::seckill::voucher_hash::VoucherHash::read(&key, &mut conn).await?;
+        Some(hash.stock.unwrap_or(i64::MIN))
     } else {
         None
     };

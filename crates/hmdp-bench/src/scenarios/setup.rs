@@ -8,9 +8,7 @@ use std::{
     sync::{Arc, atomic::AtomicUsize, atomic::Ordering},
 };
 
-use chrono::{Duration as ChronoDuration, Local, NaiveDateTime};
-
-use hmdp::{Config, auth::CapturingSms, kv::Keys, storage::Db};
+use hmdp::{Config, auth::CapturingSms, kv::Keys, storage::Db, testing::FlashSale};
 
 use crate::{
     Cli,
@@ -206,24 +204,6 @@ pub async fn create_users(
     Ok(users.into_iter().map(|(_, u)| u).collect())
 }
 
-/// The wire format of the API's times (server-local time, as the original).
-pub fn api_time(t: NaiveDateTime) -> String {
-    t.format("%Y-%m-%dT%H:%M:%S").to_string()
-}
-
-/// The JSON body of a flash-sale voucher on sale from a minute ago for an hour.
-pub fn voucher_body(stock: i64, now: NaiveDateTime) -> serde_json::Value {
-    serde_json::json!({
-        "shopId": 1,
-        "title": format!("hmdp-bench flash sale of {stock}"),
-        "payValue": 100,
-        "actualValue": 1000,
-        "stock": stock,
-        "beginTime": api_time(now - ChronoDuration::minutes(1)),
-        "endTime": api_time(now + ChronoDuration::hours(1)),
-    })
-}
-
 /// Creates a flash-sale voucher through the admin route; its id.
 pub async fn create_voucher(
     addr: SocketAddr,
@@ -232,9 +212,13 @@ pub async fn create_voucher(
 ) -> anyhow::Result<i64> {
     let a = call_once(
         addr,
-        &Req::post("/api/voucher/seckill")
+        &Req::post(FlashSale::PATH)
             .header("x-admin-token", admin_token)
-            .json(&voucher_body(stock, Local::now().naive_local())),
+            .json(
+                &FlashSale::new(stock)
+                    .title(format!("hmdp-bench flash sale of {stock}"))
+                    .body(),
+            ),
     )
     .await?;
     anyhow::ensure!(
@@ -259,16 +243,5 @@ mod tests {
         assert!(p.iter().all(|p| p.len() == 11
             && p.starts_with("138")
             && p.bytes().all(|b| b.is_ascii_digit())));
-    }
-
-    #[test]
-    fn voucher_window_surrounds_now() {
-        let now =
-            NaiveDateTime::parse_from_str("2026-11-21T14:30:00", "%Y-%m-%dT%H:%M:%S").unwrap();
-        let b = voucher_body(500, now);
-        assert_eq!(b["beginTime"], "2026-11-21T14:29:00");
-        assert_eq!(b["endTime"], "2026-11-21T15:30:00");
-        assert_eq!(b["stock"], 500);
-        assert_eq!(b["shopId"], 1);
     }
 }

@@ -11,7 +11,10 @@ use std::{
 
 use hmdp::{
     domain::{UserId, VoucherId},
-    seckill::{SeckillError, ShardCountMismatch},
+    seckill::{
+        SeckillError, ShardCountMismatch,
+        voucher_hash::{FIELD_BEGIN, FIELD_END, FIELD_STOCK},
+    },
     storage::{
         Db,
         orders::{self, NewOrder},
@@ -819,9 +822,9 @@ async fn a_second_order_of_a_buyer_is_dead_lettered_as_a_conflict_not_acked_as_w
 async fn a_voucher_hash_missing_a_field_is_reloaded_not_a_crash() {
     let (app, tokens) = app_with_users(Backend::Sqlite, 3, |c| c.seckill.worker = false).await;
     let voucher = create_sale(&app, 10, -60, 3600).await;
-    let hash = format!("{}seckill:{{s0}}:voucher:{voucher}", app.prefix);
+    let hash = app.state.keys.seckill_voucher(0, voucher);
     let mut won = HashSet::new();
-    for (field, token) in ["begin", "end", "stock"].iter().zip(&tokens) {
+    for (field, token) in [FIELD_BEGIN, FIELD_END, FIELD_STOCK].iter().zip(&tokens) {
         let _: () = redis::AsyncCommands::hdel(&mut app.redis().await, &hash, *field)
             .await
             .unwrap();
@@ -841,12 +844,10 @@ async fn a_failed_warm_up_releases_its_lock() {
     let app = spawn_app_with(Backend::Sqlite, |c| c.seckill.worker = false).await;
     let voucher = create_sale(&app, 5, -60, 3600).await;
     let s = &app.state;
-    let _: () = redis::AsyncCommands::del(
-        &mut app.redis().await,
-        format!("{}seckill:{{s0}}:voucher:{voucher}", app.prefix),
-    )
-    .await
-    .unwrap();
+    let _: () =
+        redis::AsyncCommands::del(&mut app.redis().await, s.keys.seckill_voucher(0, voucher))
+            .await
+            .unwrap();
     // A service whose database pool is closed: loading fails.
     let closed = Db::connect(&s.config.database_url, 1).await.unwrap();
     closed.close().await;

@@ -4,6 +4,7 @@
 
 use std::{collections::HashMap, process::Stdio, time::Duration};
 
+use hmdp::seckill::voucher_hash::{FIELD_STOCK, VoucherHash};
 use redis::AsyncCommands;
 
 use crate::helpers::{
@@ -88,7 +89,10 @@ async fn buyers_in(app: &TestApp, url: &str, voucher: i64) -> HashMap<i64, i64> 
 
 async fn stock_in(app: &TestApp, url: &str, voucher: i64) -> i64 {
     let key = app.state.keys.seckill_voucher(0, voucher);
-    connect(url).await.hget(key, "stock").await.unwrap()
+    let hash = VoucherHash::read(&key, &mut connect(url).await)
+        .await
+        .unwrap();
+    hash.stock.expect("the sale is loaded")
 }
 
 /// The replica falls behind halfway through the sale and is then promoted: every grab answered
@@ -308,10 +312,10 @@ async fn reconcile_queues_again_what_only_redis_holds(backend: Backend) {
     let (&lost_user, &lost_order) = in_redis.iter().next().unwrap();
     // A buyer Redis forgot (its stock back), and an order only Redis knows (its stock taken).
     let _: () = redis.hdel(&buyers, lost_user).await.unwrap();
-    let _: () = redis.hincr(&hash, "stock", 1).await.unwrap();
+    let _: () = redis.hincr(&hash, FIELD_STOCK, 1).await.unwrap();
     let (ghost_user, ghost_order) = (990_001_i64, 7_000_000_000_123_i64);
     let _: () = redis.hset(&buyers, ghost_user, ghost_order).await.unwrap();
-    let _: () = redis.hincr(&hash, "stock", -1).await.unwrap();
+    let _: () = redis.hincr(&hash, FIELD_STOCK, -1).await.unwrap();
 
     let seckill = &app.state.seckill;
     let id = hmdp::domain::VoucherId::new(voucher).unwrap();

@@ -7,6 +7,7 @@
 //! separate process in another zone than this test, so a zone mix-up cannot hide.
 
 use chrono::{DateTime, Local, NaiveDateTime, TimeZone};
+use hmdp::testing::FlashSale;
 use serde_json::{Value, json};
 
 use crate::{
@@ -48,18 +49,12 @@ impl Api<'_> {
 
     /// Creates a flash sale on shop 1; its id.
     async fn create_sale(&self, begin: &str, end: &str) -> i64 {
-        let body = json!({"shopId": 1, "title": "时区测试券", "payValue": 100,
-            "actualValue": 1000, "stock": 5, "beginTime": begin, "endTime": end});
-        let r = self
-            .json(
-                self.client
-                    .post(format!("{}/api/voucher/seckill", self.base))
-                    .header("x-admin-token", ADMIN_TOKEN)
-                    .json(&body),
-            )
-            .await;
-        assert_eq!(r["success"], true, "create {begin} .. {end}: {r}");
-        r["data"].as_i64().unwrap()
+        FlashSale::new(5)
+            .title("时区测试券")
+            .window_text(begin, end)
+            .create(self.client, &self.base, ADMIN_TOKEN)
+            .await
+            .unwrap_or_else(|e| panic!("create {begin} .. {end}: {e}"))
     }
 
     /// The entry of voucher `id` in shop 1's voucher list.

@@ -7,26 +7,21 @@ use std::{
     time::{Duration, Instant},
 };
 
-use chrono::{Duration as ChronoDuration, Local};
+use hmdp::{seckill::voucher_hash::VoucherHash, testing::FlashSale};
 use hmdp_testkit::redis_url;
-use serde_json::json;
 
-use super::TestApp;
+use super::{ADMIN_TOKEN, TestApp};
 
 /// Creates a flash-sale voucher on shop 1 whose sale runs from `begin` to `end` seconds from now.
 pub async fn create_sale(app: &TestApp, stock: i64, begin: i64, end: i64) -> i64 {
-    let fmt = |secs: i64| {
-        (Local::now().naive_local() + ChronoDuration::seconds(secs))
-            .format("%Y-%m-%dT%H:%M:%S")
-            .to_string()
-    };
-    let body = json!({"shopId": 1, "title": "限时抢购券", "subTitle": "测试", "rules": "每人一张",
-        "payValue": 990, "actualValue": 5000, "stock": stock, "beginTime": fmt(begin), "endTime": fmt(end)});
-    let r = app
-        .admin_json(reqwest::Method::POST, "/api/voucher/seckill", &body)
-        .await;
-    assert!(r.success(), "{r:?}");
-    r.body["data"].as_i64().unwrap()
+    FlashSale::new(stock)
+        .sub_title("测试")
+        .rules("每人一张")
+        .values(990, 5000)
+        .from_now(begin, end)
+        .create(&app.client, &app.url(""), ADMIN_TOKEN)
+        .await
+        .unwrap()
 }
 
 /// `n` distinct users logged in through the real API, `concurrency` at a time.
@@ -170,13 +165,11 @@ pub async fn lose_voucher(app: &TestApp, voucher: i64) {
 
 pub async fn redis_stock(app: &TestApp, voucher: i64) -> Option<i64> {
     // Through the service's own connection: some tests run it on a private Redis.
-    redis::AsyncCommands::hget(
-        &mut app.state.redis.clone(),
-        format!("{}seckill:{{s0}}:voucher:{voucher}", app.prefix),
-        "stock",
-    )
-    .await
-    .unwrap()
+    let key = app.state.keys.seckill_voucher(0, voucher);
+    VoucherHash::read(&key, &mut app.state.redis.clone())
+        .await
+        .unwrap()
+        .stock
 }
 
 /// Asserts that exactly the accepted orders are stored, without dumping thousands of ids.
