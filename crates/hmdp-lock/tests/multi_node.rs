@@ -258,7 +258,8 @@ async fn subscriber_reconnects_and_wakes_waiters_after_a_restart() {
     let wlock = waiter.lock("rc").unwrap();
     let task = tokio::spawn(async move {
         loop {
-            // Errors while the server is down end a try_lock; retry them.
+            // Errors while the server is down end a try_lock; retry them as a client would
+            // (not a wait of the test's: the pause is this client's between its tries).
             match wlock.try_lock(Duration::from_secs(8), Some(LEASE)).await {
                 Ok(Some(g)) => return g,
                 Ok(None) => panic!("waiter never woke up"),

@@ -77,8 +77,8 @@ async fn watchdog_reports_loss_when_the_last_confirmed_lease_runs_out() {
         after >= lease - Duration::from_millis(300),
         "loss reported too early: {after:?}"
     );
-    // Counted once, whichever of lost(), is_lost() and the watchdog saw it first (not a
-    // wait: time for a second count, which must not come).
+    // Counted once, whichever of lost(), is_lost() and the watchdog saw it first.
+    // Not a wait: time for a second count, which must not come.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(locks.stats().lost, 1);
     assert!(guard.is_lost(), "lost stays lost");
