@@ -13,7 +13,7 @@ use hmdp_cache::{
     BloomFilter, BloomOptions, CacheClient, InvalidatedCache, L1Options, Membership, ReadOptions,
     RedisDown, Strategy,
 };
-use hmdp_testkit::{KeyPrefix, RedisServer, connect, redis_url, wait_until};
+use hmdp_testkit::{KeyPrefix, Patience, RedisServer, connect, redis_url, wait_until};
 use redis::aio::ConnectionManager;
 
 /// A client as one service instance would build it: own connection, own lock client.
@@ -31,6 +31,7 @@ async fn client(prefix: &KeyPrefix) -> CacheClient<ConnectionManager> {
         .build()
 }
 
+/// A loader that counts its calls and takes `delay` to answer `value`.
 fn slow_loader(
     calls: Arc<AtomicUsize>,
     value: Option<String>,
@@ -41,6 +42,7 @@ fn slow_loader(
     move || {
         Box::pin(async move {
             calls.fetch_add(1, Ordering::SeqCst);
+            // Not a wait: the database's time to answer.
             tokio::time::sleep(delay).await;
             Ok(value)
         })
@@ -433,8 +435,8 @@ async fn logical_expiry_serves_stale_at_once_and_rebuilds_exactly_once() {
     );
 
     // After the rebuild: the fresh value, and exactly one load for it.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
+    let patience = Patience::new(Duration::from_secs(15)).every(Duration::from_millis(50));
+    wait_until(patience, "the rebuilt value", async || {
         let v: Option<String> = a
             .get_or_load(
                 "cache:shop:9",
@@ -443,12 +445,9 @@ async fn logical_expiry_serves_stale_at_once_and_rebuilds_exactly_once() {
             )
             .await
             .unwrap();
-        if v.as_deref() == Some("new") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no rebuild happened");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        v.as_deref() == Some("new")
+    })
+    .await;
     assert_eq!(calls.load(Ordering::SeqCst), 1, "exactly one rebuild");
     let rebuilds =
         a.stats().rebuilds.load(Ordering::SeqCst) + b.stats().rebuilds.load(Ordering::SeqCst);
@@ -536,15 +535,16 @@ async fn l1_is_invalidated_on_every_instance() {
 
     // The value changes (database first, then invalidate): B sees it once the message lands.
     a.invalidate("k").await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        let v = b.get_or_load("k", &opts, load("two")).await.unwrap();
-        if v.as_deref() == Some("two") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "B kept serving its stale L1");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Well within the L1's 60 s lifetime: the message, not the expiry.
+    wait_until(
+        Duration::from_secs(10),
+        "B dropping its stale L1",
+        async || {
+            let v = b.get_or_load("k", &opts, load("two")).await.unwrap();
+            v.as_deref() == Some("two")
+        },
+    )
+    .await;
 }
 
 /// A client on a private redis-server that is then killed: Redis is down for every read.
@@ -589,6 +589,7 @@ async fn with_redis_down_the_loader_fallback_is_bounded() {
                 .get_or_load(&format!("k{i}"), &opts, move || async move {
                     let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                     peak.fetch_max(now, Ordering::SeqCst);
+                    // Not a wait: the database's time to answer.
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     running.fetch_sub(1, Ordering::SeqCst);
                     Ok::<_, std::io::Error>(Some(7u32))
@@ -764,8 +765,6 @@ async fn a_background_rebuild_reaches_the_l1_of_every_instance() {
     )
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // B reads the fresh entry into its L1.
     let read = |c: &CacheClient<ConnectionManager>, value: &'static str| {
         let (c, calls, opts) = (c.clone(), calls.clone(), opts.clone());
         async move {
@@ -778,24 +777,34 @@ async fn a_background_rebuild_reaches_the_l1_of_every_instance() {
             .unwrap()
         }
     };
-    assert_eq!(read(&b, "from b").await.as_deref(), Some("old"));
+    // B reads the fresh entry into its L1 and keeps it there (a copy read before A's
+    // announcement of the write reached B is dropped when it does, and read again).
+    wait_until(
+        Duration::from_secs(5),
+        "B serving from its L1",
+        async || {
+            let hits = b.stats().l1_hits.load(Ordering::SeqCst);
+            assert_eq!(read(&b, "from b").await.as_deref(), Some("old"));
+            b.stats().l1_hits.load(Ordering::SeqCst) > hits
+        },
+    )
+    .await;
+    // Not a wait: the entry's 300 ms logical lifetime runs out.
     tokio::time::sleep(Duration::from_millis(300)).await;
     // It turns stale; A rebuilds it.
     assert_eq!(read(&a, "new").await.as_deref(), Some("old"));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while read(&a, "new").await.as_deref() != Some("new") {
-        assert!(Instant::now() < deadline, "A never rebuilt");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(Duration::from_secs(10), "A's rebuild", async || {
+        read(&a, "new").await.as_deref() == Some("new")
+    })
+    .await;
     // B drops its stale L1 copy when A's rebuild is announced (not after its 60 s L1 TTL).
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while read(&b, "from b").await.as_deref() != Some("new") {
-        assert!(
-            Instant::now() < deadline,
-            "B kept serving its stale L1 copy"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(
+        Duration::from_secs(10),
+        "B dropping its stale L1 copy",
+        async || read(&b, "from b").await.as_deref() == Some("new"),
+    )
+    .await;
+    // Not a wait: time for a rebuild by B, which must not come.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(calls.load(Ordering::SeqCst), 1, "B never rebuilt");
     assert_eq!(b.stats().rebuilds.load(Ordering::SeqCst), 0);
@@ -820,7 +829,10 @@ async fn stale_reads_during_a_rebuild_spawn_no_tasks() {
     };
     // The first stale read starts the rebuild.
     assert_eq!(read().await.unwrap().as_deref(), Some("old"));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_until(Duration::from_secs(5), "the rebuild loading", async || {
+        calls.load(Ordering::SeqCst) == 1
+    })
+    .await;
     let metrics = tokio::runtime::Handle::current().metrics();
     let before = metrics.num_alive_tasks();
     let started = Instant::now();
@@ -859,14 +871,15 @@ async fn a_rebuild_slower_than_the_lock_lease_keeps_its_lock() {
         }
     };
     assert_eq!(read(&a).await.unwrap().as_deref(), Some("old"));
-    // Well past the 200 ms lease, another instance finds the entry still stale.
+    // Not a wait: well past the 200 ms lease, another instance finds the entry still stale.
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(read(&b).await.unwrap().as_deref(), Some("old"));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while read(&a).await.unwrap().as_deref() != Some("new") {
-        assert!(Instant::now() < deadline, "no rebuild");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let patience = Patience::new(Duration::from_secs(10)).every(Duration::from_millis(50));
+    wait_until(patience, "the rebuilt value", async || {
+        read(&a).await.unwrap().as_deref() == Some("new")
+    })
+    .await;
+    // Not a wait: time for a second rebuild by B's read, which must not come.
     tokio::time::sleep(Duration::from_millis(1600)).await;
     assert_eq!(
         calls.load(Ordering::SeqCst),

@@ -380,7 +380,7 @@ async fn prefetching_keeps_callers_from_waiting() {
     for i in 0..300 {
         got.push(ids.next_id().await.unwrap());
         if i % 5 == 4 {
-            // 25 ids (>= 10 ms) of lead for each background fetch.
+            // Not a wait: a steady pace, 25 ids (>= 10 ms) of lead for each background fetch.
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
@@ -590,6 +590,7 @@ async fn child_process_prints_ids() {
         .unwrap()
         .as_millis();
     if start_at > now {
+        // Not a wait on a condition: the processes' agreed starting time.
         tokio::time::sleep(Duration::from_millis((start_at - now) as u64)).await;
     }
     let mut tasks = Vec::new();

@@ -60,7 +60,7 @@ async fn locks_work_on_redis_cluster() {
                     .expect("acquired after unlock");
                 (got.fencing_token().unwrap(), Instant::now(), got)
             });
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            support::wait_for_waiter(&urls, lock.channel()).await;
             let unlocked_at = Instant::now();
             assert!(g.unlock().await.unwrap());
             let (t2, at, g2) = task.await.unwrap();
@@ -91,6 +91,7 @@ async fn locks_work_on_redis_cluster() {
     .unwrap();
     let lock = wd.lock("wd").unwrap();
     let g = lock.lock().await.unwrap();
+    // Not a wait: held past the 600 ms lease, which only renewals extend.
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert!(!g.is_lost());
     assert!(lock.is_locked().await.unwrap());

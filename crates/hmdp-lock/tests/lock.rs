@@ -101,6 +101,7 @@ async fn non_owner_cannot_release(kind: LockKind) {
             .unwrap()
             .is_none()
     );
+    // Not a wait: A's 150 ms lease runs out.
     tokio::time::sleep(Duration::from_millis(250)).await;
     let owner = lock_b
         .try_lock(Duration::ZERO, Some(Duration::from_secs(5)))
@@ -158,6 +159,7 @@ async fn expired_lease_frees_the_lock() {
             .unwrap()
             .is_none()
     );
+    // Not a wait: the 200 ms lease runs out.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         g.is_lost(),
@@ -210,6 +212,7 @@ fn vanished_process_with_watchdog_frees_after_lease() {
                 lock_client_with(&p, |b| b.watchdog_timeout(Duration::from_millis(600))).await;
             let lock = locks.lock("vanish").unwrap();
             let g = lock.lock().await.unwrap();
+            // Not a wait: held past the 600 ms lease, which only renewals extend.
             tokio::time::sleep(Duration::from_millis(700)).await;
             assert!(
                 lock.is_locked().await.unwrap(),
@@ -286,6 +289,7 @@ async fn reentry_and_partial_release_reset_the_lease() {
         .unwrap()
         .unwrap();
     let mut conn = raw().await;
+    // Not a wait: the lease runs down to under 800 ms.
     tokio::time::sleep(Duration::from_millis(700)).await;
     let before: i64 = conn.pttl(lock.key()).await.unwrap();
     assert!(
@@ -298,7 +302,7 @@ async fn reentry_and_partial_release_reset_the_lease() {
         after > 1200 && after <= 1500,
         "re-entry must reset the lease to 1500 ms, pttl {after} (was {before})"
     );
-    // The guard's own view follows: past the original lease, not lost.
+    // The guard's own view follows: past the original lease, not lost (not a wait).
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert!(!outer.is_lost(), "re-entry moved the guard's deadline too");
     let before: i64 = conn.pttl(lock.key()).await.unwrap();
@@ -358,7 +362,7 @@ async fn waiter_wakes_promptly_on_unlock() {
             .unwrap();
         (got.is_some(), Instant::now())
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    support::wait_for_waiter(&[redis_url()], lock.channel()).await;
     let unlocked_at = Instant::now();
     assert!(g.unlock().await.unwrap());
     let (acquired, at) = task.await.unwrap();
@@ -449,6 +453,7 @@ async fn many_waiters_share_one_subscription_and_all_get_through() {
                 .await
                 .unwrap()
                 .expect("acquired within budget");
+            // Not a wait: the holder's work.
             tokio::time::sleep(Duration::from_millis(5)).await;
             assert!(g.unlock().await.unwrap());
         }));
@@ -481,6 +486,7 @@ async fn watchdog_keeps_lock_past_lease_and_stops_after_unlock() {
     assert!(g.has_watchdog());
     let mut conn = raw().await;
     for _ in 0..10 {
+        // Not a wait: the lease is sampled over 2 s, three times its length.
         tokio::time::sleep(Duration::from_millis(200)).await;
         let pttl: i64 = conn.pttl(lock.key()).await.unwrap();
         assert!(
@@ -508,6 +514,7 @@ async fn watchdog_keeps_lock_past_lease_and_stops_after_unlock() {
     // the unlock would push it back to 600 ms.
     let _: () = conn.hset(lock.key(), &token, 1).await.unwrap();
     let _: () = conn.pexpire(lock.key(), 300).await.unwrap();
+    // Not a wait: time for a renewal, which must not come, before the 300 ms run out.
     tokio::time::sleep(Duration::from_millis(450)).await;
     let exists: bool = conn.exists(lock.key()).await.unwrap();
     assert!(!exists, "no renewal after unlock");
@@ -553,6 +560,7 @@ async fn extend_moves_the_lease() {
         .unwrap()
         .unwrap();
     assert!(g.extend(Duration::from_secs(5)).await.unwrap());
+    // Not a wait: past the original 200 ms lease.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!g.is_lost());
     assert!(lock.is_locked().await.unwrap());
@@ -640,7 +648,7 @@ async fn drop_releases_in_background() {
             .unwrap()
             .is_some()
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    support::wait_for_waiter(&[redis_url()], lock.channel()).await;
     let start = Instant::now();
     drop(g);
     assert!(task.await.unwrap(), "waiter got the lock after the drop");
@@ -680,7 +688,8 @@ async fn force_unlock_wakes_waiters() {
 async fn without_subscriber_waiters_poll_at_retry_interval() {
     let p = unique_prefix();
     let holder = lock_client(&p).await;
-    let (_, conn) = support::conn_for(&redis_url()).await;
+    let (_, mut conn) = support::conn_for(&redis_url()).await;
+    let poller_id = support::client_id(&mut conn).await;
     let poller = LockClient::builder(conn)
         .key_prefix(&p)
         .retry_interval(Duration::from_millis(400))
@@ -702,7 +711,7 @@ async fn without_subscriber_waiters_poll_at_retry_interval() {
             .unwrap();
         (got.is_some(), start.elapsed())
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    support::wait_for_attempt(&redis_url(), poller_id).await;
     g.unlock().await.unwrap();
     let (acquired, waited) = task.await.unwrap();
     assert!(acquired);
@@ -764,6 +773,8 @@ async fn stats_count_acquisitions_waits_timeouts_and_losses() {
         let g = lock.try_lock(Duration::from_secs(5), Some(SHORT)).await;
         (g, start.elapsed())
     });
+    support::wait_for_waiter(&[redis_url()], hold(&holder).channel()).await;
+    // Not a wait: the holder keeps the lock a while longer.
     tokio::time::sleep(Duration::from_millis(150)).await;
     g.unlock().await.unwrap();
     let (got, waited) = task.await.unwrap();
@@ -822,6 +833,7 @@ async fn stats_count_acquisitions_waits_timeouts_and_losses() {
 
     // The holder's explicit lease runs out before its unlock: one loss.
     assert_eq!(holder.stats().lost, 0);
+    // Not a wait: the 400 ms lease runs out.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(g.is_lost());
     assert!(!g.unlock().await.unwrap());

@@ -6,9 +6,9 @@ mod support;
 use std::time::Duration;
 
 use hmdp_lock::{LockClient, LockKind, LockOptions, MultiLock, RedLock};
-use hmdp_testkit::{RedisServer, unique_prefix};
+use hmdp_testkit::{RedisServer, redis_url, unique_prefix, wait_until};
 use redis::AsyncCommands;
-use support::{conn_for, lock_client};
+use support::{conn_for, lock_client, wait_for_waiter};
 use tokio::time::Instant;
 
 const LEASE: Duration = Duration::from_secs(5);
@@ -66,7 +66,7 @@ async fn multilock_is_all_or_nothing() {
     // Once "b" is released during the wait, all three are taken.
     let multi2 = multi.clone();
     let task = tokio::spawn(async move { multi2.try_lock(Duration::from_secs(3), None).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_for_waiter(&[redis_url()], me.lock("b").unwrap().channel()).await;
     b.unlock().await.unwrap();
     let guard = task
         .await
@@ -258,7 +258,8 @@ async fn subscriber_reconnects_and_wakes_waiters_after_a_restart() {
     let wlock = waiter.lock("rc").unwrap();
     let task = tokio::spawn(async move {
         loop {
-            // Errors while the server is down end a try_lock; retry them.
+            // Errors while the server is down end a try_lock; retry them as a client would
+            // (not a wait of the test's: the pause is this client's between its tries).
             match wlock.try_lock(Duration::from_secs(8), Some(LEASE)).await {
                 Ok(Some(g)) => return g,
                 Ok(None) => panic!("waiter never woke up"),
@@ -266,7 +267,7 @@ async fn subscriber_reconnects_and_wakes_waiters_after_a_restart() {
             }
         }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_for_waiter(&[server.url()], holder.lock("rc").unwrap().channel()).await;
     std::mem::forget(g);
     server.kill();
     let restarted_at = Instant::now();
@@ -286,12 +287,12 @@ async fn subscriber_reconnects_and_wakes_waiters_after_a_restart() {
     assert!(wg.unlock().await.unwrap());
     // The holder's ConnectionManager fails its first request after the
     // restart and reconnects; wait for that before using it.
-    for _ in 0..100 {
-        if hlock.is_locked().await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(
+        Duration::from_secs(10),
+        "the holder reconnected",
+        async || hlock.is_locked().await.is_ok(),
+    )
+    .await;
     let hg = hlock
         .try_lock(Duration::from_secs(2), Some(Duration::from_secs(30)))
         .await
@@ -301,7 +302,7 @@ async fn subscriber_reconnects_and_wakes_waiters_after_a_restart() {
         let got = wlock.try_lock(Duration::from_secs(5), Some(LEASE)).await;
         (got.unwrap().is_some(), Instant::now())
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for_waiter(&[server.url()], hlock.channel()).await;
     let unlocked_at = Instant::now();
     assert!(hg.unlock().await.unwrap());
     let (acquired, at) = task.await.unwrap();

@@ -8,9 +8,9 @@ mod support;
 use std::time::Duration;
 
 use hmdp_lock::LockClient;
-use hmdp_testkit::{RedisServer, unique_prefix};
+use hmdp_testkit::{Patience, RedisServer, unique_prefix, wait_until};
 use redis::AsyncCommands;
-use support::conn_without_response_timeout;
+use support::{conn_without_response_timeout, wait_for_waiter};
 use tokio::time::Instant;
 
 async fn client_on(
@@ -32,17 +32,16 @@ async fn client_on(
 /// just landed, and returns when that was seen.
 async fn next_renewal(conn: &mut redis::aio::ConnectionManager, key: &str) -> Instant {
     let mut last: i64 = conn.pttl(key).await.unwrap();
-    let give_up = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < give_up {
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    // Asked often: the renewal's moment is what the test measures from.
+    let patience = Patience::new(Duration::from_secs(5)).every(Duration::from_millis(5));
+    wait_until(patience, "a watchdog renewal", async || {
         let pttl: i64 = conn.pttl(key).await.unwrap();
         assert!(pttl > 0, "lock must be held while renewals work: {pttl}");
-        if pttl > last + 100 {
-            return Instant::now();
-        }
+        let renewed = pttl > last + 100;
         last = pttl;
-    }
-    panic!("no watchdog renewal seen");
+        renewed.then(Instant::now)
+    })
+    .await
 }
 
 #[tokio::test]
@@ -60,7 +59,7 @@ async fn watchdog_reports_loss_when_the_last_confirmed_lease_runs_out() {
     server.pause();
     // That renewal was sent before `renewed`; nothing after it is confirmed,
     // so from `renewed + lease` at the latest another client may hold the
-    // lock (once Redis runs again, the key has expired).
+    // lock (once Redis runs again, the key has expired). Not a wait: half the lease passes.
     tokio::time::sleep(lease / 2).await;
     assert!(!guard.is_lost(), "the confirmed lease has not run out yet");
     tokio::time::timeout(Duration::from_secs(5), guard.lost())
@@ -79,6 +78,7 @@ async fn watchdog_reports_loss_when_the_last_confirmed_lease_runs_out() {
         "loss reported too early: {after:?}"
     );
     // Counted once, whichever of lost(), is_lost() and the watchdog saw it first.
+    // Not a wait: time for a second count, which must not come.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(locks.stats().lost, 1);
     assert!(guard.is_lost(), "lost stays lost");
@@ -169,8 +169,8 @@ async fn try_lock_waiting_when_redis_freezes_returns_within_its_budget() {
         )
         .await
     });
-    // The waiter is subscribed and asleep by now; freeze Redis under it.
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Once the waiter is subscribed and asleep, freeze Redis under it.
+    wait_for_waiter(&[server.url()], holder.lock("busy").unwrap().channel()).await;
     server.pause();
     let res = task
         .await

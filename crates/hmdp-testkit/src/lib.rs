@@ -10,12 +10,14 @@
 mod amqp;
 mod keys;
 mod server;
+mod wait;
 
-use std::{net::TcpListener, time::Duration};
+use std::net::TcpListener;
 
 pub use amqp::{AmqpVhost, CuttableProxy, RabbitNode, amqp_socket_addr, amqp_url};
 pub use keys::{KeyPrefix, remove_keys, unique_prefix};
 pub use server::{RedisCluster, RedisServer};
+pub use wait::{Patience, Ready, wait_until};
 
 /// The shared test Redis: `HMDP_TEST_REDIS_URL`, default `redis://127.0.0.1:6379`.
 pub fn redis_url() -> String {
@@ -47,17 +49,4 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-/// Polls `ready` every 20 ms until it answers true; panics naming `what` once `timeout` has
-/// passed. For waiting on a condition instead of sleeping a fixed time.
-pub async fn wait_until(timeout: Duration, what: &str, mut ready: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !ready().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: not within {timeout:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }

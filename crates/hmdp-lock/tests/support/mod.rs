@@ -1,12 +1,15 @@
-//! Helpers for hmdp-lock's integration tests: lock clients on a real Redis (never mocked)
-//! and raw connections to look behind the locks' backs. Servers, prefixes and clean-up come
-//! from `hmdp-testkit`.
+//! Helpers for hmdp-lock's integration tests: lock clients on a real Redis (never mocked),
+//! raw connections to look behind the locks' backs, and waits until a waiter really waits (a
+//! test that releases the lock earlier would prove nothing). Servers, prefixes and clean-up
+//! come from `hmdp-testkit`.
 #![allow(dead_code)]
+
+use std::time::Duration;
 
 use hmdp_lock::LockClient;
 use redis::aio::ConnectionManager;
 
-use hmdp_testkit::redis_url;
+use hmdp_testkit::{redis_url, wait_until};
 
 pub async fn conn_for(url: &str) -> (redis::Client, ConnectionManager) {
     let client = redis::Client::open(url).expect("valid redis url");
@@ -51,4 +54,53 @@ pub async fn lock_client_with(
 /// A plain connection for inspecting keys behind the locks' backs.
 pub async fn raw() -> ConnectionManager {
     conn_for(&redis_url()).await.1
+}
+
+/// Waits until a waiter has subscribed to `channel` (a lock's unlock messages) on one of the
+/// Redis nodes at `urls`: it has found the lock held and now waits for its release.
+pub async fn wait_for_waiter(urls: &[String], channel: &str) {
+    let mut conns = Vec::new();
+    for url in urls {
+        conns.push(conn_for(url).await.1);
+    }
+    wait_until(Duration::from_secs(10), "a waiter subscribed", async || {
+        let mut subscribers = 0;
+        for conn in &mut conns {
+            let counts: Vec<(String, i64)> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(channel)
+                .query_async(conn)
+                .await
+                .unwrap();
+            subscribers += counts[0].1;
+        }
+        subscribers > 0
+    })
+    .await;
+}
+
+/// The id Redis gives `conn`'s connection (`CLIENT ID`).
+pub async fn client_id(conn: &mut ConnectionManager) -> i64 {
+    redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// Waits until the connection `id` to the Redis at `url` has run a lock script since
+/// [`client_id`] asked for its id: a waiter without a subscriber has made its first attempt.
+pub async fn wait_for_attempt(url: &str, id: i64) {
+    let mut conn = conn_for(url).await.1;
+    wait_until(Duration::from_secs(10), "the first attempt", async || {
+        let client: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .arg("ID")
+            .arg(id)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        client.contains("cmd=evalsha")
+    })
+    .await;
 }

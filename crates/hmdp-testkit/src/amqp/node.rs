@@ -120,20 +120,12 @@ impl RabbitNode {
 
     /// Kills the node (SIGKILL to all its processes: connections drop without a close, nothing
     /// is flushed) and returns once it is gone; killing a stopped node does nothing.
-    pub fn kill(&mut self) {
+    pub async fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             // SAFETY: kill(2) on the process group the node was started in.
             unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
             let _ = child.wait();
-            let deadline = Instant::now() + STOP_TIMEOUT;
-            while !self.gone() {
-                assert!(
-                    Instant::now() < deadline,
-                    "{} still up after SIGKILL",
-                    self.node
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            self.wait_gone().await;
         }
     }
 

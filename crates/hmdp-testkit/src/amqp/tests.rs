@@ -199,7 +199,7 @@ async fn a_private_node_restarts_and_survives_a_kill() {
     assert_closed(&mut open).await;
     let mut open = open_vhost_as(&node.url(), node.addr(), "/").await.unwrap();
 
-    node.kill();
+    node.kill().await;
     assert!(!node.is_running());
     assert_closed(&mut open).await;
     assert!(open_vhost_as(&node.url(), node.addr(), "/").await.is_err());

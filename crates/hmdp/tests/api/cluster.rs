@@ -1,12 +1,11 @@
 //! The service on a real three-master Redis Cluster: login, cached shops and the flash sale
 //! all keep every multi-key operation inside one hash slot.
 
-use std::{
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{sync::Arc, time::Duration};
 
-use crate::helpers::{Backend, RedisCluster, create_sale, login_many, spawn_app_with};
+use crate::helpers::{
+    Backend, Patience, RedisCluster, create_sale, login_many, spawn_app_with, wait_until,
+};
 
 /// How many keys each node of the cluster holds.
 async fn keys_per_node(cluster: &RedisCluster) -> Vec<i64> {
@@ -82,8 +81,8 @@ async fn the_service_runs_on_a_redis_cluster() {
         }
     }
     assert_eq!(wins, 40, "10 per voucher");
-    let started = Instant::now();
-    loop {
+    let patience = Patience::new(Duration::from_secs(20)).every(Duration::from_millis(100));
+    wait_until(patience, "the 40 orders written", async || {
         let mut persisted = 0;
         for v in &vouchers {
             persisted += app
@@ -94,14 +93,12 @@ async fn the_service_runs_on_a_redis_cluster() {
                 .unwrap();
         }
         if persisted == 40 {
-            break;
+            Ok(())
+        } else {
+            Err(format!("{persisted} of 40 orders written"))
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "{persisted} of 40 orders written"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     let spread = keys_per_node(&cluster).await;
     assert!(
         spread.iter().filter(|n| **n > 0).count() >= 2,

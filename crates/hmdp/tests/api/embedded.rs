@@ -4,7 +4,7 @@
 use std::{
     path::Path,
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use std::collections::HashSet;
@@ -13,7 +13,10 @@ use sqlx::Row;
 
 use crate::{
     both_backends,
-    helpers::{Backend, TestApp, free_port, redis_url, remove_keys, spawn_app, unique_prefix},
+    helpers::{
+        Backend, Patience, TestApp, free_port, redis_url, remove_keys, spawn_app, unique_prefix,
+        wait_until,
+    },
 };
 
 both_backends!(the_demo_data_fits_the_original_pages);
@@ -73,54 +76,50 @@ async fn config_get(url: &str, name: &str) -> String {
     value
 }
 
-/// Waits for `child` to exit by itself (after a signal), killing it after 20 s.
-fn wait_exit(child: &mut Child, what: &str) -> std::process::ExitStatus {
-    let started = Instant::now();
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
+/// Waits for `child` to exit by itself (after a signal); kills it if it has not within 20 s.
+async fn wait_exit(child: &mut Child, what: &str) -> std::process::ExitStatus {
+    /// Kills the child when the wait for it gives up (a panic), so it does not outlive the test.
+    struct KillOnPanic<'a>(&'a mut Child);
+    impl Drop for KillOnPanic<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                let _ = self.0.kill();
+            }
         }
-        if started.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("hmdp did not stop within 20 s of {what}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
     }
+    let guard = KillOnPanic(child);
+    let patience = Patience::new(Duration::from_secs(20)).every(Duration::from_millis(50));
+    let what = format!("hmdp stopping after {what}");
+    wait_until(patience, &what, async || guard.0.try_wait().unwrap()).await
 }
 
 async fn wait_healthy(port: u16, child: &mut Child, dir: &Path) -> serde_json::Value {
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    let started = Instant::now();
-    loop {
-        if let Ok(r) = client
+    let log = || std::fs::read_to_string(dir.join("hmdp.log")).unwrap_or_default();
+    let patience = Patience::new(Duration::from_secs(60)).every(Duration::from_millis(100));
+    let health = wait_until(patience, "hmdp healthy", async || {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("hmdp exited with {status}: {}", log());
+        }
+        match client
             .get(format!("http://127.0.0.1:{port}/health"))
             .send()
             .await
-            && r.status() == 200
         {
-            return r.json().await.unwrap();
+            Ok(r) if r.status() == 200 => Ok(r),
+            _ => Err(format!("its log:\n{}", log())),
         }
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!(
-                "hmdp exited with {status}: {}",
-                std::fs::read_to_string(dir.join("hmdp.log")).unwrap_or_default()
-            );
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "not healthy after 60 s: {}",
-            std::fs::read_to_string(dir.join("hmdp.log")).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    health.json().await.unwrap()
 }
 
-fn terminate(child: &mut Child) -> std::process::ExitStatus {
+async fn terminate(child: &mut Child) -> std::process::ExitStatus {
     // SAFETY: plain kill(2) on our own child's pid.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
     }
-    wait_exit(child, "SIGTERM")
+    wait_exit(child, "SIGTERM").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,7 +152,7 @@ async fn the_binary_with_no_configuration_comes_up_healthy() {
         }
     }
 
-    let status = terminate(&mut child);
+    let status = terminate(&mut child).await;
     assert!(status.success(), "graceful exit on SIGTERM, got {status}");
     let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
     assert!(log.contains("SIGTERM received"), "{log}");
@@ -190,7 +189,7 @@ async fn login_codes_in_the_log_on_a_public_address_need_hmdp_sms_log() {
         ("HMDP_REDIS_PREFIX", &prefix),
     ];
     let mut child = start_hmdp(dir.path(), port, &settings);
-    let status = wait_exit(&mut child, "a refused start");
+    let status = wait_exit(&mut child, "a refused start").await;
     assert_eq!(status.code(), Some(1));
     let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
     let refusals: Vec<&str> = log.lines().filter(|l| l.contains("HMDP_SMS")).collect();
@@ -206,7 +205,7 @@ async fn login_codes_in_the_log_on_a_public_address_need_hmdp_sms_log() {
         &[settings[0], settings[1], ("HMDP_SMS", "log")],
     );
     wait_healthy(port, &mut child, dir.path()).await;
-    assert!(terminate(&mut child).success());
+    assert!(terminate(&mut child).await.success());
     remove_keys(&redis_url(), &prefix);
     let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
     assert!(
@@ -241,7 +240,7 @@ async fn the_request_log_masks_phones() {
             .unwrap();
         assert_eq!(r.status(), if path == "/user/code" { 200 } else { 429 });
     }
-    assert!(terminate(&mut child).success());
+    assert!(terminate(&mut child).await.success());
     remove_keys(&redis_url(), &prefix);
     let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
     let uris: Vec<&str> = log
@@ -280,7 +279,7 @@ async fn a_managed_redis_is_started_and_stopped_with_the_service() {
     });
     assert!(aof_exists, "no AOF in {}", redis_dir.display());
 
-    assert!(terminate(&mut child).success());
+    assert!(terminate(&mut child).await.success());
     assert!(
         !hmdp::kv::managed::answers_ping(&url, Duration::from_millis(500)).await,
         "the managed redis-server must stop with the service"
@@ -342,7 +341,7 @@ async fn the_managed_redis_needs_its_password_and_keeps_its_files_private() {
         files >= 4,
         "config, log, the AOF folder and its files: {files}"
     );
-    assert!(terminate(&mut child).success());
+    assert!(terminate(&mut child).await.success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -421,7 +420,7 @@ async fn the_managed_redis_flushes_its_aof_as_configured() {
     assert!(log.contains("redis_appendfsync=always"), "{log}");
     let url = managed_redis_url(dir.path());
     assert_eq!(config_get(&url, "appendfsync").await, "always");
-    assert!(terminate(&mut child).success());
+    assert!(terminate(&mut child).await.success());
 }
 
 /// Ctrl-C in a terminal signals the whole foreground process group. The managed Redis must not
@@ -450,7 +449,7 @@ async fn ctrl_c_to_the_process_group_drains_before_the_managed_redis_stops() {
     unsafe {
         libc::kill(-(child.id() as i32), libc::SIGINT);
     }
-    let status = wait_exit(&mut child, "SIGINT");
+    let status = wait_exit(&mut child, "SIGINT").await;
     let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
     assert!(
         status.success(),
@@ -504,7 +503,7 @@ async fn the_json_log_format_writes_one_json_object_per_line() {
         ],
     );
     wait_healthy(port, &mut child, dir.path()).await;
-    assert!(terminate(&mut child).success());
+    assert!(terminate(&mut child).await.success());
     remove_keys(&redis_url(), &prefix);
 
     let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();

@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use crate::helpers::{
-    Backend, RedisServer, create_sale, free_port, grab_raw, order_id_of, spawn_app_with, wait_until,
+    Backend, Patience, RedisServer, create_sale, free_port, grab_raw, order_id_of, spawn_app_with,
+    wait_until,
 };
 
 /// A generous bound for "fast": far above a loaded CI machine's scheduling noise, far below
@@ -63,14 +64,11 @@ async fn redis_going_away_answers_503_and_recovers() {
 
     // Redis comes back (empty: it kept nothing): the service recovers on its own.
     let _redis = RedisServer::start_on(port).await;
-    let started = Instant::now();
-    loop {
-        if app.get("/health", None).await.status == 200 {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(15), "no recovery");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let patience = Patience::new(Duration::from_secs(15)).every(Duration::from_millis(100));
+    wait_until(patience, "the service recovered", async || {
+        app.get("/health", None).await.status == 200
+    })
+    .await;
     assert_eq!(app.get("/api/user/me", Some(&token)).await.status, 401);
     let token = app.login("13812345678").await;
     assert!(app.get("/api/user/me", Some(&token)).await.success());
@@ -97,11 +95,11 @@ async fn a_hung_redis_means_a_fast_timeout_in_the_envelope() {
     assert_eq!((r.status, r.code()), (503, "timeout"), "{r:?}");
     assert!(waited < Duration::from_secs(5), "answered after {waited:?}");
     // Once Redis wakes up the service answers normally again.
-    let started = Instant::now();
-    while !app.get("/health", None).await.success() {
-        assert!(started.elapsed() < Duration::from_secs(10), "no recovery");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let patience = Patience::new(Duration::from_secs(10)).every(Duration::from_millis(50));
+    wait_until(patience, "the service recovered", async || {
+        app.get("/health", None).await.success()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,20 +128,16 @@ async fn the_database_going_away_loses_nothing() {
 
     // The database returns: the same code still works, because nothing was consumed.
     proxy.restore();
-    let started = Instant::now();
-    loop {
+    let patience = Patience::new(Duration::from_secs(20)).every(Duration::from_millis(200));
+    wait_until(patience, "the login after the recovery", async || {
         let r = app.login_with("13912345678", &code).await;
-        if r.success() {
-            break;
-        }
-        assert_eq!(
-            r.code(),
-            "unavailable",
+        assert!(
+            r.success() || r.code() == "unavailable",
             "only 'retry later' while recovering: {r:?}"
         );
-        assert!(started.elapsed() < Duration::from_secs(20), "no recovery");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        r.success()
+    })
+    .await;
 }
 
 /// A Redis without an append-only file, whose grabs no replica confirms, would lose the accepted

@@ -104,7 +104,12 @@ async fn an_expired_session_is_a_401(backend: Backend) {
     let _: () = redis::AsyncCommands::pexpire(&mut app.redis().await, &key, 1)
         .await
         .unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    wait_until(
+        std::time::Duration::from_secs(5),
+        "the session expired in Redis",
+        async || app.pttl(&key).await == -2,
+    )
+    .await;
     let r = app.get("/api/user/me", Some(&token)).await;
     assert_eq!(r.status, 401);
     assert_eq!(r.code(), "unauthorized");
@@ -505,7 +510,7 @@ async fn a_session_cache_trusts_a_session_for_its_window_only() {
         r.body["data"]["id"],
         app.get("/api/user/me", Some(&token)).await.body["data"]["id"]
     );
-    // ...and refused once it has passed.
+    // ...and refused once it has passed (not a wait: the window runs out).
     tokio::time::sleep(window + std::time::Duration::from_millis(200)).await;
     let r = app.get("/api/user/me", Some(&token)).await;
     assert_eq!(r.status, 401, "{r:?}");

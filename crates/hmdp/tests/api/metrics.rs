@@ -1,6 +1,10 @@
 //! `/metrics` in the Prometheus text format.
 
-use crate::helpers::{ADMIN_TOKEN, Backend, create_sale, spawn_app, spawn_app_with};
+use std::time::Duration;
+
+use crate::helpers::{
+    ADMIN_TOKEN, Backend, Patience, create_sale, spawn_app, spawn_app_with, wait_until,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_by_route_and_sales_by_outcome() {
@@ -111,8 +115,8 @@ async fn refusals_before_the_handler_are_counted_on_their_route() {
     );
 
     // Wait for the address's bucket to refill enough for the scrape.
-    let started = std::time::Instant::now();
-    let text = loop {
+    let refill = Patience::new(Duration::from_secs(10)).every(Duration::from_millis(250));
+    let text = wait_until(refill, "the metrics served again", async || {
         let resp = app
             .client
             .get(app.url("/metrics"))
@@ -120,12 +124,12 @@ async fn refusals_before_the_handler_are_counted_on_their_route() {
             .send()
             .await
             .unwrap();
-        if resp.status() == 200 {
-            break resp.text().await.unwrap();
+        match resp.status() {
+            reqwest::StatusCode::OK => Ok(resp.text().await.unwrap()),
+            refused => Err(refused),
         }
-        assert!(started.elapsed().as_secs() < 10, "metrics stay refused");
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-    };
+    })
+    .await;
     let has = |line: &str| {
         assert!(
             text.lines().any(|l| l == line),

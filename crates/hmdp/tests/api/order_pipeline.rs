@@ -24,9 +24,9 @@ use hmdp::{
 use sqlx::{Connection, Executor};
 
 use crate::helpers::{
-    Backend, TestApp, assert_same_orders, code_of, create_sale, db_buyers, db_count, db_order_ids,
-    db_stock, drain, grab_raw, login_many, lose_voucher, order_id_of, prior_order_of, redis_stock,
-    redis_url, spawn_app_with, wait_for_orders, wait_until, worker_for,
+    Backend, Patience, TestApp, assert_same_orders, code_of, create_sale, db_buyers, db_count,
+    db_order_ids, db_stock, drain, grab_raw, login_many, lose_voucher, order_id_of, prior_order_of,
+    redis_stock, redis_url, spawn_app_with, wait_for_orders, wait_until, worker_for,
 };
 
 /// Runs one statement with integer parameters on the test's database.
@@ -185,6 +185,7 @@ fn spawn_impatient_worker(
     })
     .with_dead_letter_after(Duration::ZERO);
     let stats = worker.stats().clone();
+    // A minute at most: a bound on the worker's life, not a wait.
     let handle = tokio::spawn(
         worker
             .clone()
@@ -301,6 +302,7 @@ async fn orders_held_through_a_long_outage_keep_their_status() {
     }
     let worker = worker_with(&app, Db::Sqlite(pool.clone()), "w", |_| {})
         .with_status_refresh_every(Duration::from_millis(200));
+    // A minute at most: a bound on the worker's life, not a wait.
     let handle = tokio::spawn(
         worker
             .clone()
@@ -489,6 +491,7 @@ async fn a_burst_of_failures_does_not_exhaust_an_orders_budget() {
         "seven failures within milliseconds are a burst, not a verdict"
     );
     assert_eq!(state_of(&app, ids[0], &tokens[0]).await, "pending");
+    // Not a wait: the time that turns the burst into a verdict (1.5 s) passes.
     tokio::time::sleep(Duration::from_millis(1600)).await;
     worker.step_pending(0, &mut reader).await.unwrap();
     assert_eq!(worker.stats().dead_lettered.get(), 3);
@@ -551,6 +554,7 @@ async fn a_different_shard_count_is_refused_until_the_streams_are_drained() {
     // …and its worker writes none.
     let worker = worker_with(&app, s.db.clone(), "w2", |s| s.shards = 2);
     assert!(worker.check_shards().await.is_err());
+    // Not a wait: the worker gets 300 ms in which it must write nothing.
     worker
         .clone()
         .run_until(tokio::time::sleep(Duration::from_millis(300)))
@@ -688,6 +692,7 @@ async fn dead_letters_from_before_the_failed_hash_are_copied_into_it_once() {
     assert_eq!(status().await.code(), "order_not_found");
 
     let worker = worker_for(&app, "w2");
+    // A minute at most: a bound on the worker's life, not a wait.
     let handle = tokio::spawn(
         worker
             .clone()
@@ -904,6 +909,7 @@ async fn the_claim_scan_moves_on_past_entries_that_are_not_idle() {
         .unwrap();
     let entries = &read.keys[0].ids;
     assert_eq!(entries.len(), 30);
+    // Not a wait: the entries' idle time passes the 1 s the claim scan asks for.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     // The first 25 are busy again (another worker is on them), the last 5 are orphans.
     let mut touch = redis::cmd("XCLAIM");
@@ -966,6 +972,7 @@ async fn idle_consumers_without_pending_entries_are_removed() {
         worker.remove_idle_consumers(0).await.unwrap().is_empty(),
         "nobody is idle yet"
     );
+    // Not a wait: the consumers' idle time passes their 100 ms expiry.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut removed = worker.remove_idle_consumers(0).await.unwrap();
     removed.sort();
@@ -1056,6 +1063,7 @@ async fn warm_ups_under_a_crowd_with_the_worker_running_never_oversell() {
             let hash = app.state.keys.seckill_voucher(0, voucher);
             let buyers = app.state.keys.seckill_buyers(0, voucher);
             while !done.load(SeqCst) {
+                // Not a wait: the pace of the losses.
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 let round = rounds.load(SeqCst);
                 let keys = if round % 2 == 0 {
@@ -1126,20 +1134,19 @@ async fn get_json(client: &reqwest::Client, url: &str) -> (u16, serde_json::Valu
     (r.status().as_u16(), r.json().await.unwrap())
 }
 
-/// Polls a standalone worker's `/metrics` until `line` appears in it.
+/// Polls a standalone worker's `/metrics` until `line` appears in it; the whole text.
 async fn scrape_until(client: &reqwest::Client, url: &str, line: &str) -> String {
-    let started = Instant::now();
-    loop {
+    let patience = Patience::new(Duration::from_secs(20)).every(Duration::from_millis(100));
+    let what = format!("`{line}` in the worker's metrics");
+    wait_until(patience, &what, async || {
         let body = client.get(url).send().await.unwrap().text().await.unwrap();
         if body.lines().any(|l| l == line) {
-            return body;
+            Ok(body)
+        } else {
+            Err(format!("they say:\n{body}"))
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "no `{line}` in the worker's metrics:\n{body}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,20 +1,16 @@
 //! The flash sale end to end, in both modes and over RabbitMQ, on SQLite and MariaDB; the
 //! order worker under crashes and a database outage.
 
-use std::{
-    collections::HashSet,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use hmdp::config::SeckillMode;
 use serde_json::json;
 
 use crate::helpers::{
-    ADMIN_TOKEN, Backend, TestApp, assert_same_orders, code_of, create_sale, db_buyers,
+    ADMIN_TOKEN, Backend, Patience, TestApp, assert_same_orders, code_of, create_sale, db_buyers,
     db_order_ids, db_stock, drain, grab_raw, kill_a_worker_process_mid_drain, login_many,
     lose_voucher, order_id_of, prior_order_of, redis_stock, spawn_app_with,
-    spawn_app_with_rabbitmq, wait_for_orders, wait_until_up, worker_for,
+    spawn_app_with_rabbitmq, wait_for_orders, wait_until, wait_until_up, worker_for,
 };
 
 /// How a sale test's service decides and moves orders: the database (`sync`), or the script
@@ -290,7 +286,7 @@ async fn only_accepted_grabs_keep_a_pending_record() {
     assert_eq!(code_of(&body), "sold_out", "{body}");
     let mut redis = app.redis().await;
     let pattern = format!("{}seckill:pending:*", app.prefix);
-    hmdp_testkit::wait_until(
+    wait_until(
         Duration::from_secs(10),
         "the refused grab's record deleted",
         async || {
@@ -335,32 +331,27 @@ async fn a_worker_aborted_mid_batch_loses_and_duplicates_nothing() {
     );
     let task = tokio::spawn(first.clone().run_until(std::future::pending()));
     let stream = format!("{}seckill:{{s0}}:orders", app.prefix);
-    let started = Instant::now();
-    loop {
+    let read = Patience::new(Duration::from_secs(10)).every(Duration::from_millis(10));
+    wait_until(read, "the first worker reading", async || {
         let pending: redis::streams::StreamPendingReply = redis::cmd("XPENDING")
             .arg(&stream)
             .arg(hmdp::worker::GROUP)
             .query_async(&mut app.redis().await)
             .await
             .unwrap_or_default();
-        if pending.count() > 0 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the first worker never read"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        pending.count() > 0
+    })
+    .await;
     task.abort();
     let _ = task.await;
     let written_by_first = first.stats().persisted.get();
     // …and another worker (another consumer) takes over what it left pending.
     let second = worker_for(&app, "heir");
+    // A minute at most: a bound on the worker's life, not a wait.
     let handle = tokio::spawn(
         second
             .clone()
-            .run_until(tokio::time::sleep(Duration::from_secs(20))),
+            .run_until(tokio::time::sleep(Duration::from_secs(60))),
     );
     wait_for_orders(&app, voucher, 300).await;
     handle.abort();
@@ -432,6 +423,7 @@ pub(crate) async fn database_going_away_while_orders_arrive(app: Arc<TestApp>) {
         settings,
         Some("behind-proxy".into()),
     );
+    // A minute at most: a bound on the worker's life, not a wait.
     let handle = tokio::spawn(
         worker
             .clone()
@@ -446,7 +438,7 @@ pub(crate) async fn database_going_away_while_orders_arrive(app: Arc<TestApp>) {
                 .expect("accepted while the database is away"),
         );
     }
-    crate::helpers::wait_until(Duration::from_secs(20), "the worker noticed", async || {
+    wait_until(Duration::from_secs(20), "the worker noticed", async || {
         worker.stats().db_outages.get() > 0
     })
     .await;
@@ -627,6 +619,7 @@ async fn two_workers_share_the_stream_and_trimming_keeps_unwritten_orders() {
     for t in &tokens[350..] {
         won.insert(order_id_of(&grab_raw(&app, voucher, t).await.1).unwrap());
     }
+    // Not a wait: the hung consumer's entries stay idle past the 300 ms claim threshold.
     tokio::time::sleep(Duration::from_millis(400)).await;
     while a.step_claim(0).await.unwrap() != hmdp::worker::Step::Idle {}
     drain(&a).await;
@@ -774,11 +767,11 @@ async fn redis_killed_and_restarted_from_its_aof_mid_sale_loses_and_oversells_no
     // kill -9, then a restart that replays the append-only file.
     drop(redis);
     let _redis = crate::helpers::RedisServer::start_with(port, &aof).await;
-    let started = Instant::now();
-    while !app.get("/health", None).await.success() {
-        assert!(started.elapsed() < Duration::from_secs(15), "no recovery");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let patience = Patience::new(Duration::from_secs(15)).every(Duration::from_millis(50));
+    wait_until(patience, "the service recovered", async || {
+        app.get("/health", None).await.success()
+    })
+    .await;
     for t in &tokens {
         let (status, body) = grab_raw(&app, voucher, t).await;
         assert_eq!(status, 200, "{body}");
@@ -837,9 +830,12 @@ async fn the_service_killed_mid_sale_and_restarted_loses_and_duplicates_nothing(
             body.and_then(|b| order_id_of(&b))
         }));
     }
-    while answered.load(std::sync::atomic::Ordering::SeqCst) < 80 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    // Asked often: the kill must land while the crowd is still being answered.
+    let mid_crowd = Patience::new(Duration::from_secs(60)).every(Duration::from_millis(1));
+    wait_until(mid_crowd, "80 of the crowd answered", async || {
+        answered.load(std::sync::atomic::Ordering::SeqCst) >= 80
+    })
+    .await;
     service.kill().unwrap();
     service.wait().unwrap();
     let mut won = HashSet::new();

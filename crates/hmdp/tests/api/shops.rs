@@ -13,8 +13,8 @@ use serde_json::json;
 use crate::{
     both_backends,
     helpers::{
-        ADMIN_TOKEN, Backend, RedisServer, SchemaDump, TestApp, TestDatabase, free_port, spawn_app,
-        spawn_app_with, spawn_with_config, test_config,
+        ADMIN_TOKEN, Backend, Patience, RedisServer, SchemaDump, TestApp, TestDatabase, free_port,
+        spawn_app, spawn_app_with, spawn_with_config, test_config, wait_until,
     },
 };
 
@@ -156,11 +156,13 @@ async fn an_update_reaches_the_l1_of_another_instance() {
         a.get("/api/shop/4", None).await.body["data"]["name"],
         "改过的店"
     );
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while b.get("/api/shop/4", None).await.body["data"]["name"] != "改过的店" {
-        assert!(Instant::now() < deadline, "B kept its stale L1 copy");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Well within B's 60 s L1 lifetime: the invalidation message, not the expiry.
+    wait_until(
+        Duration::from_secs(10),
+        "B dropping its stale L1 copy",
+        async || b.get("/api/shop/4", None).await.body["data"]["name"] == "改过的店",
+    )
+    .await;
 }
 
 async fn flood(app: &TestApp, ids: &[u32]) {
@@ -243,11 +245,11 @@ async fn a_flushed_bloom_filter_is_not_trusted() {
         .unwrap();
     // Without its filter, existing shops must still be found (and the filter comes back).
     assert!(app.get("/api/shop/5", None).await.success());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while bloom.is_missing().await.unwrap() {
-        assert!(Instant::now() < deadline, "the filter was not rebuilt");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let patience = Patience::new(Duration::from_secs(10)).every(Duration::from_millis(50));
+    wait_until(patience, "the filter rebuilt", async || {
+        !bloom.is_missing().await.unwrap()
+    })
+    .await;
     assert!(app.get("/api/shop/6", None).await.success());
     assert_eq!(
         app.get("/api/shop/999999", None).await.code(),
@@ -406,6 +408,7 @@ async fn logical_expiry_serves_stale_at_once_then_fresh_after_one_rebuild() {
             .await
             .unwrap();
     }
+    // Not a wait: the entry's 1 s logical lifetime runs out.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let rebuilds = || {
         app.state
@@ -422,11 +425,10 @@ async fn logical_expiry_serves_stale_at_once_then_fresh_after_one_rebuild() {
         .filter(|a| a["data"]["name"] != "逻辑过期后的新名字")
         .count();
     assert!(stale > 0, "stale data is served while the rebuild runs");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while app.get("/api/shop/1", None).await.body["data"]["name"] != "逻辑过期后的新名字" {
-        assert!(Instant::now() < deadline, "no rebuild");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(Duration::from_secs(10), "the rebuilt entry", async || {
+        app.get("/api/shop/1", None).await.body["data"]["name"] == "逻辑过期后的新名字"
+    })
+    .await;
     assert_eq!(rebuilds(), 1, "exactly one rebuild for the whole burst");
 }
 

@@ -69,6 +69,7 @@ async fn receive(
     match answer {
         Some(Answer::Status(s)) => StatusCode::from_u16(s).unwrap(),
         Some(Answer::Hang) => {
+            // Not a wait: a gateway that answers too late for any try's timeout.
             tokio::time::sleep(Duration::from_secs(5)).await;
             StatusCode::OK
         }

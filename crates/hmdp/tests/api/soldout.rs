@@ -207,6 +207,7 @@ impl SlowRedis {
                     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
                     let writer = tokio::spawn(async move {
                         while let Some((at, bytes)) = rx.recv().await {
+                            // Not a wait: the latency this proxy adds to each answer.
                             tokio::time::sleep_until(at.into()).await;
                             if cw.write_all(&bytes).await.is_err() {
                                 break;

@@ -6,7 +6,7 @@ use std::{
     path::Path,
     process::{Command, Stdio},
     sync::{Arc, Once},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use hmdp::{
@@ -14,7 +14,7 @@ use hmdp::{
     auth::CapturingSms,
     config::{ManagedRedis, Secret},
 };
-use hmdp_testkit::{redis_url, remove_keys, unique_prefix};
+use hmdp_testkit::{Patience, redis_url, remove_keys, unique_prefix, wait_until};
 use redis::AsyncCommands;
 use serde_json::Value;
 
@@ -423,20 +423,17 @@ impl Drop for ChildGuard {
 /// Waits until a service on `port` (e.g. one started with [`TestApp::binary`]) answers
 /// `/health` with 200.
 pub async fn wait_until_up(client: &reqwest::Client, port: u16) {
-    let started = Instant::now();
-    while client
-        .get(format!("http://127.0.0.1:{port}/health"))
-        .send()
-        .await
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the service did not come up"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let patience = Patience::new(Duration::from_secs(30)).every(Duration::from_millis(50));
+    let what = format!("the service on port {port} up");
+    wait_until(patience, &what, async || {
+        let health = client.get(format!("http://127.0.0.1:{port}/health"));
+        match health.send().await {
+            Ok(r) if r.status() == 200 => Ok(()),
+            Ok(r) => Err(format!("/health answered {}", r.status())),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
 }
 
 /// Sends `GET {target}` as raw HTTP/1.1 bytes, so the path reaches the server exactly as

@@ -17,8 +17,8 @@ pub use app::{
 };
 pub use database::{DatabaseUser, ReadOnlyServer, SchemaDump, TestDatabase, mysql_via_proxy};
 pub use hmdp_testkit::{
-    CuttableProxy, RedisCluster, RedisServer, free_port, redis_url, remove_keys, unique_prefix,
-    wait_until,
+    CuttableProxy, Patience, RedisCluster, RedisServer, free_port, redis_url, remove_keys,
+    unique_prefix, wait_until,
 };
 pub use images::square_png;
 pub use seckill::{

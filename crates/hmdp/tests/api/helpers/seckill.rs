@@ -1,16 +1,12 @@
 //! Flash-sale steps several test modules share: create a sale, log a crowd in, grab, read
 //! orders and stock back from the database and Redis, run an order worker by hand.
 
-use std::{
-    collections::HashSet,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use hmdp::{seckill::voucher_hash::VoucherHash, testing::FlashSale};
 use hmdp_testkit::redis_url;
 
-use super::{ADMIN_TOKEN, TestApp};
+use super::{ADMIN_TOKEN, Patience, TestApp, wait_until};
 
 /// Creates a flash-sale voucher on shop 1 whose sale runs from `begin` to `end` seconds from now.
 pub async fn create_sale(app: &TestApp, stock: i64, begin: i64, end: i64) -> i64 {
@@ -129,25 +125,18 @@ pub async fn db_order_ids(app: &TestApp, voucher: i64) -> Vec<i64> {
 
 /// Waits until the database holds `n` orders of the voucher (the worker drains the stream).
 pub async fn wait_for_orders(app: &TestApp, voucher: i64, n: i64) {
-    let started = Instant::now();
-    loop {
-        let have = db_count(
-            app,
-            "SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?",
-            voucher,
-        )
-        .await;
-        if have >= n {
-            assert_eq!(have, n, "more orders than expected");
-            return;
+    // Generous: a drain after a broker or Redis restart shares two cores with the suite.
+    let patience = Patience::new(Duration::from_secs(90)).every(Duration::from_millis(100));
+    let what = format!("{n} orders of voucher {voucher} written");
+    let have = wait_until(patience, &what, async || {
+        let sql = "SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?";
+        match db_count(app, sql, voucher).await {
+            have if have >= n => Ok(have),
+            have => Err(format!("only {have} of {n} orders written")),
         }
-        // Generous: a drain after a broker or Redis restart shares two cores with the suite.
-        assert!(
-            started.elapsed() < Duration::from_secs(90),
-            "only {have} of {n} orders written"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    assert_eq!(have, n, "more orders than expected");
 }
 
 /// Redis loses the voucher's hash and buyer set (the order stream survives).
@@ -223,14 +212,12 @@ pub async fn kill_a_worker_process_mid_drain(
     spawn: impl Fn() -> std::process::Child,
 ) -> usize {
     let mut first = spawn();
-    let started = Instant::now();
-    while db_order_ids(app, voucher).await.is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the worker process wrote nothing"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    // Asked often: the kill must land while the drain is still going on.
+    let first_order = Patience::new(Duration::from_secs(30)).every(Duration::from_millis(2));
+    wait_until(first_order, "the worker process writing", async || {
+        !db_order_ids(app, voucher).await.is_empty()
+    })
+    .await;
     first.kill().unwrap();
     first.wait().unwrap();
     let after_kill = db_order_ids(app, voucher).await.len();
