@@ -15,16 +15,15 @@ use tokio::net::TcpListener;
 use crate::{
     auth::{CodeIssuer, SessionStore, SmsSender, sender_for},
     catalogue::Catalogue,
-    config::IdMode,
-    config::{Config, DEFAULT_REDIS_URL, ManagedRedis as ManagedMode, Secret},
+    config::{Config, DEFAULT_REDIS_URL, Secret},
     http::{self, AppState, AppStateInner},
     kv::{
         Keys, RedisConn,
-        managed::{ManagedRedis, answers_ping},
+        managed::{ManagedMode, ManagedRedis, answers_ping},
     },
     metrics::{CacheCollector, LockCollector, Registry},
     order_stream::StreamMetrics,
-    seckill::Seckill,
+    seckill::{IdMode, Seckill},
     storage::{self, Db},
     worker::OrderWorker,
 };
@@ -137,7 +136,7 @@ impl Application {
             ),
         }
         .with_publisher(subscriber.clone());
-        if seckill.mode() == crate::config::SeckillMode::Async {
+        if seckill.mode() == crate::seckill::SeckillMode::Async {
             seckill
                 .remember_refusals(subscriber.clone())
                 .await

@@ -2,9 +2,8 @@
 
 use chrono::{Local, NaiveDateTime};
 
-use super::{Seckill, SeckillError};
+use super::{Seckill, SeckillError, SeckillMode};
 use crate::{
-    config::SeckillMode,
     domain::VoucherId,
     metrics::{Counter, Family, Registry},
     order_stream,

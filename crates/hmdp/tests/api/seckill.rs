@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hmdp::config::SeckillMode;
+use hmdp::seckill::SeckillMode;
 use serde_json::json;
 
 use crate::helpers::{
