@@ -75,7 +75,7 @@ pub async fn start_on(
         listen: "127.0.0.1:0".parse()?,
         database_url,
         redis_url: Some(redis_url.to_owned()),
-        redis_managed: hmdp::config::ManagedRedis::Never,
+        redis_managed: hmdp::kv::managed::ManagedMode::Never,
         redis_prefix: prefix.clone(),
         admin_token: Some(Secret::new(admin_token.clone())),
         data_dir: dir.path().to_owned(),

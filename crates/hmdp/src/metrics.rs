@@ -1,10 +1,11 @@
 //! Prometheus metrics, through `prometheus-client` (the Prometheus project's own Rust client).
 //!
-//! Each module registers the metrics it owns into one [`Registry`] at start-up: requests in
-//! `http`, flash-sale outcomes in `seckill`, batches in `worker`, stream gauges in
-//! `order_stream`. The library crates (locks, cache) keep plain atomics so they depend on no
-//! metrics library; the collectors here read them at scrape time. Names, labels and help texts
-//! are the ones dashboards already use.
+//! Each module's stats type registers the metrics it owns into the process's one [`Registry`]:
+//! requests in `http`, flash-sale outcomes in `seckill`, batches in `worker`, stream gauges in
+//! `order_stream`; which of them a process exposes is said in one place, `startup/metrics.rs`.
+//! The library crates (locks, cache) keep plain atomics so they depend on no metrics library;
+//! the collectors here read them at scrape time. Names, labels and help texts are the ones
+//! dashboards already use.
 
 use prometheus_client::{
     collector::Collector,

@@ -18,10 +18,10 @@ use std::{
 
 use clap::ValueEnum;
 use hmdp::{
-    config::{OrderTransport, SeckillMode},
     kv::Keys,
+    seckill::SeckillMode,
     storage::Db,
-    worker::{OrderWorker, WorkerStats},
+    worker::{OrderTransport, OrderWorker, WorkerStats},
 };
 
 use super::{

@@ -21,4 +21,4 @@ pub use codes::{CodeError, CodeIssuer, CodeVerdict};
 pub use session::{SessionStore, SessionUser};
 #[cfg(feature = "test-util")]
 pub use sms::CapturingSms;
-pub use sms::{HttpSmsSender, LogSmsSender, SmsError, SmsSender, sender_for};
+pub use sms::{HttpSmsSender, LogSmsSender, SmsError, SmsMode, SmsSender, sender_for};

@@ -18,8 +18,34 @@ use reqwest::{
     header::{HeaderName, HeaderValue},
 };
 use serde::Serialize;
+use strum::{Display, EnumString, VariantNames};
 
-use crate::config::{SmsMode, SmsSettings, sms_backoff};
+use crate::config::{Choice, SmsSettings};
+
+/// Where login codes go (`HMDP_SMS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
+#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
+pub enum SmsMode {
+    /// Written to the service log (development, demos): whoever reads the log can log in.
+    Log,
+    /// POSTed to an SMS gateway (`HMDP_SMS_URL`, see [`HttpSmsSender`]).
+    Http,
+}
+
+impl Choice for SmsMode {}
+
+/// The pause before retry `n` (0-based) of an SMS: 200 ms, doubling, at most 2 s.
+fn sms_backoff(n: u32) -> Duration {
+    Duration::from_millis(200 << n.min(10)).min(Duration::from_secs(2))
+}
+
+impl SmsSettings {
+    /// The longest a code can take to go out: every try timing out, with the pauses between.
+    pub fn worst_case(&self) -> Duration {
+        let pauses: Duration = (0..self.retries).map(sms_backoff).sum();
+        self.timeout * (self.retries + 1) + pauses
+    }
+}
 
 /// Where login codes go. [`sender_for`] picks one from the configuration; tests and the bench
 /// pass their own in `Dependencies`.
@@ -101,7 +127,7 @@ struct GatewayRequest<'a> {
 /// `{"id","phone","code","template","ttlSecs"}` and the header `HMDP_SMS_HEADER:
 /// HMDP_SMS_SECRET`. Any 2xx is delivered. A try that cannot connect, times out
 /// (`HMDP_SMS_TIMEOUT_MS`) or gets a 5xx or 429 is repeated up to `HMDP_SMS_RETRIES` times after
-/// a growing pause ([`sms_backoff`]); another answer (a 4xx, a redirect, which is not followed so
+/// a growing pause (`sms_backoff`); another answer (a 4xx, a redirect, which is not followed so
 /// the secret never travels elsewhere) fails at once.
 pub struct HttpSmsSender {
     client: reqwest::Client,

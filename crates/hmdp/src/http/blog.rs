@@ -12,14 +12,14 @@ use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
-    ApiError, ApiResult, AppState, ErrorCode, Reply,
+    ApiError, ApiResult, AppState, Reply,
     extract::{AppJson, AppPath, AppQuery, CurrentUser},
     ok,
 };
 use crate::{
     auth::SessionUser,
     domain::{BlogId, UserDto, UserId},
-    social::{Blog, BlogInput, LikeState, ScrollResult, SocialError, feed::MAX_OFFSET},
+    social::{Blog, BlogInput, LikeState, ScrollResult, feed::MAX_OFFSET},
 };
 
 const TAG: &str = "blog";
@@ -34,30 +34,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(of_me))
         .routes(routes!(of_user))
         .routes(routes!(of_follow))
-}
-
-impl From<SocialError> for ApiError {
-    fn from(e: SocialError) -> Self {
-        match e {
-            SocialError::Storage(s) => s.into(),
-            SocialError::Redis(r) => r.into(),
-            SocialError::Catalogue(c) => c.into(),
-            SocialError::BlogNotFound => ApiError::new(ErrorCode::BlogNotFound, "笔记不存在"),
-            SocialError::InvalidBlog(msg) => ApiError::new(ErrorCode::InvalidBlog, msg),
-            SocialError::UserNotFound => {
-                ApiError::new(ErrorCode::UserNotFound, "用户不存在 (no such user)")
-            }
-            SocialError::FollowSelf => ApiError::new(
-                ErrorCode::FollowSelf,
-                "不能关注自己 (you cannot follow yourself)",
-            ),
-            SocialError::LikesNotLoaded => ApiError::unavailable("redis", e),
-            SocialError::FollowLimit(max) => ApiError::new(
-                ErrorCode::FollowLimit,
-                format!("关注人数已达上限 (you follow {max} users, the most allowed)"),
-            ),
-        }
-    }
 }
 
 /// Publish a note; data is its id.

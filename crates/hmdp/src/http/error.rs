@@ -1,4 +1,6 @@
-//! The response envelope and the HTTP error type.
+//! The response envelope, the HTTP error type, and what each domain error and refusal is
+//! answered with: every mapping from the services' errors to a code and status is here, none in
+//! the resource files.
 //!
 //! Every answer is the original's `Result` JSON — `{success, errorMsg, data, total}` with null
 //! fields omitted — plus, on failures, a stable machine-readable `code`. Status codes:
@@ -21,7 +23,16 @@ use axum::{
 };
 use serde::Serialize;
 
-use crate::storage::StorageError;
+use crate::{
+    activity::ActivityError,
+    auth::{CodeError, CodeVerdict},
+    catalogue::CatalogueError,
+    domain::{LoginCodeError, PhoneError},
+    seckill::{Refusal, SeckillError},
+    social::SocialError,
+    storage::StorageError,
+    uploads::UploadError,
+};
 
 /// The JSON body of every response.
 #[derive(Debug, Serialize)]
@@ -334,6 +345,8 @@ impl IntoResponse for ApiError {
     }
 }
 
+// What the services' errors and refusals are answered with.
+
 impl From<StorageError> for ApiError {
     fn from(e: StorageError) -> Self {
         if e.is_unavailable() {
@@ -344,9 +357,9 @@ impl From<StorageError> for ApiError {
     }
 }
 
-impl From<crate::catalogue::CatalogueError> for ApiError {
-    fn from(e: crate::catalogue::CatalogueError) -> Self {
-        use crate::catalogue::CatalogueError as E;
+impl From<CatalogueError> for ApiError {
+    fn from(e: CatalogueError) -> Self {
+        use CatalogueError as E;
         if let Some(storage) = e.storage() {
             if storage.is_unavailable() {
                 return ApiError::unavailable("database", e);
@@ -363,9 +376,9 @@ impl From<crate::catalogue::CatalogueError> for ApiError {
     }
 }
 
-impl From<crate::seckill::SeckillError> for ApiError {
-    fn from(e: crate::seckill::SeckillError) -> Self {
-        use crate::seckill::SeckillError as E;
+impl From<SeckillError> for ApiError {
+    fn from(e: SeckillError) -> Self {
+        use SeckillError as E;
         /// What is away, if that is why it failed.
         fn away(e: &E) -> Option<&'static str> {
             match e {
@@ -412,14 +425,190 @@ impl From<redis::RedisError> for ApiError {
     }
 }
 
-impl From<crate::activity::ActivityError> for ApiError {
-    fn from(e: crate::activity::ActivityError) -> Self {
+impl From<ActivityError> for ApiError {
+    fn from(e: ActivityError) -> Self {
         match e {
-            crate::activity::ActivityError::Redis(r) => r.into(),
-            crate::activity::ActivityError::Busy { retry_after } => ApiError::rate_limited(
+            ActivityError::Redis(r) => r.into(),
+            ActivityError::Busy { retry_after } => ApiError::rate_limited(
                 "请求过于频繁，请稍后再试 (visitor counts are busy)",
                 retry_after,
             ),
+        }
+    }
+}
+
+impl From<PhoneError> for ApiError {
+    fn from(e: PhoneError) -> Self {
+        ApiError::new(ErrorCode::InvalidPhone, e.to_string())
+    }
+}
+
+impl From<LoginCodeError> for ApiError {
+    fn from(e: LoginCodeError) -> Self {
+        ApiError::new(ErrorCode::InvalidCode, e.to_string())
+    }
+}
+
+/// A login code that is not sent: the phone's cooldown, a daily cap or the hourly budget.
+impl From<CodeError> for ApiError {
+    fn from(e: CodeError) -> Self {
+        match e {
+            CodeError::Cooldown { retry_after } => ApiError::rate_limited(
+                format!(
+                    "验证码发送过于频繁，请 {} 秒后再试 (too many codes: retry in {} s)",
+                    ceil_secs(retry_after),
+                    ceil_secs(retry_after)
+                ),
+                retry_after,
+            ),
+            CodeError::DailyLimit { retry_after } => ApiError::rate_limited(
+                format!(
+                    "今日验证码次数已用完 (daily code limit reached: retry in {} s)",
+                    ceil_secs(retry_after)
+                ),
+                retry_after,
+            ),
+            CodeError::AddressDailyLimit { retry_after } => ApiError::rate_limited(
+                format!(
+                    "今日从此网络获取验证码的次数已用完 (daily code limit for this phone from this address reached: retry in {} s)",
+                    ceil_secs(retry_after)
+                ),
+                retry_after,
+            ),
+            CodeError::SmsBudgetSpent { retry_after } => ApiError::new(
+                ErrorCode::SmsBudgetSpent,
+                format!(
+                    "短信发送量已达上限，请稍后再试 (the service's login codes for this hour are sent: retry in {} s)",
+                    ceil_secs(retry_after)
+                ),
+            )
+            .with_retry_after(retry_after),
+            CodeError::Redis(e) => e.into(),
+        }
+    }
+}
+
+/// `Ok` when the login code matched, else the refusal of the login.
+pub fn accept_code(verdict: CodeVerdict) -> Result<(), ApiError> {
+    match verdict {
+        CodeVerdict::Match => Ok(()),
+        CodeVerdict::Wrong { tries_left } => Err(ApiError::new(
+            ErrorCode::WrongCode,
+            format!("验证码错误 (wrong code: {tries_left} tries left)"),
+        )),
+        CodeVerdict::Exhausted => Err(ApiError::new(
+            ErrorCode::CodeVoid,
+            "验证码错误次数过多，请重新获取 (too many wrong tries from this address: request a new code)",
+        )),
+        CodeVerdict::Void => Err(ApiError::new(
+            ErrorCode::CodeVoid,
+            "验证码错误次数过多，请重新获取 (too many wrong tries for this phone: its codes are void, request a new code)",
+        )),
+        CodeVerdict::Missing => Err(ApiError::new(
+            ErrorCode::CodeExpired,
+            "验证码已失效，请重新获取 (no valid code for this phone: request one)",
+        )),
+        CodeVerdict::AddressSpent { retry_after } => Err(ApiError::new(
+            ErrorCode::TooManyWrongCodes,
+            format!(
+                "验证码错误次数过多，请稍后再试 (too many wrong codes from this address: retry in {} s)",
+                ceil_secs(retry_after)
+            ),
+        )
+        .with_retry_after(retry_after)),
+    }
+}
+
+/// Whole seconds for a message, rounded up, at least 1.
+fn ceil_secs(d: Duration) -> u64 {
+    (d.as_millis().div_ceil(1000) as u64).max(1)
+}
+
+/// A refused grab: the original's messages, each with its own code.
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::SoldOut => ApiError::new(ErrorCode::SoldOut, "库存不足"),
+            // With the order the user has: a retry after a lost answer finds it.
+            Refusal::Duplicate(prior) => ApiError::new(ErrorCode::DuplicateOrder, "不能重复下单")
+                .with_data(prior.map(order_data)),
+            Refusal::NotStarted => ApiError::new(ErrorCode::SeckillNotStarted, "秒杀尚未开始"),
+            Refusal::Ended => ApiError::new(ErrorCode::SeckillEnded, "秒杀已经结束"),
+            Refusal::UnknownVoucher => ApiError::new(
+                ErrorCode::VoucherNotFound,
+                "优惠券不存在 (no flash-sale voucher with this id)",
+            ),
+        }
+    }
+}
+
+impl From<SocialError> for ApiError {
+    fn from(e: SocialError) -> Self {
+        match e {
+            SocialError::Storage(s) => s.into(),
+            SocialError::Redis(r) => r.into(),
+            SocialError::Catalogue(c) => c.into(),
+            SocialError::BlogNotFound => ApiError::new(ErrorCode::BlogNotFound, "笔记不存在"),
+            SocialError::InvalidBlog(msg) => ApiError::new(ErrorCode::InvalidBlog, msg),
+            SocialError::UserNotFound => {
+                ApiError::new(ErrorCode::UserNotFound, "用户不存在 (no such user)")
+            }
+            SocialError::FollowSelf => ApiError::new(
+                ErrorCode::FollowSelf,
+                "不能关注自己 (you cannot follow yourself)",
+            ),
+            SocialError::LikesNotLoaded => ApiError::unavailable("redis", e),
+            SocialError::FollowLimit(max) => ApiError::new(
+                ErrorCode::FollowLimit,
+                format!("关注人数已达上限 (you follow {max} users, the most allowed)"),
+            ),
+        }
+    }
+}
+
+impl From<UploadError> for ApiError {
+    fn from(e: UploadError) -> Self {
+        match e {
+            UploadError::NotAnImage => ApiError::new(
+                ErrorCode::NotAnImage,
+                "只能上传图片 (only JPEG, PNG, GIF or WebP images, judged by their content)",
+            ),
+            UploadError::TooLarge { max } => ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("图片过大 (photo larger than {max} bytes)"),
+            ),
+            UploadError::BadBody(detail) => ApiError::invalid(format!(
+                "上传内容错误 (unreadable multipart body: {detail})"
+            )),
+            UploadError::InvalidName(_) => {
+                ApiError::new(ErrorCode::InvalidFileName, "错误的文件名称")
+            }
+            UploadError::NotYours => ApiError::new(
+                ErrorCode::NotYourFile,
+                "只能删除自己上传且未发布的图片 (only the uploader may delete a photo, until a note uses it)",
+            ),
+            UploadError::InUse => ApiError::new(
+                ErrorCode::FileInUse,
+                "图片已被发布的笔记使用，不能删除 (a published note uses this photo)",
+            ),
+            UploadError::QuotaExceeded {
+                count,
+                bytes,
+                retry_after,
+            } => ApiError::new(
+                ErrorCode::UploadQuota,
+                format!(
+                    "今日上传已达上限 (daily upload quota spent: {count} photos or {bytes} bytes a day)"
+                ),
+            )
+            .with_retry_after(retry_after),
+            UploadError::DiskFull => ApiError::new(
+                ErrorCode::DiskFull,
+                "存储空间不足，请稍后再试 (no room for photos right now, retry later)",
+            ),
+            UploadError::Redis(r) => r.into(),
+            UploadError::Storage(s) => s.into(),
+            e => ApiError::internal(e),
         }
     }
 }

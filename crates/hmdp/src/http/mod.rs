@@ -47,7 +47,7 @@ use tower_http::{
 use tracing::Level;
 use utoipa_axum::router::OpenApiRouter;
 
-pub use client::{ClientIp, limit_key};
+pub use client::{ClientIp, TrustedProxies, limit_key};
 pub use error::{ApiError, ApiResult, Envelope, ErrorCode, JsonReply, Reply, ok, ok_empty};
 pub use extract::{Admin, AppJson, AppPath, AppQuery, CurrentUser};
 pub use limits::Limits;

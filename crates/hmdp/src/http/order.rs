@@ -12,7 +12,7 @@ use super::{
 };
 use crate::{
     domain::{OrderId, VoucherId},
-    seckill::{OrderStatus, Refusal},
+    seckill::OrderStatus,
     storage::orders::{self, VoucherOrder},
 };
 
@@ -40,23 +40,7 @@ async fn grab(
 ) -> ApiResult<i64> {
     match state.seckill.grab(session.user.id, voucher).await? {
         Ok(order_id) => ok(order_id),
-        Err(refusal) => Err(refusal_error(refusal)),
-    }
-}
-
-/// The original's messages, each with its own code.
-pub fn refusal_error(r: Refusal) -> ApiError {
-    match r {
-        Refusal::SoldOut => ApiError::new(ErrorCode::SoldOut, "库存不足"),
-        // With the order the user has: a retry after a lost answer finds it.
-        Refusal::Duplicate(prior) => ApiError::new(ErrorCode::DuplicateOrder, "不能重复下单")
-            .with_data(prior.map(super::error::order_data)),
-        Refusal::NotStarted => ApiError::new(ErrorCode::SeckillNotStarted, "秒杀尚未开始"),
-        Refusal::Ended => ApiError::new(ErrorCode::SeckillEnded, "秒杀已经结束"),
-        Refusal::UnknownVoucher => ApiError::new(
-            ErrorCode::VoucherNotFound,
-            "优惠券不存在 (no flash-sale voucher with this id)",
-        ),
+        Err(refusal) => Err(refusal.into()),
     }
 }
 

@@ -51,9 +51,12 @@ use hyper_util::{
 use tokio::net::TcpListener;
 use tower::ServiceExt as _;
 
-use super::{ApiError, ErrorCode, client::limit_key};
+use super::{
+    ApiError, ErrorCode,
+    client::{TrustedProxies, limit_key},
+};
 use crate::{
-    config::{Config, TrustedProxies},
+    config::Config,
     metrics::{Counter, EncodeLabelSet, Family, Gauge, Registry},
 };
 

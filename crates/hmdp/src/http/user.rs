@@ -13,13 +13,13 @@ use utoipa_axum::{
 use super::{
     ApiError, ApiResult, AppState, ErrorCode,
     client::ClientIp,
+    error::accept_code,
     extract::{AppJson, AppPath, AppQuery, CurrentUser},
     limits::{self, CodeQuota},
     ok, ok_empty,
 };
 use crate::{
     activity::{SignMonth, YearMonth},
-    auth::{CodeError, CodeVerdict},
     config::Config,
     domain::{LoginCode, NickName, Phone, UserDto, UserId},
     storage::users::{self, UserInfo},
@@ -67,42 +67,8 @@ async fn send_code(
     client: ClientIp,
     AppQuery(params): AppQuery<CodeParams>,
 ) -> ApiResult<()> {
-    let phone = Phone::parse(&params.phone)
-        .map_err(|e| ApiError::new(ErrorCode::InvalidPhone, e.to_string()))?;
-    let issued = state.codes.issue(&phone, client.key()).await;
-    let code = issued.map_err(|e| match e {
-        CodeError::Cooldown { retry_after } => ApiError::rate_limited(
-            format!(
-                "验证码发送过于频繁，请 {} 秒后再试 (too many codes: retry in {} s)",
-                ceil_secs(retry_after),
-                ceil_secs(retry_after)
-            ),
-            retry_after,
-        ),
-        CodeError::DailyLimit { retry_after } => ApiError::rate_limited(
-            format!(
-                "今日验证码次数已用完 (daily code limit reached: retry in {} s)",
-                ceil_secs(retry_after)
-            ),
-            retry_after,
-        ),
-        CodeError::AddressDailyLimit { retry_after } => ApiError::rate_limited(
-            format!(
-                "今日从此网络获取验证码的次数已用完 (daily code limit for this phone from this address reached: retry in {} s)",
-                ceil_secs(retry_after)
-            ),
-            retry_after,
-        ),
-        CodeError::SmsBudgetSpent { retry_after } => ApiError::new(
-            ErrorCode::SmsBudgetSpent,
-            format!(
-                "短信发送量已达上限，请稍后再试 (the service's login codes for this hour are sent: retry in {} s)",
-                ceil_secs(retry_after)
-            ),
-        )
-        .with_retry_after(retry_after),
-        CodeError::Redis(e) => e.into(),
-    })?;
+    let phone = Phone::parse(&params.phone)?;
+    let code = state.codes.issue(&phone, client.key()).await?;
     if let Err(e) = state.sms.send_code(phone.as_str(), code.as_str()).await {
         // Let the user ask again at once: the code they never received must not cost a minute.
         if let Err(re) = state.codes.cancel_cooldown(&phone).await {
@@ -112,10 +78,6 @@ async fn send_code(
     }
     tracing::debug!(%phone, "login code issued");
     ok_empty()
-}
-
-fn ceil_secs(d: std::time::Duration) -> u64 {
-    (d.as_millis().div_ceil(1000) as u64).max(1)
 }
 
 /// A login: the phone and the code sent to it (password login is not offered).
@@ -139,8 +101,7 @@ async fn login(
     client: ClientIp,
     AppJson(form): AppJson<LoginForm>,
 ) -> ApiResult<String> {
-    let phone = Phone::parse(&form.phone)
-        .map_err(|e| ApiError::new(ErrorCode::InvalidPhone, e.to_string()))?;
+    let phone = Phone::parse(&form.phone)?;
     let code = match (form.code.as_deref(), form.password.as_deref()) {
         (Some(c), _) if !c.is_empty() => c,
         (_, Some(_)) => {
@@ -151,46 +112,9 @@ async fn login(
         }
         _ => return Err(ApiError::invalid("缺少验证码 (missing field `code`)")),
     };
-    let code =
-        LoginCode::parse(code).map_err(|e| ApiError::new(ErrorCode::InvalidCode, e.to_string()))?;
+    let code = LoginCode::parse(code)?;
 
-    match state.codes.check(&phone, &code, client.key()).await? {
-        CodeVerdict::Match => {}
-        CodeVerdict::Wrong { tries_left } => {
-            return Err(ApiError::new(
-                ErrorCode::WrongCode,
-                format!("验证码错误 (wrong code: {tries_left} tries left)"),
-            ));
-        }
-        CodeVerdict::Exhausted => {
-            return Err(ApiError::new(
-                ErrorCode::CodeVoid,
-                "验证码错误次数过多，请重新获取 (too many wrong tries from this address: request a new code)",
-            ));
-        }
-        CodeVerdict::Void => {
-            return Err(ApiError::new(
-                ErrorCode::CodeVoid,
-                "验证码错误次数过多，请重新获取 (too many wrong tries for this phone: its codes are void, request a new code)",
-            ));
-        }
-        CodeVerdict::Missing => {
-            return Err(ApiError::new(
-                ErrorCode::CodeExpired,
-                "验证码已失效，请重新获取 (no valid code for this phone: request one)",
-            ));
-        }
-        CodeVerdict::AddressSpent { retry_after } => {
-            return Err(ApiError::new(
-                ErrorCode::TooManyWrongCodes,
-                format!(
-                    "验证码错误次数过多，请稍后再试 (too many wrong codes from this address: retry in {} s)",
-                    ceil_secs(retry_after)
-                ),
-            )
-            .with_retry_after(retry_after));
-        }
-    }
+    accept_code(state.codes.check(&phone, &code, client.key()).await?)?;
     // The database work comes before the code is used up, so a database failure here leaves
     // the code valid for a retry instead of burning it.
     let user = users::find_or_create(&state.db, &phone, &NickName::random()).await?;

@@ -2,9 +2,8 @@
 
 use chrono::{Local, NaiveDateTime};
 
-use super::{Seckill, SeckillError, voucher_hash::VoucherHash};
+use super::{Seckill, SeckillError, SeckillMode, voucher_hash::VoucherHash};
 use crate::{
-    config::SeckillMode,
     domain::VoucherId,
     metrics::{Counter, Family, Registry},
     order_stream,

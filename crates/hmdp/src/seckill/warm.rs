@@ -9,9 +9,8 @@ use std::{
 
 use chrono::NaiveDateTime;
 
-use super::{Seckill, SeckillError, local_millis, scripts, voucher_hash};
+use super::{Seckill, SeckillError, SeckillMode, local_millis, scripts, voucher_hash};
 use crate::{
-    config::SeckillMode,
     domain::VoucherId,
     kv::Keys,
     order_stream,

@@ -10,7 +10,8 @@ use std::{collections::HashSet, sync::Arc, time::Duration};
 use futures_util::StreamExt;
 use hmdp::{
     amqp::topology,
-    config::{AmqpRole, Config, OrderTransport},
+    config::Config,
+    worker::{AmqpRole, OrderTransport},
 };
 use hmdp_testkit::amqp_socket_addr;
 use lapin::{

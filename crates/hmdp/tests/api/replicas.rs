@@ -207,7 +207,7 @@ async fn waiting_for_replicas_of_the_managed_redis_is_refused_at_start() {
         dir.path(),
     );
     config.redis_url = None;
-    config.redis_managed = hmdp::config::ManagedRedis::Always;
+    config.redis_managed = hmdp::kv::managed::ManagedMode::Always;
     config.seckill.wait_replicas = 1;
     let deps = hmdp::Dependencies {
         sms: std::sync::Arc::new(hmdp::auth::CapturingSms::default()),

@@ -3,7 +3,7 @@
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
-use hmdp::config::SeckillMode;
+use hmdp::seckill::SeckillMode;
 use serde_json::json;
 
 use crate::helpers::{

@@ -14,7 +14,7 @@ use axum::{
     http::{HeaderMap, StatusCode},
     routing::post,
 };
-use hmdp::config::{Secret, SmsMode};
+use hmdp::{auth::SmsMode, config::Secret};
 use serde_json::Value;
 
 use crate::helpers::{

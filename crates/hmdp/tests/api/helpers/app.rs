@@ -10,9 +10,8 @@ use std::{
 };
 
 use hmdp::{
-    Application, Config, Dependencies,
-    auth::CapturingSms,
-    config::{ManagedRedis, Secret},
+    Application, Config, Dependencies, auth::CapturingSms, config::Secret,
+    kv::managed::ManagedMode, worker::OrderTransport,
 };
 use hmdp_testkit::{Patience, redis_url, remove_keys, unique_prefix, wait_until};
 use redis::AsyncCommands;
@@ -66,7 +65,7 @@ pub fn test_config(database_url: String, dir: &std::path::Path) -> Config {
         database_url,
         db_max_connections: 5,
         redis_url: Some(redis_url()),
-        redis_managed: ManagedRedis::Never,
+        redis_managed: ManagedMode::Never,
         redis_prefix: unique_prefix(),
         admin_token: Some(Secret::new(ADMIN_TOKEN)),
         data_dir: dir.to_owned(),
@@ -130,7 +129,7 @@ pub async fn spawn_app_with_rabbitmq(
 ) -> TestApp {
     let vhost = hmdp_testkit::AmqpVhost::create().await;
     let mut app = spawn_app_with(backend, |c| {
-        c.seckill.transport = hmdp::config::OrderTransport::RabbitMq;
+        c.seckill.transport = OrderTransport::RabbitMq;
         c.seckill.amqp_url = vhost.url();
         c.seckill.claim_idle = Duration::from_millis(500);
         adjust(c)

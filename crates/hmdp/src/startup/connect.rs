@@ -1,0 +1,136 @@
+//! Reaching the stores, each in one place: the database (brought up to date), and Redis (the
+//! configured one, or a managed `redis-server` that `hmdp serve` starts when asked or needed).
+
+use anyhow::Context;
+use hmdp_lock::LockClient;
+
+use crate::{
+    config::{Config, DEFAULT_REDIS_URL, redact_url},
+    kv::{
+        Keys, RedisConn,
+        managed::{ManagedMode, ManagedRedis, answers_ping},
+    },
+    storage::{self, Db},
+};
+
+/// Connects to the configured database and brings its schema up to date.
+pub async fn connect_database(config: &Config) -> anyhow::Result<Db> {
+    let db = Db::connect(&config.database_url, config.db_max_connections)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot open the database {}",
+                redact_url(&config.database_url)
+            )
+        })?;
+    let report = storage::migrate(&db)
+        .await
+        .context("database migration failed")?;
+    if report.applied.is_empty() {
+        tracing::info!(backend = ?db.backend(), "database schema is up to date");
+    } else {
+        tracing::info!(backend = ?db.backend(), applied = ?report.applied, "database migrated");
+    }
+    Ok(db)
+}
+
+/// The embedded order worker's own pool (one connection per shard loop, one for the RabbitMQ
+/// consumer): requests that hold every connection of the service's pool (a flood of costly
+/// reads, say) cannot stop orders from being written, and the worker cannot starve them.
+pub(super) async fn worker_database(config: &Config) -> anyhow::Result<Db> {
+    Db::connect(&config.database_url, config.seckill.shards + 1)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot open the order worker's database {}",
+                redact_url(&config.database_url)
+            )
+        })
+}
+
+/// A process's Redis: the shared connection (node or cluster), a client for pub/sub, the key
+/// names, and the URL, for the connections that cannot be shared (the worker's blocking reads,
+/// the replica waits).
+#[derive(Clone)]
+pub(super) struct Redis {
+    pub url: String,
+    pub conn: RedisConn,
+    /// Pub/sub (lock wake-ups, L1 invalidation, sessions, sale announcements) needs a plain
+    /// client; on a cluster any node will do, because PUBLISH reaches every node.
+    pub subscriber: redis::Client,
+    pub keys: Keys,
+}
+
+impl Redis {
+    /// The configured Redis (`HMDP_REDIS_URL` or the default); never starts one.
+    pub(super) async fn configured(config: &Config) -> anyhow::Result<Self> {
+        Self::connect(config.redis_url_or_default().to_owned(), config).await
+    }
+
+    /// The Redis of `hmdp serve`: a managed `redis-server` when `HMDP_REDIS_MANAGED` asks for
+    /// one or (`auto`) nothing answers at the default URL, else the configured one.
+    pub(super) async fn resolve(config: &Config) -> anyhow::Result<(Self, Option<ManagedRedis>)> {
+        let managed = start_managed(config).await?;
+        let url = match &managed {
+            Some(managed) => managed.url().to_owned(),
+            None => config.redis_url_or_default().to_owned(),
+        };
+        Ok((Self::connect(url, config).await?, managed))
+    }
+
+    async fn connect(url: String, config: &Config) -> anyhow::Result<Self> {
+        let conn = RedisConn::connect(&url)
+            .await
+            .with_context(|| format!("cannot connect to Redis at {}", redact_url(&url)))?;
+        let first_node = url.split(',').next().unwrap_or(&url).trim();
+        let subscriber = redis::Client::open(first_node)?;
+        Ok(Self {
+            conn,
+            subscriber,
+            keys: Keys::new(config.redis_prefix.clone()),
+            url,
+        })
+    }
+
+    /// The distributed locks, waiting for a release by pub/sub.
+    pub(super) fn locks(&self) -> anyhow::Result<LockClient<RedisConn>> {
+        LockClient::builder(self.conn.clone())
+            .subscriber(self.subscriber.clone())
+            .key_prefix(self.keys.prefix())
+            .build()
+            .context("cannot set up the lock client")
+    }
+}
+
+/// Starts a managed `redis-server` when the configuration asks for one or needs it.
+async fn start_managed(config: &Config) -> anyhow::Result<Option<ManagedRedis>> {
+    let start = match (config.redis_managed, &config.redis_url) {
+        (ManagedMode::Always, _) => true,
+        (ManagedMode::Never, _) | (ManagedMode::Auto, Some(_)) => false,
+        (ManagedMode::Auto, None) => {
+            let up = answers_ping(DEFAULT_REDIS_URL, std::time::Duration::from_secs(1)).await;
+            if !up {
+                tracing::info!(
+                    "no Redis answers at {DEFAULT_REDIS_URL}; starting a managed redis-server"
+                );
+            }
+            !up
+        }
+    };
+    if !start {
+        return Ok(None);
+    }
+    // Beside the admin token, mode 600: any local user could otherwise connect and forge a
+    // session (`HSET login:token:…`).
+    let (password, _) = crate::secret_files::settle(
+        &config.data_dir.join("redis-password"),
+        "managed Redis password",
+    )?;
+    let managed = ManagedRedis::start_with(
+        &config.data_dir.join("redis"),
+        config.redis_appendfsync,
+        &password,
+    )
+    .await?;
+    Ok(Some(managed))
+}

@@ -1,0 +1,82 @@
+//! `hmdp worker`: the order worker alone, with its `/metrics` and `/health` on
+//! `HMDP_WORKER_LISTEN` when that is set.
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+use super::{
+    components,
+    connect::{Redis, connect_database},
+    metrics::Exposed,
+    ops::OpsListener,
+    shutdown_signal,
+};
+use crate::{config::Config, http, order_stream::StreamMetrics};
+
+/// Runs only the order worker (`hmdp worker`) until SIGINT or SIGTERM, with its `/metrics` and
+/// `/health` on `HMDP_WORKER_LISTEN` when that is set.
+pub async fn run_worker(config: Config) -> anyhow::Result<()> {
+    let listener = match config.seckill.listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (HMDP_WORKER_LISTEN)"))?,
+        ),
+        None => None,
+    };
+    run_worker_with(config, listener, shutdown_signal()).await
+}
+
+/// [`run_worker`] with the listener and the shutdown signal given: what tests drive.
+///
+/// The listener keeps answering until the worker has finished its last batch, so a scrape
+/// during shutdown still sees the final counters.
+pub async fn run_worker_with(
+    config: Config,
+    listener: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
+    let db = connect_database(&config).await?;
+    let redis = Redis::configured(&config).await?;
+    let worker = components::order_worker(&config, db.clone(), &redis);
+    // Refuse to start on another shard count than the one recorded: the streams of the other
+    // shards would never be drained (README, "Changing HMDP_SECKILL_SHARDS").
+    worker
+        .check_shards()
+        .await
+        .context("the order worker cannot start")?;
+    components::check_broker(&worker, &config).await?;
+    let endpoint = listener.map(|listener| {
+        let stream_metrics = StreamMetrics::default();
+        let connections = Arc::new(http::ConnectionStats::default());
+        let metrics = Exposed {
+            service: None,
+            connections: &connections,
+            worker: Some(&worker),
+            streams: &stream_metrics,
+        }
+        .registry();
+        OpsListener::start(
+            listener,
+            http::OpsEndpoint {
+                db: db.clone(),
+                redis: redis.conn,
+                keys: redis.keys,
+                shards: config.seckill.shards,
+                broker: worker.uses_rabbitmq().then(|| worker.amqp_stats().clone()),
+                sale_redis: http::health::sale_redis(&config),
+                metrics: Arc::new(metrics),
+                stream_metrics,
+            },
+            http::ServeOptions::new(&config, Duration::from_secs(5), connections),
+        )
+    });
+    worker.run_until(shutdown).await;
+    if let Some(endpoint) = endpoint {
+        endpoint.stop().await;
+    }
+    db.close().await;
+    Ok(())
+}
