@@ -2,7 +2,11 @@
 
 use std::{net::SocketAddr, sync::Arc};
 
-use hmdp::{Application, Config, Dependencies, auth::CapturingSms, config::Secret, http::AppState};
+use hmdp::{
+    Application, Config, Dependencies,
+    config::Secret,
+    testing::{auth::CapturingSms, http::AppState},
+};
 use sqlx::{Connection, Executor};
 
 /// A running in-process server; stopped (its keys deleted, a MariaDB database it created
@@ -75,7 +79,7 @@ pub async fn start_on(
         listen: "127.0.0.1:0".parse()?,
         database_url,
         redis_url: Some(redis_url.to_owned()),
-        redis_managed: hmdp::kv::managed::ManagedMode::Never,
+        redis_managed: hmdp::config::ManagedMode::Never,
         redis_prefix: prefix.clone(),
         admin_token: Some(Secret::new(admin_token.clone())),
         data_dir: dir.path().to_owned(),

@@ -4,50 +4,55 @@
 //! Redis sessions, a shop cache that cannot be knocked over, globally unique order ids and a
 //! flash sale that never oversells. The HTTP API is the original's, so its pages run unchanged.
 //!
-//! ## Layout
-//! - [`config`]: defaults < TOML file < `HMDP_*` environment.
-//! - [`domain`]: newtypes parsed at the edge (phone, login code, session token, ids).
-//! - [`storage`]: SQLite or MySQL/MariaDB behind one [`storage::Db`], with embedded migrations.
-//! - [`kv`]: Redis for a single node or a cluster behind one [`kv::RedisConn`]; key names;
-//!   the managed `redis-server` of the embedded defaults.
-//! - [`auth`]: login codes, sessions, SMS sending.
-//! - [`catalogue`]: shops and shop types behind the cache, Bloom filter and GEO index.
-//! - [`order_stream`]: the contract between the flash sale and the worker: entry fields, the
-//!   consumer group, pending records, the shard-count guard, stream gauges.
-//! - [`seckill`]: the flash sale: one Lua script decides, a stream carries the order.
-//! - [`worker`]: the consumer group that writes accepted orders into the database, or relays
-//!   them to RabbitMQ and consumes its queue.
-//! - [`amqp`]: the RabbitMQ topology, order message and confirmed publisher.
-//! - [`social`]: notes, likes (ZSET), follows (SET) and the followers' feed (push/pull).
-//! - [`activity`]: sign-in (BITMAP) and unique visitors (HyperLogLog).
-//! - [`uploads`]: note photos on disk.
-//! - [`metrics`]: the Prometheus registry each module registers its metrics into.
-//! - [`http`]: axum routers by resource, the envelope, errors and extractors.
-//! - [`secret_files`]: credentials on disk (admin token, managed Redis password), mode 600.
-//! - [`startup`]: wiring it all together; [`cli`]: the `hmdp` command.
-//! - `testing` (feature `test-util`): what this crate's tests and the bench share.
+//! ## The public surface
+//! The service is a program, not a library: what another crate may use is how to configure
+//! it, build it and run it.
+//! - [`Config`] and the [`config`] module: every `HMDP_*` setting (defaults < TOML file <
+//!   environment) and the types of their values.
+//! - [`Application`]: the service built from a configuration, bound, then run until stopped;
+//!   [`Dependencies`]: what a deployment may swap out (the [`SmsSender`]).
+//! - [`cli`]: the `hmdp` command (`main.rs` hands over to it).
+//! - `testing` (feature `test-util` only): the one door for this crate's tests and the bench
+//!   to the internals they drive directly (the database, Redis keys, the worker, ...).
+//!
+//! ## The rooms inside, bottom to top (all crate-private)
+//! - `config`, `domain`: settings; newtypes parsed at the edge (phone, code, token, ids).
+//! - `storage`: SQLite or MySQL/MariaDB behind one `Db`, with embedded migrations.
+//! - `kv`: Redis (node or cluster) behind one `RedisConn`; every key name (`Keys`); the
+//!   managed `redis-server` of the embedded defaults.
+//! - `metrics`: the Prometheus registry; `secret_files`: credentials on disk, mode 600.
+//! - `auth`: login codes, sessions, SMS sending; `catalogue`: shops behind the cache.
+//! - `order_stream`: the contract between the flash sale and the worker (entry fields, group,
+//!   pending records, shard-count guard). `seckill` and `worker` meet only there.
+//! - `seckill`: the flash sale (one Lua script decides; `voucher_hash` is the sale's hash).
+//! - `worker`, `amqp`: orders written into the database, or relayed through RabbitMQ.
+//! - `social`, `activity`, `uploads`: notes, likes, follows, feed; sign-in and visitors; photos.
+//! - `http`: axum routers by resource, the envelope, errors, extractors.
+//! - `startup`: one file per command (`serve`, `worker`, `reconcile`), components built from
+//!   their settings; `telemetry`: logs.
 
-pub mod activity;
-pub mod amqp;
-pub mod auth;
-pub mod catalogue;
+mod activity;
+mod amqp;
+mod auth;
+mod catalogue;
 pub mod cli;
 pub mod config;
-pub mod domain;
-pub mod http;
-pub mod kv;
-pub mod metrics;
-pub mod order_stream;
-pub mod seckill;
-pub mod secret_files;
-pub mod social;
-pub mod startup;
-pub mod storage;
-pub mod telemetry;
+mod domain;
+mod http;
+mod kv;
+mod metrics;
+mod order_stream;
+mod seckill;
+mod secret_files;
+mod social;
+mod startup;
+mod storage;
+mod telemetry;
 #[cfg(feature = "test-util")]
 pub mod testing;
-pub mod uploads;
-pub mod worker;
+mod uploads;
+mod worker;
 
+pub use auth::{SmsError, SmsSender};
 pub use config::Config;
 pub use startup::{Application, Dependencies};

@@ -11,7 +11,94 @@ use chrono::{Duration, Local, NaiveDateTime};
 use serde_json::{Value, json};
 
 use crate::storage::datetime_format;
-pub use crate::{activity::VisitMode, auth::CapturingSms};
+
+// The internals the tests and the bench drive directly, named by the room they live in. Each
+// is re-exported item by item, so what is reachable from outside is this list and nothing more.
+
+/// Sign-in and visitors.
+pub mod activity {
+    pub use crate::activity::{VisitMode, Visitor};
+}
+
+/// The RabbitMQ side of the order pipeline.
+pub mod amqp {
+    pub use crate::amqp::{
+        AmqpStats, CONTENT_TYPE, OrderMessage, Outgoing, Publisher, accepted_at_ms, connect,
+        topology,
+    };
+}
+
+/// Login: an SMS sender that keeps the codes it is asked to send.
+pub mod auth {
+    pub use crate::auth::CapturingSms;
+}
+
+/// Shops.
+pub mod catalogue {
+    pub use crate::catalogue::NAME_MAX_PAGE;
+}
+
+/// The newtypes parsed at the edge.
+pub mod domain {
+    pub use crate::domain::{SessionToken, ShopId, UserId, VoucherId};
+}
+
+/// The running service's shared state and its documented routes.
+pub mod http {
+    pub use crate::http::{AppState, api};
+}
+
+/// Redis: the connection, the key names, the managed `redis-server`.
+pub mod kv {
+    pub use crate::kv::{Keys, RedisConn, key_slot, managed::answers_ping};
+}
+
+/// The Prometheus registry.
+pub mod metrics {
+    pub use crate::metrics::{Registry, encode};
+}
+
+/// The contract between the flash sale and the worker.
+pub mod order_stream {
+    pub use crate::order_stream::{PendingRecord, create_pending};
+}
+
+/// The flash sale: its decision script and the voucher hash.
+pub mod seckill {
+    pub use crate::seckill::{
+        SaleCheck, Seckill, SeckillError, ShardCountMismatch,
+        scripts::{GRAB, GrabAnswer},
+        voucher_hash,
+    };
+}
+
+/// Notes and likes.
+pub mod social {
+    pub use crate::social::likes::LOADED as LIKES_LOADED;
+}
+
+/// The commands' building blocks a test runs on its own.
+pub mod startup {
+    pub use crate::startup::{order_id_generator, raise_open_files_limit, run_worker_with};
+}
+
+/// The database.
+pub mod storage {
+    pub use crate::storage::{
+        Db, follows::users_by_ids, migrate,
+        orders::{self, NewOrder},
+    };
+}
+
+/// Note photos.
+pub mod uploads {
+    pub use crate::uploads::SweepReport;
+}
+
+/// The order worker.
+pub mod worker {
+    pub use crate::worker::{GROUP, OrderWorker, Step, WorkerError, WorkerStats};
+}
 
 /// A flash-sale voucher to create with `POST` [`FlashSale::PATH`]: by default on shop 1, on sale
 /// from a minute ago for an hour (server-local time, the original's format).

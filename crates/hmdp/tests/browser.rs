@@ -986,7 +986,7 @@ async fn a_demo_user_reads_likes_follows_writes_and_checks_in() {
     // reopened once the service counts the visit (asked in-process, not through the user's
     // request limit).
     b.open(&base, "#/shop/1").await;
-    let shop = hmdp::domain::ShopId::new(1).unwrap();
+    let shop = hmdp::testing::domain::ShopId::new(1).unwrap();
     let mut round = 0;
     wait_until(
         Duration::from_secs(15),

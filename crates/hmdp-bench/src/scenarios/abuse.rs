@@ -19,7 +19,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use hmdp::storage::Db;
+use hmdp::testing::storage::Db;
 
 use super::{
     baselines::pick_user,

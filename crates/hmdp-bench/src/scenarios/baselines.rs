@@ -1,7 +1,7 @@
 //! Raw baselines for the flash sale, measured in the same run as the HTTP phases so the ratios
 //! compare like with like on a shared machine:
 //!
-//! - the same Lua script ([`hmdp::seckill::scripts::GRAB`]) straight on Redis, on throw-away
+//! - the same Lua script ([`hmdp::testing::seckill::GRAB`]) straight on Redis, on throw-away
 //!   keys, with the same stock and the same user mix — one `EVALSHA` per round trip, and
 //!   pipelined;
 //! - plain batched multi-row `INSERT`s into `tb_voucher_order`, one transaction per batch on
@@ -9,8 +9,8 @@
 
 use std::{sync::Arc, time::Duration};
 
-use hmdp::{
-    seckill::{scripts::GRAB, voucher_hash::Sale},
+use hmdp::testing::{
+    seckill::{GRAB, voucher_hash::Sale},
     storage::Db,
 };
 

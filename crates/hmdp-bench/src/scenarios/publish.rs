@@ -22,7 +22,7 @@ use std::{
     time::Duration,
 };
 
-use hmdp::{
+use hmdp::testing::{
     amqp::{AmqpStats, CONTENT_TYPE, OrderMessage, Outgoing, Publisher, topology},
     storage::orders::NewOrder,
 };
@@ -67,7 +67,7 @@ fn now_ms() -> u64 {
 }
 
 async fn purge(url: &str) -> anyhow::Result<u32> {
-    let connection = hmdp::amqp::connect(url, "hmdp-bench publish-cost").await?;
+    let connection = hmdp::testing::amqp::connect(url, "hmdp-bench publish-cost").await?;
     let channel = connection.create_channel().await?;
     topology::declare(&channel).await?;
     let purged = channel
@@ -123,7 +123,7 @@ async fn confirm_per_request(cli: &Cli, args: &PublishArgs) -> anyhow::Result<Ou
 /// `connections` tasks, each publishing one persistent order per request on a channel without
 /// confirms (the course's code): the request is answered once the frame is written.
 async fn fire_and_forget(cli: &Cli, args: &PublishArgs) -> anyhow::Result<Outcome> {
-    let connection = hmdp::amqp::connect(&args.amqp_url, "hmdp-bench publish-cost").await?;
+    let connection = hmdp::testing::amqp::connect(&args.amqp_url, "hmdp-bench publish-cost").await?;
     let channel = connection.create_channel().await?;
     topology::declare(&channel).await?;
     let ops: Vec<Op> = (0..cli.connections)

@@ -36,7 +36,7 @@
 //!   has the same name and reads its pending entries (id `0`) before new ones (`>`): nothing is
 //!   lost, and a batch committed but not acknowledged at the kill is written twice.
 //! - RabbitMQ: persistent, mandatory messages with publisher confirms into a durable quorum
-//!   queue (the options of `hmdp::amqp::topology`, under names of this run on the URL's vhost),
+//!   queue (the options of `hmdp::testing::amqp::topology`, under names of this run on the URL's vhost),
 //!   prefetch 200, acknowledged after the commit: nothing lost, and unacknowledged deliveries
 //!   come back (written twice if they had been committed).
 
@@ -49,7 +49,7 @@ use std::{
 use anyhow::Context;
 use clap::ValueEnum;
 use futures_util::{FutureExt, StreamExt};
-use hmdp::{
+use hmdp::testing::{
     amqp::{CONTENT_TYPE, OrderMessage, topology},
     storage::{Db, orders::NewOrder},
 };
@@ -364,7 +364,7 @@ async fn consume_stream(
 }
 
 async fn consume_rabbitmq(db: &Db, a: &ConsumerArgs) -> anyhow::Result<()> {
-    let conn = hmdp::amqp::connect(&a.amqp_url, "hmdp-bench queues consumer").await?;
+    let conn = hmdp::testing::amqp::connect(&a.amqp_url, "hmdp-bench queues consumer").await?;
     let channel = conn.create_channel().await?;
     channel
         .basic_qos(PREFETCH, BasicQosOptions::default())
@@ -858,7 +858,7 @@ async fn wait_for_subscriber(
 }
 
 /// Declares a durable direct exchange and a durable quorum queue of this run (the options of
-/// `hmdp::amqp::topology`), publishes N persistent, mandatory messages with confirms; the
+/// `hmdp::testing::amqp::topology`), publishes N persistent, mandatory messages with confirms; the
 /// connection, its channel and how many orders the broker confirmed.
 async fn publish_rabbitmq(
     url: &str,
@@ -866,7 +866,7 @@ async fn publish_rabbitmq(
     n: u64,
 ) -> anyhow::Result<(Connection, Channel, u64)> {
     let (exchange, queue) = amqp_names(key);
-    let conn = hmdp::amqp::connect(url, "hmdp-bench queues producer").await?;
+    let conn = hmdp::testing::amqp::connect(url, "hmdp-bench queues producer").await?;
     let ch = conn.create_channel().await?;
     let durable = ExchangeDeclareOptions {
         durable: true,
@@ -945,7 +945,7 @@ async fn clean_up(ctx: &Ctx<'_>, t: Transport, key: &str) -> anyhow::Result<()> 
         Transport::Rabbitmq => {
             let (exchange, queue) = amqp_names(key);
             let conn =
-                hmdp::amqp::connect(&ctx.args.amqp_url, "hmdp-bench queues clean-up").await?;
+                hmdp::testing::amqp::connect(&ctx.args.amqp_url, "hmdp-bench queues clean-up").await?;
             let ch = conn.create_channel().await?;
             ch.queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
                 .await?;

@@ -18,10 +18,12 @@ use std::{
 
 use clap::ValueEnum;
 use hmdp::{
-    kv::Keys,
-    seckill::SeckillMode,
-    storage::Db,
-    worker::{OrderTransport, OrderWorker, WorkerStats},
+    config::{OrderTransport, SeckillMode},
+    testing::{
+        kv::Keys,
+        storage::Db,
+        worker::{OrderWorker, WorkerStats},
+    },
 };
 
 use super::{
@@ -143,9 +145,9 @@ async fn raw_pending_del(cli: &Cli, args: &SeckillArgs) -> anyhow::Result<(f64, 
 /// waiting for the scheduler).
 fn worker_note(w: &WorkerStats, drain_secs: f64) -> String {
     // The histogram's sum is only exposed through the exposition, as a scraper reads it.
-    let mut registry = hmdp::metrics::Registry::default();
+    let mut registry = hmdp::testing::metrics::Registry::default();
     w.register(&mut registry);
-    let db_secs = hmdp::metrics::encode(&registry)
+    let db_secs = hmdp::testing::metrics::encode(&registry)
         .lines()
         .find_map(|l| l.strip_prefix("hmdp_worker_write_seconds_sum "))
         .and_then(|v| v.parse::<f64>().ok())
@@ -164,9 +166,9 @@ fn worker_note(w: &WorkerStats, drain_secs: f64) -> String {
 /// the lag's quantiles: read from the worker's histogram the way `histogram_quantile` reads a
 /// scrape (linear within a bucket), so within a bucket's width (~1.5×) of the exact value.
 fn lag_row(w: &WorkerStats) -> Option<Row> {
-    let mut registry = hmdp::metrics::Registry::default();
+    let mut registry = hmdp::testing::metrics::Registry::default();
     w.register(&mut registry);
-    let text = hmdp::metrics::encode(&registry);
+    let text = hmdp::testing::metrics::encode(&registry);
     let buckets: Vec<(f64, f64)> = text
         .lines()
         .filter_map(|l| {
@@ -325,12 +327,12 @@ async fn target_for(cli: &Cli, args: &SeckillArgs, mode: SeckillMode) -> anyhow:
 /// Empties `direct.seckill.queue` (declaring it first): messages of an earlier run would be
 /// written into this run's database.
 async fn purge_order_queue(url: &str) -> anyhow::Result<()> {
-    let connection = hmdp::amqp::connect(url, "hmdp-bench").await?;
+    let connection = hmdp::testing::amqp::connect(url, "hmdp-bench").await?;
     let channel = connection.create_channel().await?;
-    hmdp::amqp::topology::declare(&channel).await?;
+    hmdp::testing::amqp::topology::declare(&channel).await?;
     let purged = channel
         .queue_purge(
-            hmdp::amqp::topology::QUEUE.into(),
+            hmdp::testing::amqp::topology::QUEUE.into(),
             lapin::options::QueuePurgeOptions::default(),
         )
         .await?;
@@ -484,7 +486,7 @@ async fn run_mode(
             .get_multiplexed_async_connection()
             .await?;
         let key = t.keys.seckill_voucher(shard, voucher);
-        let hash = hmdp::seckill::voucher_hash::VoucherHash::read(&key, &mut conn).await?;
+        let hash = hmdp::testing::seckill::voucher_hash::VoucherHash::read(&key, &mut conn).await?;
         Some(hash.stock.unwrap_or(i64::MIN))
     } else {
         None

@@ -8,7 +8,10 @@ use std::{
     sync::{Arc, atomic::AtomicUsize, atomic::Ordering},
 };
 
-use hmdp::{Config, auth::CapturingSms, kv::Keys, storage::Db, testing::FlashSale};
+use hmdp::{
+    Config,
+    testing::{FlashSale, auth::CapturingSms, kv::Keys, storage::Db},
+};
 
 use crate::{
     Cli,

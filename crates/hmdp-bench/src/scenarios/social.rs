@@ -328,7 +328,7 @@ async fn likes_match(s: &BenchServer, notes: &[i64]) -> anyhow::Result<Check> {
             .arg(&key)
             .cmd("ZSCORE")
             .arg(&key)
-            .arg(hmdp::social::likes::LOADED)
+            .arg(hmdp::testing::social::LIKES_LOADED)
             .query_async(&mut redis)
             .await?;
         // The set's loaded marker is no liker.

@@ -21,7 +21,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hmdp::activity::VisitMode;
+use hmdp::testing::activity::VisitMode;
 use redis::aio::MultiplexedConnection;
 
 use crate::{
@@ -119,7 +119,7 @@ async fn count_flood(
     c: usize,
     duration: Duration,
 ) -> anyhow::Result<()> {
-    let keys = hmdp::kv::Keys::new(s.prefix.clone());
+    let keys = hmdp::testing::kv::Keys::new(s.prefix.clone());
     let today = s.state.activity.today();
     for back in 0..BUSY_DAYS {
         let day = (today - chrono::Days::new(back))

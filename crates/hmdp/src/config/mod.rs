@@ -36,7 +36,9 @@ use load::{
     scheme, settings,
 };
 
-use crate::{
+/// The value types of the settings, named here for whoever builds a [`Config`] in code; each is
+/// defined by the feature it steers.
+pub use crate::{
     auth::SmsMode,
     catalogue::ShopCacheStrategy,
     http::TrustedProxies,

@@ -184,6 +184,7 @@ impl Application {
     }
 
     /// The shared state (tests reach the database and Redis through it).
+    #[cfg(feature = "test-util")]
     pub fn state(&self) -> &AppState {
         &self.state
     }

@@ -72,7 +72,7 @@ pub struct NewBlog<'a> {
 
 /// Inserts a note with no likes; its id.
 pub async fn insert(db: &Db, blog: &NewBlog<'_>) -> Result<BlogId> {
-    let id = crate::on_pool!(db, pool => {
+    let id = crate::storage::on_pool!(db, pool => {
         let r = sqlx::query(
             "INSERT INTO tb_blog (shop_id, user_id, title, images, content, liked, create_time, \
              update_time) VALUES (?, ?, ?, ?, ?, 0, ?, ?)",
@@ -94,7 +94,7 @@ pub async fn insert(db: &Db, blog: &NewBlog<'_>) -> Result<BlogId> {
 /// One note, if it exists.
 pub async fn find(db: &Db, id: BlogId) -> Result<Option<BlogRow>> {
     let sql = format!("{SELECT} WHERE b.id = ?");
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, BlogRow>(&sql).bind(id.get()).fetch_optional(pool).await?
     }))
 }
@@ -106,7 +106,7 @@ pub async fn find_many(db: &Db, ids: &[BlogId]) -> Result<Vec<BlogRow>> {
     }
     let marks = vec!["?"; ids.len()].join(", ");
     let sql = format!("{SELECT} WHERE b.id IN ({marks})");
-    let mut rows = crate::on_pool!(db, pool => {
+    let mut rows = crate::storage::on_pool!(db, pool => {
         let mut q = sqlx::query_as::<_, BlogRow>(&sql);
         for id in ids {
             q = q.bind(id.get());
@@ -121,7 +121,7 @@ pub async fn find_many(db: &Db, ids: &[BlogId]) -> Result<Vec<BlogRow>> {
 /// Page `current` (from 1) of `size` notes, most liked first (newest first among equals).
 pub async fn hot(db: &Db, current: i64, size: i64) -> Result<Vec<BlogRow>> {
     let sql = format!("{SELECT} ORDER BY b.liked DESC, b.id DESC LIMIT ? OFFSET ?");
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, BlogRow>(&sql)
             .bind(size)
             .bind((current - 1) * size)
@@ -134,7 +134,7 @@ pub async fn hot(db: &Db, current: i64, size: i64) -> Result<Vec<BlogRow>> {
 /// (the original's unordered page query, which the primary key orders).
 pub async fn of_user(db: &Db, user: UserId, current: i64, size: i64) -> Result<Vec<BlogRow>> {
     let sql = format!("{SELECT} WHERE b.user_id = ? ORDER BY b.id LIMIT ? OFFSET ?");
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, BlogRow>(&sql)
             .bind(user.get())
             .bind(size)

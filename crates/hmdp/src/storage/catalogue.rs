@@ -172,7 +172,7 @@ impl_from_row!(Voucher, |row| {
 
 /// All shop types, by `sort` ascending.
 pub async fn shop_types(db: &Db) -> Result<Vec<ShopType>> {
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, ShopType>("SELECT id, name, icon, sort FROM tb_shop_type ORDER BY sort ASC, id ASC")
             .fetch_all(pool)
             .await?
@@ -190,7 +190,7 @@ const SHOP_COLUMNS: &str = "SELECT id, name, type_id, images, area, address, x, 
 /// One shop by id.
 pub async fn shop(db: &Db, id: ShopId) -> Result<Option<Shop>> {
     let sql = format!("{SHOP_COLUMNS} WHERE id = ?");
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, Shop>(&sql).bind(id.get()).fetch_optional(pool).await?
     }))
 }
@@ -202,7 +202,7 @@ pub async fn shops_by_ids(db: &Db, ids: &[i64]) -> Result<Vec<Shop>> {
     }
     let placeholders = vec!["?"; ids.len()].join(", ");
     let sql = format!("{SHOP_COLUMNS} WHERE id IN ({placeholders})");
-    let mut shops: Vec<Shop> = crate::on_pool!(db, pool => {
+    let mut shops: Vec<Shop> = crate::storage::on_pool!(db, pool => {
         let mut q = sqlx::query_as::<_, Shop>(&sql);
         for id in ids {
             q = q.bind(*id);
@@ -217,7 +217,7 @@ pub async fn shops_by_ids(db: &Db, ids: &[i64]) -> Result<Vec<Shop>> {
 /// One page of a type's shops, by id.
 pub async fn shops_of_type(db: &Db, type_id: i64, offset: i64, limit: i64) -> Result<Vec<Shop>> {
     let sql = format!("{SHOP_COLUMNS} WHERE type_id = ? ORDER BY id LIMIT ? OFFSET ?");
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, Shop>(&sql).bind(type_id).bind(limit).bind(offset).fetch_all(pool).await?
     }))
 }
@@ -232,7 +232,7 @@ pub async fn shops_by_name(db: &Db, name: &str, offset: i64, limit: i64) -> Resu
         .replace('_', "!_");
     let pattern = format!("%{escaped}%");
     let sql = format!("{SHOP_COLUMNS} WHERE name LIKE ? ESCAPE '!' ORDER BY id LIMIT ? OFFSET ?");
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, Shop>(&sql).bind(&pattern).bind(limit).bind(offset).fetch_all(pool).await?
     }))
 }
@@ -257,7 +257,7 @@ impl_from_row!(ShopPosition, |row| {
 
 /// Every shop's position (optionally of one type), for building the GEO index.
 pub async fn shop_positions(db: &Db, type_id: Option<i64>) -> Result<Vec<ShopPosition>> {
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         match type_id {
             Some(t) => sqlx::query_as::<_, ShopPosition>("SELECT id, type_id, x, y FROM tb_shop WHERE type_id = ? ORDER BY id")
                 .bind(t)
@@ -277,7 +277,7 @@ impl_from_row!(IdRow, |row| { Ok(IdRow(row.try_get_unchecked("id")?)) });
 
 /// Every shop id, for building the Bloom filter of shop ids.
 pub async fn shop_ids(db: &Db) -> Result<Vec<i64>> {
-    let rows: Vec<IdRow> = crate::on_pool!(db, pool => {
+    let rows: Vec<IdRow> = crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, IdRow>("SELECT id FROM tb_shop ORDER BY id")
             .fetch_all(pool)
             .await?
@@ -306,7 +306,7 @@ macro_rules! bind_shop_fields {
 
 /// Inserts a shop and returns its id.
 pub async fn insert_shop(db: &Db, s: &ShopInput) -> Result<ShopId> {
-    let id = crate::on_pool!(db, pool => {
+    let id = crate::storage::on_pool!(db, pool => {
         let insert = sqlx::query(
             "INSERT INTO tb_shop (name, type_id, images, area, address, x, y, avg_price, sold, \
              comments, score, open_hours) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -321,7 +321,7 @@ pub async fn insert_shop(db: &Db, s: &ShopInput) -> Result<ShopId> {
 
 /// Updates a shop; returns false when there is no shop with that id.
 pub async fn update_shop(db: &Db, id: ShopId, s: &ShopInput) -> Result<bool> {
-    let affected = crate::on_pool!(db, pool => {
+    let affected = crate::storage::on_pool!(db, pool => {
         let update = sqlx::query(
             "UPDATE tb_shop SET name = ?, type_id = ?, images = ?, area = ?, address = ?, x = ?, \
              y = ?, avg_price = ?, sold = ?, comments = ?, score = ?, open_hours = ?, \
@@ -338,7 +338,7 @@ pub async fn update_shop(db: &Db, id: ShopId, s: &ShopInput) -> Result<bool> {
 
 /// The vouchers on sale (`status = 1`) of a shop, with flash-sale stock and window if any.
 pub async fn vouchers_of_shop(db: &Db, shop: ShopId) -> Result<Vec<Voucher>> {
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, Voucher>(
             "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value, \
              v.type, sv.stock, sv.begin_time, sv.end_time \
@@ -371,7 +371,7 @@ pub struct VoucherInput {
 
 /// Inserts a plain voucher (`type = 0`, on sale) and returns its id.
 pub async fn insert_voucher(db: &Db, v: &VoucherInput) -> Result<VoucherId> {
-    let id = crate::on_pool!(db, pool => {
+    let id = crate::storage::on_pool!(db, pool => {
         let r = sqlx::query(
             "INSERT INTO tb_voucher (shop_id, title, sub_title, rules, pay_value, actual_value, type, status) \
              VALUES (?, ?, ?, ?, ?, ?, 0, 1)",

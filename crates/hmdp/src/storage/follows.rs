@@ -27,7 +27,7 @@ macro_rules! lock_user {
 
 /// Whether `user` follows `target` (the original's `/follow/or/not`).
 pub async fn is_following(db: &Db, user: UserId, target: UserId) -> Result<bool> {
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_scalar::<_, i64>(
             "SELECT 1 FROM tb_follow WHERE user_id = ? AND follow_user_id = ? LIMIT 1",
         )
@@ -66,7 +66,7 @@ where
         "DELETE FROM tb_follow WHERE user_id = ? AND follow_user_id = ?"
     };
     let max = i64::try_from(max).unwrap_or(i64::MAX);
-    crate::on_pool!(db, pool => {
+    crate::storage::on_pool!(db, pool => {
         let mut tx = pool.begin_write().await.map_err(StorageError::from)?;
         lock_user!(db, tx, user);
         if follow {
@@ -111,7 +111,7 @@ where
     Fut: std::future::Future<Output = Result<T, E>>,
     E: From<StorageError>,
 {
-    crate::on_pool!(db, pool => {
+    crate::storage::on_pool!(db, pool => {
         let mut tx = pool.begin_write().await.map_err(StorageError::from)?;
         lock_user!(db, tx, user);
         let ids: Vec<i64> = sqlx::query_scalar::<_, i64>(
@@ -130,7 +130,7 @@ where
 /// Up to `limit` followers of `author` (the fan-out's recipients).
 pub async fn followers(db: &Db, author: UserId, limit: u64) -> Result<Vec<i64>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_scalar::<_, i64>(
             "SELECT CAST(user_id AS SIGNED) FROM tb_follow WHERE follow_user_id = ? LIMIT ?",
         )
@@ -143,7 +143,7 @@ pub async fn followers(db: &Db, author: UserId, limit: u64) -> Result<Vec<i64>> 
 
 /// The users both `a` and `b` follow, straight from the table (when Redis cannot say).
 pub async fn common(db: &Db, a: UserId, b: UserId) -> Result<Vec<i64>> {
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_scalar::<_, i64>(
             "SELECT CAST(x.follow_user_id AS SIGNED) FROM tb_follow x \
              JOIN tb_follow y ON y.follow_user_id = x.follow_user_id \
@@ -186,7 +186,7 @@ pub async fn users_by_ids(db: &Db, ids: &[i64]) -> Result<Vec<UserDto>> {
     for chunk in ids.chunks(IN_CHUNK) {
         let marks = vec!["?"; chunk.len()].join(", ");
         let sql = format!("SELECT id, nick_name, icon FROM tb_user WHERE id IN ({marks})");
-        let rows: Vec<UserDtoRow> = crate::on_pool!(db, pool => {
+        let rows: Vec<UserDtoRow> = crate::storage::on_pool!(db, pool => {
             let mut q = sqlx::query_as::<_, UserDtoRow>(&sql);
             for id in chunk {
                 q = q.bind(id);

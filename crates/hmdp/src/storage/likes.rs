@@ -108,7 +108,7 @@ where
     E: From<StorageError>,
 {
     let insert = insert_sql(db, 1);
-    crate::on_pool!(db, pool => {
+    crate::storage::on_pool!(db, pool => {
         let mut tx = pool.begin_write().await.map_err(StorageError::from)?;
         if !lock_note!(db, tx, blog) {
             return Ok(None);
@@ -165,7 +165,7 @@ where
     RFut: std::future::Future<Output = Result<Option<Vec<Like>>, E>>,
     E: From<StorageError>,
 {
-    crate::on_pool!(db, pool => {
+    crate::storage::on_pool!(db, pool => {
         let mut tx = pool.begin_write().await.map_err(StorageError::from)?;
         if !lock_note!(db, tx, blog) {
             return Ok(false);

@@ -441,7 +441,7 @@ pub async fn migrate(db: &Db) -> Result<MigrationReport> {
         ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
     )
     .await?;
-    let applied: Vec<i64> = crate::on_pool!(db, pool => {
+    let applied: Vec<i64> = crate::storage::on_pool!(db, pool => {
         sqlx::query_scalar::<_, i64>("SELECT version FROM hmdp_schema_migrations")
             .fetch_all(pool)
             .await?
@@ -484,7 +484,7 @@ pub async fn migrate(db: &Db) -> Result<MigrationReport> {
                 "INSERT IGNORE INTO hmdp_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)"
             }
         };
-        crate::on_pool!(db, pool => {
+        crate::storage::on_pool!(db, pool => {
             sqlx::query(insert).bind(m.version).bind(m.name).bind(&now).execute(pool).await?;
         });
         report.applied.push(m.version);
@@ -501,7 +501,7 @@ async fn sanitize_notes(db: &Db) -> Result<u64> {
     const BATCH: i64 = 200;
     let (mut after, mut changed) = (0_i64, 0_u64);
     loop {
-        let rows: Vec<(i64, String)> = crate::on_pool!(db, pool => {
+        let rows: Vec<(i64, String)> = crate::storage::on_pool!(db, pool => {
             sqlx::query_as(
                 "SELECT CAST(id AS SIGNED), content FROM tb_blog WHERE id > ? ORDER BY id LIMIT ?",
             )
@@ -519,7 +519,7 @@ async fn sanitize_notes(db: &Db) -> Result<u64> {
             if clean.as_str() == content {
                 continue;
             }
-            crate::on_pool!(db, pool => {
+            crate::storage::on_pool!(db, pool => {
                 sqlx::query(
                     "UPDATE tb_blog SET content = ?, update_time = update_time WHERE id = ?",
                 )
@@ -577,7 +577,7 @@ async fn create_index(db: &Db, table: &str, name: &str, columns: &str, unique: b
         let dup_sql = format!(
             "SELECT COUNT(*) FROM (SELECT {columns} FROM {table} GROUP BY {columns} HAVING COUNT(*) > 1) d"
         );
-        let dups: i64 = crate::on_pool!(db, pool => {
+        let dups: i64 = crate::storage::on_pool!(db, pool => {
             sqlx::query_scalar(&dup_sql).fetch_one(pool).await?
         });
         if dups > 0 {
@@ -591,7 +591,7 @@ async fn create_index(db: &Db, table: &str, name: &str, columns: &str, unique: b
         "CREATE {}INDEX {name} ON {table} ({columns})",
         if unique { "UNIQUE " } else { "" }
     );
-    crate::on_pool!(db, pool => {
+    crate::storage::on_pool!(db, pool => {
         sqlx::query(&sql).execute(pool).await?;
     });
     Ok(())

@@ -41,7 +41,7 @@ pub struct NewSeckillVoucher {
 
 /// Saves `tb_voucher` (type 1) and `tb_seckill_voucher` in one transaction.
 pub async fn insert_seckill_voucher(db: &Db, v: &NewSeckillVoucher) -> Result<VoucherId> {
-    let id = crate::on_pool!(db, pool => {
+    let id = crate::storage::on_pool!(db, pool => {
         let mut tx = pool.begin_write().await?;
         let r = sqlx::query(
             "INSERT INTO tb_voucher (shop_id, title, sub_title, rules, pay_value, actual_value, type, status) \
@@ -71,7 +71,7 @@ pub async fn insert_seckill_voucher(db: &Db, v: &NewSeckillVoucher) -> Result<Vo
 
 /// The sale fields of a flash-sale voucher on sale (`status = 1`), if it is one.
 pub async fn seckill_voucher(db: &Db, id: VoucherId) -> Result<Option<SeckillVoucher>> {
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, SeckillVoucher>(
             "SELECT sv.voucher_id, sv.stock, sv.begin_time, sv.end_time FROM tb_seckill_voucher sv \
              JOIN tb_voucher v ON v.id = sv.voucher_id WHERE sv.voucher_id = ? AND v.status = 1",
@@ -84,7 +84,7 @@ pub async fn seckill_voucher(db: &Db, id: VoucherId) -> Result<Option<SeckillVou
 
 /// The ids of every flash-sale voucher on sale (`status = 1`), in order.
 pub async fn seckill_voucher_ids(db: &Db) -> Result<Vec<i64>> {
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_scalar::<_, i64>(
             "SELECT CAST(sv.voucher_id AS SIGNED) FROM tb_seckill_voucher sv \
              JOIN tb_voucher v ON v.id = sv.voucher_id WHERE v.status = 1 ORDER BY sv.voucher_id",
@@ -104,7 +104,7 @@ pub struct SaleSnapshot {
 }
 
 pub async fn sale_snapshot(db: &Db, id: VoucherId) -> Result<Option<SaleSnapshot>> {
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         let mut tx = pool.begin().await?;
         let voucher = sqlx::query_as::<_, SeckillVoucher>(
             "SELECT sv.voucher_id, sv.stock, sv.begin_time, sv.end_time FROM tb_seckill_voucher sv \
@@ -218,7 +218,7 @@ pub async fn write_order_batch(db: &Db, orders: &[NewOrder]) -> Result<BatchOutc
             "INSERT IGNORE INTO tb_voucher_order (id, user_id, voucher_id, pay_type, status) VALUES "
         }
     };
-    let outcome = crate::on_pool!(db, pool => {
+    let outcome = crate::storage::on_pool!(db, pool => {
         let mut tx = pool.begin_write().await?;
         let mut outcome = BatchOutcome::default();
         for (voucher_id, group) in &by_voucher {
@@ -316,7 +316,7 @@ pub enum SyncOutcome {
 /// The original course's database path: in one transaction, refuse a second order of the
 /// user, take one from stock optimistically (`stock > 0`), insert the order.
 pub async fn create_order_sync(db: &Db, order: NewOrder) -> Result<SyncOutcome> {
-    crate::on_pool!(db, pool => {
+    crate::storage::on_pool!(db, pool => {
         let mut tx = pool.begin_write().await?;
         let existing: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM tb_voucher_order WHERE user_id = ? AND voucher_id = ?",
@@ -396,7 +396,7 @@ const ORDER_COLUMNS: &str =
 
 /// The id of `user`'s order of `voucher`, if there is one (the unique key allows one).
 pub async fn order_id_of(db: &Db, user: UserId, voucher: VoucherId) -> Result<Option<i64>> {
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_scalar::<_, i64>(
             "SELECT id FROM tb_voucher_order WHERE user_id = ? AND voucher_id = ? LIMIT 1",
         )
@@ -410,7 +410,7 @@ pub async fn order_id_of(db: &Db, user: UserId, voucher: VoucherId) -> Result<Op
 /// One order by id.
 pub async fn order(db: &Db, id: i64) -> Result<Option<VoucherOrder>> {
     let sql = format!("{ORDER_COLUMNS} WHERE id = ?");
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, VoucherOrder>(&sql).bind(id).fetch_optional(pool).await?
     }))
 }
@@ -418,7 +418,7 @@ pub async fn order(db: &Db, id: i64) -> Result<Option<VoucherOrder>> {
 /// A user's orders, newest first.
 pub async fn orders_of_user(db: &Db, user: UserId, limit: i64) -> Result<Vec<VoucherOrder>> {
     let sql = format!("{ORDER_COLUMNS} WHERE user_id = ? ORDER BY id DESC LIMIT ?");
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, VoucherOrder>(&sql).bind(user.get()).bind(limit).fetch_all(pool).await?
     }))
 }
@@ -432,7 +432,7 @@ pub async fn existing_order_ids(db: &Db, ids: &[i64]) -> Result<Vec<i64>> {
         "SELECT id FROM tb_voucher_order WHERE id IN ({})",
         vec!["?"; ids.len()].join(", ")
     );
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         let mut q = sqlx::query_scalar::<_, i64>(&sql);
         for id in ids {
             q = q.bind(*id);
@@ -443,7 +443,7 @@ pub async fn existing_order_ids(db: &Db, ids: &[i64]) -> Result<Vec<i64>> {
 
 /// How many orders of a voucher are in the database.
 pub async fn count_orders_of_voucher(db: &Db, voucher: VoucherId) -> Result<i64> {
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?")
             .bind(voucher.get())
             .fetch_one(pool)

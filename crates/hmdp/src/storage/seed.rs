@@ -313,7 +313,7 @@ const SHOPS: &[DemoShop] = &[
 
 /// Inserts the demo catalogue if the catalogue is empty; returns whether it did.
 pub(super) async fn seed_if_empty(db: &Db) -> Result<bool> {
-    let (types, shops): (i64, i64) = crate::on_pool!(db, pool => {
+    let (types, shops): (i64, i64) = crate::storage::on_pool!(db, pool => {
         let t: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tb_shop_type").fetch_one(pool).await?;
         let s: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tb_shop").fetch_one(pool).await?;
         (t, s)
@@ -325,7 +325,7 @@ pub(super) async fn seed_if_empty(db: &Db) -> Result<bool> {
     let now = local_now();
     let begin = now - Duration::hours(1);
     let end = now + Duration::days(30);
-    crate::on_pool!(db, pool => {
+    crate::storage::on_pool!(db, pool => {
         let mut tx = pool.begin_write().await?;
         let mut type_ids = Vec::with_capacity(TYPES.len());
         for t in TYPES {
@@ -575,7 +575,7 @@ pub(super) async fn seed_people_if_fresh(db: &Db, catalogue_seeded: bool) -> Res
         "SELECT COUNT(*) FROM tb_user WHERE phone IN ({})",
         vec!["?"; phones.len()].join(", ")
     );
-    let (blogs, follows, taken): (i64, i64, i64) = crate::on_pool!(db, pool => {
+    let (blogs, follows, taken): (i64, i64, i64) = crate::storage::on_pool!(db, pool => {
         let b: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tb_blog").fetch_one(pool).await?;
         let f: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tb_follow").fetch_one(pool).await?;
         let mut q = sqlx::query_scalar(&taken_sql);
@@ -589,7 +589,7 @@ pub(super) async fn seed_people_if_fresh(db: &Db, catalogue_seeded: bool) -> Res
         tracing::info!("demo users and notes not added: the database has notes, follows or users");
         return Ok(false);
     }
-    let shop_ids: Vec<i64> = crate::on_pool!(db, pool => {
+    let shop_ids: Vec<i64> = crate::storage::on_pool!(db, pool => {
         let rows = sqlx::query("SELECT id FROM tb_shop ORDER BY id").fetch_all(pool).await?;
         rows.iter()
             .map(|r| r.try_get_unchecked::<i64, _>(0))
@@ -600,7 +600,7 @@ pub(super) async fn seed_people_if_fresh(db: &Db, catalogue_seeded: bool) -> Res
         return Ok(false);
     }
     let now = local_now();
-    crate::on_pool!(db, pool => {
+    crate::storage::on_pool!(db, pool => {
         let mut tx = pool.begin_write().await?;
         let mut user_ids = Vec::with_capacity(USERS.len());
         for u in USERS {

@@ -12,7 +12,7 @@ use super::{Db, Result};
 /// The newest note id (0 when there are none).
 pub async fn newest_blog_id(db: &Db) -> Result<i64> {
     let sql = "SELECT MAX(id) FROM tb_blog";
-    let id: Option<i64> = crate::on_pool!(db, pool => {
+    let id: Option<i64> = crate::storage::on_pool!(db, pool => {
         sqlx::query(sql).fetch_one(pool).await?.try_get_unchecked(0)?
     });
     Ok(id.unwrap_or(0))
@@ -25,7 +25,7 @@ pub async fn is_referenced(db: &Db, name: &str, after: i64) -> Result<bool> {
     debug_assert!(!name.contains(['%', '_', '\\']), "{name}");
     let sql = "SELECT 1 FROM tb_blog WHERE id > ? AND images LIKE ? LIMIT 1";
     let pattern = format!("%{name}%");
-    let found = crate::on_pool!(db, pool => {
+    let found = crate::storage::on_pool!(db, pool => {
         sqlx::query(sql)
             .bind(after)
             .bind(&pattern)

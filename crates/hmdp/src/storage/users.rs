@@ -89,7 +89,7 @@ const USER_COLUMNS: &str = "SELECT id, phone, nick_name, icon FROM tb_user";
 /// The user with this phone, if any.
 pub async fn find_by_phone(db: &Db, phone: &Phone) -> Result<Option<UserRow>> {
     let sql = format!("{USER_COLUMNS} WHERE phone = ?");
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, UserRow>(&sql).bind(phone.as_str()).fetch_optional(pool).await?
     }))
 }
@@ -97,7 +97,7 @@ pub async fn find_by_phone(db: &Db, phone: &Phone) -> Result<Option<UserRow>> {
 /// The user with this id, if any.
 pub async fn find_by_id(db: &Db, id: UserId) -> Result<Option<UserRow>> {
     let sql = format!("{USER_COLUMNS} WHERE id = ?");
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, UserRow>(&sql).bind(id.get()).fetch_optional(pool).await?
     }))
 }
@@ -110,7 +110,7 @@ pub async fn find_or_create(db: &Db, phone: &Phone, nick_name: &str) -> Result<U
     if let Some(u) = find_by_phone(db, phone).await? {
         return Ok(u);
     }
-    let inserted = crate::on_pool!(db, pool => {
+    let inserted = crate::storage::on_pool!(db, pool => {
         sqlx::query("INSERT INTO tb_user (phone, nick_name, password, icon) VALUES (?, ?, '', '')")
             .bind(phone.as_str())
             .bind(nick_name)
@@ -134,7 +134,7 @@ pub async fn find_or_create(db: &Db, phone: &Phone, nick_name: &str) -> Result<U
 
 /// The `tb_user_info` row of a user, if any.
 pub async fn find_info(db: &Db, id: UserId) -> Result<Option<UserInfo>> {
-    Ok(crate::on_pool!(db, pool => {
+    Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, UserInfo>(
             "SELECT user_id, city, introduce, fans, followee, gender, birthday, credits, level \
              FROM tb_user_info WHERE user_id = ?",

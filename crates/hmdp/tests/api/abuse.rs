@@ -25,11 +25,11 @@ both_backends!(sql_injection_attempts_are_just_strings);
 
 async fn user_count(app: &TestApp) -> i64 {
     match &app.state.db {
-        hmdp::storage::Db::Sqlite(p) => sqlx::query_scalar("SELECT COUNT(*) FROM tb_user")
+        hmdp::testing::storage::Db::Sqlite(p) => sqlx::query_scalar("SELECT COUNT(*) FROM tb_user")
             .fetch_one(p)
             .await
             .unwrap(),
-        hmdp::storage::Db::MySql(p) => sqlx::query_scalar("SELECT COUNT(*) FROM tb_user")
+        hmdp::testing::storage::Db::MySql(p) => sqlx::query_scalar("SELECT COUNT(*) FROM tb_user")
             .fetch_one(p)
             .await
             .unwrap(),

@@ -7,7 +7,7 @@
 use std::{sync::Arc, time::Duration};
 
 use chrono::{DateTime, TimeZone as _, Utc};
-use hmdp::{
+use hmdp::testing::{
     activity::Visitor,
     domain::{ShopId, UserId},
     kv::{Keys, RedisConn},
@@ -364,8 +364,8 @@ async fn sign_in_and_visitor_counts_work_on_a_redis_cluster() {
     assert!(matches!(app.state.redis, RedisConn::Cluster(_)));
     // Shops 1..=5 and the site hash to several slots: the flush sends one pipeline per slot.
     let slots: std::collections::HashSet<u16> = (1..=5)
-        .map(|s| hmdp::kv::key_slot(&keys(&app).uv_shop(s, "20240501")))
-        .chain([hmdp::kv::key_slot(&keys(&app).uv_site("20240501"))])
+        .map(|s| hmdp::testing::kv::key_slot(&keys(&app).uv_shop(s, "20240501")))
+        .chain([hmdp::testing::kv::key_slot(&keys(&app).uv_site("20240501"))])
         .collect();
     assert!(slots.len() > 2, "{slots:?}");
     counts_span_days(&app).await;

@@ -118,8 +118,8 @@ async fn the_service_runs_on(dump: &SchemaDump) {
     assert!(me.body["data"]["id"].as_i64().unwrap() >= facts.next_user_id);
 
     // Migrations run again (a second start) without harm.
-    let db2 = hmdp::storage::Db::connect(&url, 2).await.unwrap();
-    let report = hmdp::storage::migrate(&db2).await.unwrap();
+    let db2 = hmdp::testing::storage::Db::connect(&url, 2).await.unwrap();
+    let report = hmdp::testing::storage::migrate(&db2).await.unwrap();
     assert!(report.applied.is_empty(), "{report:?}");
     assert!(!report.seeded_demo);
     db2.close().await;
@@ -135,15 +135,15 @@ async fn migrations_adopt(dump: &SchemaDump) {
     let facts = facts(dump);
     let db = TestDatabase::create().await;
     dump.load_into(&db).await;
-    let pool = hmdp::storage::Db::connect(&db.url, 2).await.unwrap();
+    let pool = hmdp::testing::storage::Db::connect(&db.url, 2).await.unwrap();
 
     let blogs = count(&db, "SELECT COUNT(*) FROM tb_blog").await;
-    let first = hmdp::storage::migrate(&pool).await.unwrap();
+    let first = hmdp::testing::storage::migrate(&pool).await.unwrap();
     assert_eq!(first.applied, vec![1, 2, 3, 4, 5, 6, 7, 8]);
     assert!(!first.seeded_demo, "an existing catalogue is never seeded");
     assert!(!first.seeded_demo_people, "nor are demo people added");
     assert_eq!(count(&db, "SELECT COUNT(*) FROM tb_blog").await, blogs);
-    let second = hmdp::storage::migrate(&pool).await.unwrap();
+    let second = hmdp::testing::storage::migrate(&pool).await.unwrap();
     assert!(second.applied.is_empty());
 
     // Existing data is untouched and the one-order-per-user key now exists.
@@ -173,30 +173,30 @@ async fn migrations_adopt(dump: &SchemaDump) {
 async fn migrations_are_idempotent_on_sqlite_too() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}/x.db", dir.path().display());
-    let db = hmdp::storage::Db::connect(&url, 1).await.unwrap();
-    let first = hmdp::storage::migrate(&db).await.unwrap();
+    let db = hmdp::testing::storage::Db::connect(&url, 1).await.unwrap();
+    let first = hmdp::testing::storage::migrate(&db).await.unwrap();
     assert_eq!(first.applied, vec![1, 2, 3, 4, 5, 6, 7, 8]);
     assert!(first.seeded_demo);
     assert!(first.seeded_demo_people);
     assert!(
-        hmdp::storage::migrate(&db)
+        hmdp::testing::storage::migrate(&db)
             .await
             .unwrap()
             .applied
             .is_empty()
     );
     // Forget the records: every step must still be safe to repeat.
-    if let hmdp::storage::Db::Sqlite(pool) = &db {
+    if let hmdp::testing::storage::Db::Sqlite(pool) = &db {
         sqlx::query("DELETE FROM hmdp_schema_migrations")
             .execute(pool)
             .await
             .unwrap();
     }
-    let again = hmdp::storage::migrate(&db).await.unwrap();
+    let again = hmdp::testing::storage::migrate(&db).await.unwrap();
     assert_eq!(again.applied, vec![1, 2, 3, 4, 5, 6, 7, 8]);
     assert!(!again.seeded_demo, "the catalogue is not seeded twice");
     assert!(!again.seeded_demo_people, "nor the people");
-    if let hmdp::storage::Db::Sqlite(pool) = &db {
+    if let hmdp::testing::storage::Db::Sqlite(pool) = &db {
         for (table, rows) in [("tb_user", 5), ("tb_blog", 10), ("tb_follow", 11)] {
             let n: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
                 .fetch_one(pool)
@@ -227,9 +227,9 @@ async fn adopted_notes_are_sanitized_once_and_ours_are_left_alone(backend: Backe
         }
         Backend::Sqlite => (format!("sqlite://{}/hmdp.db", dir.path().display()), None),
     };
-    let db = hmdp::storage::Db::connect(&url, 2).await.unwrap();
+    let db = hmdp::testing::storage::Db::connect(&url, 2).await.unwrap();
     if backend == Backend::Sqlite {
-        hmdp::storage::migrate(&db).await.unwrap();
+        hmdp::testing::storage::migrate(&db).await.unwrap();
         forget_migration(&db, 8).await;
     }
     let hostile = insert_note(&db, HOSTILE, 1_000_000).await;
@@ -263,9 +263,9 @@ async fn adopted_notes_are_sanitized_once_and_ours_are_left_alone(backend: Backe
     let id = r.body["data"].as_i64().unwrap();
     let before = note_content(&app, id).await;
     assert_eq!(before, ours);
-    let db = hmdp::storage::Db::connect(&url, 2).await.unwrap();
+    let db = hmdp::testing::storage::Db::connect(&url, 2).await.unwrap();
     forget_migration(&db, 8).await;
-    let report = hmdp::storage::migrate(&db).await.unwrap();
+    let report = hmdp::testing::storage::migrate(&db).await.unwrap();
     assert_eq!(report.applied, vec![8]);
     db.close().await;
     assert_eq!(note_content(&app, id).await, before, "ours is left alone");
@@ -283,7 +283,7 @@ fn assert_clean(content: &str) {
     );
 }
 
-async fn forget_migration(db: &hmdp::storage::Db, version: i64) {
+async fn forget_migration(db: &hmdp::testing::storage::Db, version: i64) {
     hmdp::on_pool!(db, pool => {
         sqlx::query("DELETE FROM hmdp_schema_migrations WHERE version = ?")
             .bind(version)
@@ -294,7 +294,7 @@ async fn forget_migration(db: &hmdp::storage::Db, version: i64) {
 }
 
 /// Inserts a note straight into `tb_blog`, by user 2 on shop 1; its id.
-async fn insert_note(db: &hmdp::storage::Db, content: &str, liked: i64) -> i64 {
+async fn insert_note(db: &hmdp::testing::storage::Db, content: &str, liked: i64) -> i64 {
     hmdp::on_pool!(db, pool => {
         sqlx::query(
             "INSERT INTO tb_blog (shop_id, user_id, title, images, content, liked, comments, \

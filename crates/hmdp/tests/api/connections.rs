@@ -25,7 +25,7 @@ async fn a_thousand_idle_connections_from_one_address_leave_room_for_everyone_el
     const IDLE: usize = 1_100;
     const PER_ADDRESS: usize = 100;
     // This test holds 1,100 sockets itself.
-    hmdp::startup::raise_open_files_limit().unwrap();
+    hmdp::testing::startup::raise_open_files_limit().unwrap();
     // The service runs as a process of its own, started with the usual soft limit of open
     // files (far below 1,100 connections) under a hard limit just above it.
     let app = spawn_app(Backend::Sqlite).await;

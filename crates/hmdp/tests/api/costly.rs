@@ -3,7 +3,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use hmdp::storage::Db;
+use hmdp::testing::storage::Db;
 
 use crate::helpers::{
     Backend, TestApp, code_of, create_sale, grab_raw, login_many, order_id_of, spawn_app,
@@ -144,11 +144,11 @@ async fn deep_name_search_pages_are_empty(backend: Backend) {
     let page = |n: i64| format!("/api/shop/of/name?name=deep%20shop&current={n}");
     let first = app.get(&page(1), None).await;
     assert_eq!(first.body["data"].as_array().map(Vec::len), Some(10));
-    let last = app.get(&page(hmdp::catalogue::NAME_MAX_PAGE), None).await;
+    let last = app.get(&page(hmdp::testing::catalogue::NAME_MAX_PAGE), None).await;
     assert_eq!(last.body["data"].as_array().map(Vec::len), Some(10));
     // 600 matches, but past the deepest page the answer is empty, with no query.
     let deeper = app
-        .get(&page(hmdp::catalogue::NAME_MAX_PAGE + 1), None)
+        .get(&page(hmdp::testing::catalogue::NAME_MAX_PAGE + 1), None)
         .await;
     assert!(deeper.success(), "{deeper:?}");
     assert_eq!(deeper.body["data"], serde_json::json!([]), "{deeper:?}");

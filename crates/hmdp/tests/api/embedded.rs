@@ -264,7 +264,7 @@ async fn a_managed_redis_is_started_and_stopped_with_the_service() {
 
     let url = managed_redis_url(dir.path());
     assert!(
-        hmdp::kv::managed::answers_ping(&url, Duration::from_secs(1)).await,
+        hmdp::testing::kv::answers_ping(&url, Duration::from_secs(1)).await,
         "{url}"
     );
     // AOF is on, under the data directory, flushed every second by default.
@@ -281,7 +281,7 @@ async fn a_managed_redis_is_started_and_stopped_with_the_service() {
 
     assert!(terminate(&mut child).await.success());
     assert!(
-        !hmdp::kv::managed::answers_ping(&url, Duration::from_millis(500)).await,
+        !hmdp::testing::kv::answers_ping(&url, Duration::from_millis(500)).await,
         "the managed redis-server must stop with the service"
     );
 }
@@ -297,7 +297,7 @@ async fn the_managed_redis_needs_its_password_and_keeps_its_files_private() {
     let mut child = start_hmdp(dir.path(), port, &[("HMDP_REDIS_MANAGED", "always")]);
     wait_healthy(port, &mut child, dir.path()).await;
     let url = managed_redis_url(dir.path());
-    assert!(hmdp::kv::managed::answers_ping(&url, Duration::from_secs(1)).await);
+    assert!(hmdp::testing::kv::answers_ping(&url, Duration::from_secs(1)).await);
 
     // A local user who knows the port, not the password.
     let host = url.rsplit('@').next().unwrap();
@@ -456,7 +456,7 @@ async fn ctrl_c_to_the_process_group_drains_before_the_managed_redis_stops() {
         "graceful exit on SIGINT, got {status}: {log}"
     );
     assert!(
-        !hmdp::kv::managed::answers_ping(&url, Duration::from_millis(500)).await,
+        !hmdp::testing::kv::answers_ping(&url, Duration::from_millis(500)).await,
         "the managed redis-server stops with the service"
     );
     let position = |what: &str| {

@@ -543,7 +543,7 @@ async fn a_read_racing_a_logout_does_not_bring_the_session_back() {
     let app = spawn_app(Backend::Sqlite).await;
     assert!(!app.state.config.session_cache.is_zero(), "the cache is on");
     let token = app.login("13612340010").await;
-    let parsed = hmdp::domain::SessionToken::parse(&token).unwrap();
+    let parsed = hmdp::testing::domain::SessionToken::parse(&token).unwrap();
     let read = app
         .state
         .sessions

@@ -156,7 +156,7 @@ async fn swagger_ui_loads_only_pinned_files() {
 /// `Debug` output, as `RouteId(n): "/path"` in its `path_router` (the `fallback_router` after it
 /// holds axum's own catch-all routes).
 fn served_paths(app: &TestApp) -> BTreeSet<String> {
-    let (router, _) = hmdp::http::api(&app.state.config).split_for_parts();
+    let (router, _) = hmdp::testing::http::api(&app.state.config).split_for_parts();
     let debug = format!("{router:?}");
     let routes = &debug[..debug
         .find("fallback_router")

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hmdp::{
+use hmdp::testing::{
     domain::{UserId, VoucherId},
     seckill::{
         SeckillError, ShardCountMismatch,
@@ -86,8 +86,8 @@ fn impatient_db(app: &TestApp) -> Db {
     )
 }
 
-async fn reader() -> hmdp::kv::RedisConn {
-    hmdp::kv::RedisConn::connect(&redis_url()).await.unwrap()
+async fn reader() -> hmdp::testing::kv::RedisConn {
+    hmdp::testing::kv::RedisConn::connect(&redis_url()).await.unwrap()
 }
 
 /// Buys one voucher per token; the order ids.
@@ -177,7 +177,7 @@ fn spawn_impatient_worker(
     db: Db,
 ) -> (
     tokio::task::JoinHandle<()>,
-    std::sync::Arc<hmdp::worker::WorkerStats>,
+    std::sync::Arc<hmdp::testing::worker::WorkerStats>,
 ) {
     let worker = worker_with(app, db, "w", |s| {
         s.max_deliveries = 1;
@@ -518,12 +518,12 @@ async fn a_different_shard_count_is_refused_until_the_streams_are_drained() {
 
     let mut config = (*s.config).clone();
     config.seckill.shards = 2;
-    let other = hmdp::seckill::Seckill::new(
+    let other = hmdp::testing::seckill::Seckill::new(
         s.db.clone(),
         s.redis.clone(),
         s.keys.clone(),
         s.locks.clone(),
-        hmdp::startup::order_id_generator(s.redis.clone(), &config).unwrap(),
+        hmdp::testing::startup::order_id_generator(s.redis.clone(), &config).unwrap(),
         config.seckill.clone(),
     );
     let err = other.check_shards().await.unwrap_err();
@@ -856,12 +856,12 @@ async fn a_failed_warm_up_releases_its_lock() {
     // A service whose database pool is closed: loading fails.
     let closed = Db::connect(&s.config.database_url, 1).await.unwrap();
     closed.close().await;
-    let broken = hmdp::seckill::Seckill::new(
+    let broken = hmdp::testing::seckill::Seckill::new(
         closed,
         s.redis.clone(),
         s.keys.clone(),
         s.locks.clone(),
-        hmdp::startup::order_id_generator(s.redis.clone(), &s.config).unwrap(),
+        hmdp::testing::startup::order_id_generator(s.redis.clone(), &s.config).unwrap(),
         s.config.seckill.clone(),
     );
     let voucher_id = VoucherId::new(voucher).unwrap();
@@ -1160,7 +1160,7 @@ async fn a_standalone_worker_serves_its_metrics_and_health() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let worker = tokio::spawn(hmdp::startup::run_worker_with(
+    let worker = tokio::spawn(hmdp::testing::startup::run_worker_with(
         config,
         Some(listener),
         async {

@@ -9,9 +9,8 @@ use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use futures_util::StreamExt;
 use hmdp::{
-    amqp::topology,
-    config::Config,
-    worker::{AmqpRole, OrderTransport},
+    config::{AmqpRole, Config, OrderTransport},
+    testing::amqp::topology,
 };
 use hmdp_testkit::amqp_socket_addr;
 use lapin::{
@@ -101,7 +100,7 @@ impl Listener {
                     Some(id.to_string())
                 );
                 assert_eq!(*d.properties.delivery_mode(), Some(2), "persistent");
-                let accepted = hmdp::amqp::accepted_at_ms(&d).expect("accepted-at-ms header");
+                let accepted = hmdp::testing::amqp::accepted_at_ms(&d).expect("accepted-at-ms header");
                 let now = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .unwrap()
@@ -398,7 +397,7 @@ async fn a_message_that_is_no_order_is_dead_lettered_and_the_rest_flow() {
         Duration::from_secs(10),
         "the junk is in the dead-letter queue",
         async || {
-            hmdp::amqp::topology::depth(&channel, topology::DEAD_LETTER_QUEUE)
+            hmdp::testing::amqp::topology::depth(&channel, topology::DEAD_LETTER_QUEUE)
                 .await
                 .unwrap()
                 == 1
@@ -421,7 +420,7 @@ async fn an_unreachable_broker_at_start_is_one_clear_line() {
         c.seckill.amqp_url = format!("amqp://guest:secret@127.0.0.1:{port}/%2f");
         c
     };
-    let err = match hmdp::startup::Application::build(config).await {
+    let err = match hmdp::Application::build(config).await {
         Ok(_) => panic!("started without a broker"),
         Err(e) => format!("{e:#}"),
     };

@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, process::Stdio, time::Duration};
 
-use hmdp::seckill::voucher_hash::{FIELD_STOCK, VoucherHash};
+use hmdp::testing::seckill::voucher_hash::{FIELD_STOCK, VoucherHash};
 use redis::AsyncCommands;
 
 use crate::helpers::{
@@ -207,10 +207,10 @@ async fn waiting_for_replicas_of_the_managed_redis_is_refused_at_start() {
         dir.path(),
     );
     config.redis_url = None;
-    config.redis_managed = hmdp::kv::managed::ManagedMode::Always;
+    config.redis_managed = hmdp::config::ManagedMode::Always;
     config.seckill.wait_replicas = 1;
     let deps = hmdp::Dependencies {
-        sms: std::sync::Arc::new(hmdp::auth::CapturingSms::default()),
+        sms: std::sync::Arc::new(hmdp::testing::auth::CapturingSms::default()),
     };
     let err = hmdp::Application::build_with(config, deps)
         .await
@@ -318,11 +318,11 @@ async fn reconcile_queues_again_what_only_redis_holds(backend: Backend) {
     let _: () = redis.hincr(&hash, FIELD_STOCK, -1).await.unwrap();
 
     let seckill = &app.state.seckill;
-    let id = hmdp::domain::VoucherId::new(voucher).unwrap();
+    let id = hmdp::testing::domain::VoucherId::new(voucher).unwrap();
     let checks = seckill.reconcile(Some(id), false).await.unwrap();
     assert_eq!(
         checks,
-        vec![hmdp::seckill::SaleCheck {
+        vec![hmdp::testing::seckill::SaleCheck {
             voucher,
             loaded: true,
             marked_unknown: false,

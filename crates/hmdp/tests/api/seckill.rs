@@ -3,7 +3,7 @@
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
-use hmdp::seckill::SeckillMode;
+use hmdp::config::SeckillMode;
 use serde_json::json;
 
 use crate::helpers::{
@@ -314,14 +314,14 @@ async fn a_worker_aborted_mid_batch_loses_and_duplicates_nothing() {
     // unreachable (a proxy that refuses), so the batch stays delivered-but-unacknowledged.
     let (url, proxy) = crate::helpers::mysql_via_proxy(&app.state.config.database_url).await;
     proxy.cut();
-    let unreachable = hmdp::storage::Db::MySql(
+    let unreachable = hmdp::testing::storage::Db::MySql(
         sqlx::mysql::MySqlPoolOptions::new()
             .acquire_timeout(Duration::from_millis(300))
             .connect_lazy(&url)
             .unwrap(),
     );
     let s = &app.state;
-    let first = hmdp::worker::OrderWorker::new(
+    let first = hmdp::testing::worker::OrderWorker::new(
         unreachable,
         s.redis.clone(),
         crate::helpers::redis_url(),
@@ -335,7 +335,7 @@ async fn a_worker_aborted_mid_batch_loses_and_duplicates_nothing() {
     wait_until(read, "the first worker reading", async || {
         let pending: redis::streams::StreamPendingReply = redis::cmd("XPENDING")
             .arg(&stream)
-            .arg(hmdp::worker::GROUP)
+            .arg(hmdp::testing::worker::GROUP)
             .query_async(&mut app.redis().await)
             .await
             .unwrap_or_default();
@@ -411,11 +411,11 @@ pub(crate) async fn database_going_away_while_orders_arrive(app: Arc<TestApp>) {
     let tokens = login_many(&app, 200).await;
 
     let (url, proxy) = crate::helpers::mysql_via_proxy(&app.state.config.database_url).await;
-    let worker_db = hmdp::storage::Db::connect(&url, 2).await.unwrap();
+    let worker_db = hmdp::testing::storage::Db::connect(&url, 2).await.unwrap();
     let s = &app.state;
     let mut settings = s.config.seckill.clone();
     settings.batch = 20;
-    let worker = hmdp::worker::OrderWorker::new(
+    let worker = hmdp::testing::worker::OrderWorker::new(
         worker_db,
         s.redis.clone(),
         crate::helpers::redis_url(),
@@ -482,7 +482,7 @@ async fn a_repeated_order_id_never_replaces_another_buyers_order(backend: Backen
 
     // The second buyer's grab runs with the same id: the script accepts it...
     let keys = &app.state.keys;
-    let answer: hmdp::seckill::scripts::GrabAnswer = hmdp::seckill::scripts::GRAB
+    let answer: hmdp::testing::seckill::GrabAnswer = hmdp::testing::seckill::GRAB
         .key(keys.seckill_voucher(0, voucher))
         .key(keys.seckill_buyers(0, voucher))
         .key(keys.seckill_stream(0))
@@ -494,13 +494,13 @@ async fn a_repeated_order_id_never_replaces_another_buyers_order(backend: Backen
         .unwrap();
     assert!(answer.is_accepted(), "accepted: {answer:?}");
     // ...and the grab's pending record (written as the grab writes it) keeps the first's.
-    let record = hmdp::order_stream::PendingRecord {
+    let record = hmdp::testing::order_stream::PendingRecord {
         user_id: second_id,
         voucher_id: voucher,
         failed: false,
     };
     assert!(
-        !hmdp::order_stream::create_pending(&app.state.redis, keys, id, record)
+        !hmdp::testing::order_stream::create_pending(&app.state.redis, keys, id, record)
             .await
             .unwrap(),
         "the first buyer's pending record is kept"
@@ -553,7 +553,7 @@ async fn two_workers_share_the_stream_and_trimming_keeps_unwritten_orders() {
     // A first worker writes the oldest 105 orders (15 batches of 7)…
     let (a, b) = (worker_for(&app, "a"), worker_for(&app, "b"));
     a.ensure_group(0).await.unwrap();
-    let mut reader = hmdp::kv::RedisConn::connect(&crate::helpers::redis_url())
+    let mut reader = hmdp::testing::kv::RedisConn::connect(&crate::helpers::redis_url())
         .await
         .unwrap();
     for _ in 0..15 {
@@ -564,7 +564,7 @@ async fn two_workers_share_the_stream_and_trimming_keeps_unwritten_orders() {
     // …then a consumer takes the next 20 entries and never acknowledges them (it "hangs").
     let _: redis::Value = redis::cmd("XREADGROUP")
         .arg("GROUP")
-        .arg(hmdp::worker::GROUP)
+        .arg(hmdp::testing::worker::GROUP)
         .arg("hung")
         .arg("COUNT")
         .arg(20)
@@ -594,7 +594,7 @@ async fn two_workers_share_the_stream_and_trimming_keeps_unwritten_orders() {
     );
     let pending: redis::streams::StreamPendingReply = redis::cmd("XPENDING")
         .arg(&stream)
-        .arg(hmdp::worker::GROUP)
+        .arg(hmdp::testing::worker::GROUP)
         .query_async(&mut redis)
         .await
         .unwrap();
@@ -621,7 +621,7 @@ async fn two_workers_share_the_stream_and_trimming_keeps_unwritten_orders() {
     }
     // Not a wait: the hung consumer's entries stay idle past the 300 ms claim threshold.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    while a.step_claim(0).await.unwrap() != hmdp::worker::Step::Idle {}
+    while a.step_claim(0).await.unwrap() != hmdp::testing::worker::Step::Idle {}
     drain(&a).await;
     let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
     assert_same_orders(&stored, &won);
@@ -638,7 +638,7 @@ async fn orders_the_database_keeps_refusing_go_to_the_dead_letters_after_n_deliv
     }
     assert_eq!(accepted, 3);
     // Someone zeroes the stock in the database behind the sale's back: the writes are refused.
-    if let hmdp::storage::Db::Sqlite(p) = &app.state.db {
+    if let hmdp::testing::storage::Db::Sqlite(p) = &app.state.db {
         sqlx::query("UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = ?")
             .bind(voucher)
             .execute(p)
@@ -648,7 +648,7 @@ async fn orders_the_database_keeps_refusing_go_to_the_dead_letters_after_n_deliv
     let s = &app.state;
     let mut settings = s.config.seckill.clone();
     settings.max_deliveries = 3;
-    let worker = hmdp::worker::OrderWorker::new(
+    let worker = hmdp::testing::worker::OrderWorker::new(
         s.db.clone(),
         s.redis.clone(),
         crate::helpers::redis_url(),
@@ -659,7 +659,7 @@ async fn orders_the_database_keeps_refusing_go_to_the_dead_letters_after_n_deliv
     // Only the failure count matters here (the time rule has its own test).
     .with_dead_letter_after(Duration::ZERO);
     worker.ensure_group(0).await.unwrap();
-    let mut reader = hmdp::kv::RedisConn::connect(&crate::helpers::redis_url())
+    let mut reader = hmdp::testing::kv::RedisConn::connect(&crate::helpers::redis_url())
         .await
         .unwrap();
     let mut rounds = 0;
@@ -667,7 +667,7 @@ async fn orders_the_database_keeps_refusing_go_to_the_dead_letters_after_n_deliv
         .step_new(0, &mut reader, Duration::from_millis(50))
         .await
         .unwrap();
-    while worker.step_pending(0, &mut reader).await.unwrap() != hmdp::worker::Step::Idle {
+    while worker.step_pending(0, &mut reader).await.unwrap() != hmdp::testing::worker::Step::Idle {
         rounds += 1;
         assert!(
             rounds < 10,

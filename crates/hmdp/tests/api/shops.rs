@@ -285,7 +285,7 @@ async fn a_shop_cached_under_another_strategy_is_reloaded_not_an_error() {
 
     // And the other way round: plain JSON read by an instance running logical expiry.
     let logical_app = spawn_app_with(Backend::Sqlite, |c| {
-        c.cache.shop_strategy = hmdp::catalogue::ShopCacheStrategy::Logical;
+        c.cache.shop_strategy = hmdp::config::ShopCacheStrategy::Logical;
     })
     .await;
     let key = format!("{}cache:shop:2", logical_app.prefix);
@@ -387,7 +387,7 @@ async fn nearby_search_loads_a_type_once_and_remembers_one_without_shops() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logical_expiry_serves_stale_at_once_then_fresh_after_one_rebuild() {
     let app = spawn_app_with(Backend::Sqlite, |c| {
-        c.cache.shop_strategy = hmdp::catalogue::ShopCacheStrategy::Logical;
+        c.cache.shop_strategy = hmdp::config::ShopCacheStrategy::Logical;
         c.cache.ttl = Duration::from_secs(1);
         c.cache.jitter = 0.0;
         c.cache.l1_ttl = Duration::ZERO;
@@ -402,7 +402,7 @@ async fn logical_expiry_serves_stale_at_once_then_fresh_after_one_rebuild() {
     );
 
     // The database changes behind the cache's back; the entry turns stale.
-    if let hmdp::storage::Db::Sqlite(pool) = &app.state.db {
+    if let hmdp::testing::storage::Db::Sqlite(pool) = &app.state.db {
         sqlx::query("UPDATE tb_shop SET name = '逻辑过期后的新名字' WHERE id = 1")
             .execute(pool)
             .await

@@ -14,7 +14,7 @@ use axum::{
     http::{HeaderMap, StatusCode},
     routing::post,
 };
-use hmdp::{auth::SmsMode, config::Secret};
+use hmdp::config::{Secret, SmsMode};
 use serde_json::Value;
 
 use crate::helpers::{
@@ -191,7 +191,7 @@ async fn codes_in_the_log_on_a_public_address_are_refused_unless_chosen() {
         dir.path(),
     );
     config.listen = "0.0.0.0:0".parse().unwrap();
-    let err = match hmdp::startup::Application::build(config.clone()).await {
+    let err = match hmdp::Application::build(config.clone()).await {
         Ok(_) => panic!("started with login codes in the log on 0.0.0.0"),
         Err(e) => format!("{e:#}"),
     };
@@ -201,7 +201,7 @@ async fn codes_in_the_log_on_a_public_address_are_refused_unless_chosen() {
 
     config.sms.mode = Some(SmsMode::Log);
     let prefix = config.redis_prefix.clone();
-    let app = hmdp::startup::Application::build(config)
+    let app = hmdp::Application::build(config)
         .await
         .expect("starts when chosen on purpose");
     assert!(app.local_addr().ip().is_unspecified());

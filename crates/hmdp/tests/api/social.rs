@@ -915,7 +915,7 @@ async fn users_are_read_in_bounded_lists_in_the_order_asked(backend: Backend) {
     ids.insert(40_000, known[2]);
     ids.push(known[0]);
     ids.push(known[1]);
-    let users = hmdp::storage::follows::users_by_ids(&app.state.db, &ids)
+    let users = hmdp::testing::storage::users_by_ids(&app.state.db, &ids)
         .await
         .unwrap();
     let got: Vec<i64> = users.iter().map(|u| u.id.get()).collect();
@@ -1185,7 +1185,7 @@ async fn the_social_half_runs_on_a_redis_cluster() {
     let mut older = Vec::new();
     while !ranges.iter().all(|r| {
         older.iter().any(|b| {
-            r.contains(&hmdp::kv::key_slot(&format!(
+            r.contains(&hmdp::testing::kv::key_slot(&format!(
                 "{}blog:liked:{b}",
                 app.prefix
             )))

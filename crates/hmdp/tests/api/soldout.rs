@@ -102,7 +102,7 @@ async fn refusals_are_repeated_from_memory_without_redis(backend: Backend) {
     // The keys dropped, the warm-up a grab on another instance would run.
     lose_voucher_here(&app, voucher).await;
     raise_db_stock(&app, voucher, 2).await;
-    let id = hmdp::domain::VoucherId::new(voucher).unwrap();
+    let id = hmdp::testing::domain::VoucherId::new(voucher).unwrap();
     app.state.seckill.warm(id).await.unwrap();
     let (_, body) = grab_raw(&app, voucher, &late).await;
     assert!(
@@ -135,13 +135,13 @@ async fn lose_voucher_here(app: &TestApp, voucher: i64) {
 async fn raise_db_stock(app: &TestApp, voucher: i64, by: i64) {
     let sql = "UPDATE tb_seckill_voucher SET stock = stock + ? WHERE voucher_id = ?";
     match &app.state.db {
-        hmdp::storage::Db::Sqlite(p) => sqlx::query(sql)
+        hmdp::testing::storage::Db::Sqlite(p) => sqlx::query(sql)
             .bind(by)
             .bind(voucher)
             .execute(p)
             .await
             .map(drop),
-        hmdp::storage::Db::MySql(p) => sqlx::query(sql)
+        hmdp::testing::storage::Db::MySql(p) => sqlx::query(sql)
             .bind(by)
             .bind(voucher)
             .execute(p)
@@ -340,7 +340,7 @@ async fn a_reload_reaches_every_instance_before_its_stock_can_be_taken() {
 /// an answer older than the newest announced generation is honoured.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sold_out_answer_older_than_a_reload_is_not_remembered() {
-    let grab_sha = hmdp::seckill::scripts::GRAB.get_hash().as_bytes().to_vec();
+    let grab_sha = hmdp::testing::seckill::GRAB.get_hash().as_bytes().to_vec();
     let slow = SlowRedis::start(Duration::from_millis(300), Duration::ZERO, grab_sha).await;
     let (a, b) = two_instances(&slow).await;
     let mut users = Users(13900000000);

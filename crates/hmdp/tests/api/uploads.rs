@@ -8,7 +8,10 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use hmdp::{Application, Dependencies, auth::CapturingSms, uploads::SweepReport};
+use hmdp::{
+    Application, Dependencies,
+    testing::{auth::CapturingSms, uploads::SweepReport},
+};
 use redis::AsyncCommands;
 use serde_json::json;
 
@@ -504,10 +507,10 @@ async fn insert_note(app: &TestApp, images: &str) {
     let sql = "INSERT INTO tb_blog (shop_id, user_id, title, images, content) \
                VALUES (1, 1, 'a note', ?, 'with photos')";
     match &app.state.db {
-        hmdp::storage::Db::Sqlite(p) => {
+        hmdp::testing::storage::Db::Sqlite(p) => {
             sqlx::query(sql).bind(images).execute(p).await.unwrap();
         }
-        hmdp::storage::Db::MySql(p) => {
+        hmdp::testing::storage::Db::MySql(p) => {
             sqlx::query(sql).bind(images).execute(p).await.unwrap();
         }
     }

@@ -10,8 +10,9 @@ use std::{
 };
 
 use hmdp::{
-    Application, Config, Dependencies, auth::CapturingSms, config::Secret,
-    kv::managed::ManagedMode, worker::OrderTransport,
+    Application, Config, Dependencies,
+    config::{ManagedMode, OrderTransport, Secret},
+    testing::auth::CapturingSms,
 };
 use hmdp_testkit::{Patience, redis_url, remove_keys, unique_prefix, wait_until};
 use redis::AsyncCommands;
@@ -45,7 +46,7 @@ pub struct TestApp {
     pub addr: SocketAddr,
     /// The `HMDP_METRICS_LISTEN` listener, when the test configured one.
     pub metrics_addr: Option<SocketAddr>,
-    pub state: hmdp::http::AppState,
+    pub state: hmdp::testing::http::AppState,
     pub client: reqwest::Client,
     pub sms: Arc<CapturingSms>,
     pub prefix: String,

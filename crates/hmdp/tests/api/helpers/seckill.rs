@@ -3,7 +3,7 @@
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
-use hmdp::{seckill::voucher_hash::VoucherHash, testing::FlashSale};
+use hmdp::testing::{FlashSale, seckill::voucher_hash::VoucherHash};
 use hmdp_testkit::redis_url;
 
 use super::{ADMIN_TOKEN, Patience, TestApp, wait_until};
@@ -94,12 +94,12 @@ pub async fn db_buyers(app: &TestApp, voucher: i64) -> i64 {
 
 pub async fn db_count(app: &TestApp, sql: &str, voucher: i64) -> i64 {
     match &app.state.db {
-        hmdp::storage::Db::Sqlite(p) => sqlx::query_scalar(sql)
+        hmdp::testing::storage::Db::Sqlite(p) => sqlx::query_scalar(sql)
             .bind(voucher)
             .fetch_one(p)
             .await
             .unwrap(),
-        hmdp::storage::Db::MySql(p) => sqlx::query_scalar(sql)
+        hmdp::testing::storage::Db::MySql(p) => sqlx::query_scalar(sql)
             .bind(voucher)
             .fetch_one(p)
             .await
@@ -110,12 +110,12 @@ pub async fn db_count(app: &TestApp, sql: &str, voucher: i64) -> i64 {
 pub async fn db_order_ids(app: &TestApp, voucher: i64) -> Vec<i64> {
     let sql = "SELECT id FROM tb_voucher_order WHERE voucher_id = ?";
     match &app.state.db {
-        hmdp::storage::Db::Sqlite(p) => sqlx::query_scalar(sql)
+        hmdp::testing::storage::Db::Sqlite(p) => sqlx::query_scalar(sql)
             .bind(voucher)
             .fetch_all(p)
             .await
             .unwrap(),
-        hmdp::storage::Db::MySql(p) => sqlx::query_scalar(sql)
+        hmdp::testing::storage::Db::MySql(p) => sqlx::query_scalar(sql)
             .bind(voucher)
             .fetch_all(p)
             .await
@@ -173,12 +173,12 @@ pub fn assert_same_orders(stored: &HashSet<i64>, accepted: &HashSet<i64>) {
     );
 }
 
-pub fn worker_for(app: &TestApp, consumer: &str) -> hmdp::worker::OrderWorker {
+pub fn worker_for(app: &TestApp, consumer: &str) -> hmdp::testing::worker::OrderWorker {
     let s = &app.state;
     let mut settings = s.config.seckill.clone();
     settings.claim_idle = Duration::from_millis(300);
     settings.batch = 7;
-    hmdp::worker::OrderWorker::new(
+    hmdp::testing::worker::OrderWorker::new(
         s.db.clone(),
         s.redis.clone(),
         s.config.redis_url_or_default().to_owned(),
@@ -189,15 +189,15 @@ pub fn worker_for(app: &TestApp, consumer: &str) -> hmdp::worker::OrderWorker {
 }
 
 /// Runs the worker's steps until the stream has nothing more for it.
-pub async fn drain(worker: &hmdp::worker::OrderWorker) {
+pub async fn drain(worker: &hmdp::testing::worker::OrderWorker) {
     worker.ensure_group(0).await.unwrap();
-    let mut reader = hmdp::kv::RedisConn::connect(&redis_url()).await.unwrap();
-    while worker.step_pending(0, &mut reader).await.unwrap() != hmdp::worker::Step::Idle {}
+    let mut reader = hmdp::testing::kv::RedisConn::connect(&redis_url()).await.unwrap();
+    while worker.step_pending(0, &mut reader).await.unwrap() != hmdp::testing::worker::Step::Idle {}
     while worker
         .step_new(0, &mut reader, Duration::from_millis(50))
         .await
         .unwrap()
-        != hmdp::worker::Step::Idle
+        != hmdp::testing::worker::Step::Idle
     {}
 }
 
