@@ -103,14 +103,14 @@ impl CatalogueError {
 }
 
 /// Page sizes of the original (`DEFAULT_PAGE_SIZE`, `MAX_PAGE_SIZE`).
-pub const TYPE_PAGE_SIZE: i64 = 5;
-pub const NAME_PAGE_SIZE: i64 = 10;
+pub(crate) const TYPE_PAGE_SIZE: i64 = 5;
+pub(crate) const NAME_PAGE_SIZE: i64 = 10;
 /// Deepest page of a name search: a `LIKE '%…%'` cannot use an index, so a deep `OFFSET` makes
 /// the database scan and skip that many matching rows per request. Past it the answer is an
 /// empty page (what a scrolling page takes for "no more"), without a query.
 pub const NAME_MAX_PAGE: i64 = 50;
 /// The original's nearby radius.
-pub const NEARBY_METRES: f64 = 5000.0;
+pub(crate) const NEARBY_METRES: f64 = 5000.0;
 /// How long "the GEO index of this type was just loaded" is remembered. It only matters when
 /// the index is missing again (deleted alone, without its marker): the marker keeps a burst
 /// to one load, and expires soon so a lost index is reloaded.
@@ -192,6 +192,7 @@ impl Catalogue {
     }
 
     /// The Bloom filter of shop ids, if it is on (tests look at it).
+    #[cfg(feature = "test-util")]
     pub fn bloom(&self) -> Option<&BloomFilter<RedisConn>> {
         self.bloom.as_ref()
     }

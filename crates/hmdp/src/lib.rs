@@ -31,6 +31,10 @@
 //! - `startup`: one file per command (`serve`, `worker`, `reconcile`), components built from
 //!   their settings; `telemetry`: logs.
 
+// Internals are `pub(crate)`: what stays `pub` is reachable from the surface above or from
+// `testing`, and the lint (on in every build that has `testing`) keeps it so.
+#![cfg_attr(feature = "test-util", warn(unreachable_pub))]
+
 mod activity;
 mod amqp;
 mod auth;

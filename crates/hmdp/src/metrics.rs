@@ -7,21 +7,21 @@
 //! the collectors here read them at scrape time. Names, labels and help texts are the ones
 //! dashboards already use.
 
+pub use prometheus_client::registry::Registry;
 use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet},
     metrics::{MetricType, counter::ConstCounter, histogram::Histogram},
 };
-pub use prometheus_client::{
+pub(crate) use prometheus_client::{
     encoding::EncodeLabelSet,
     metrics::{counter::Counter, family::Family, gauge::Gauge},
-    registry::Registry,
 };
 
 use crate::kv::RedisConn;
 
 /// The `Content-Type` of [`encode`]'s output (OpenMetrics text, which Prometheus negotiates).
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The registry in the text exposition format.
 pub fn encode(registry: &Registry) -> String {
@@ -32,7 +32,7 @@ pub fn encode(registry: &Registry) -> String {
 }
 
 /// A histogram with the given bucket upper bounds (`+Inf` is implicit).
-pub fn histogram(bounds: &[f64]) -> Histogram {
+pub(crate) fn histogram(bounds: &[f64]) -> Histogram {
     Histogram::new(bounds.iter().copied())
 }
 
@@ -70,7 +70,7 @@ fn const_counters(
 
 /// Exposes the distributed locks' counters and wait histogram (`hmdp_lock_*`).
 #[derive(Debug)]
-pub struct LockCollector(pub hmdp_lock::LockClient<RedisConn>);
+pub(crate) struct LockCollector(pub hmdp_lock::LockClient<RedisConn>);
 
 impl Collector for LockCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
@@ -123,7 +123,7 @@ impl Collector for LockCollector {
 
 /// Exposes the shop cache's read counters (`hmdp_cache_*`).
 #[derive(Debug)]
-pub struct CacheCollector(pub hmdp_cache::CacheClient<RedisConn>);
+pub(crate) struct CacheCollector(pub hmdp_cache::CacheClient<RedisConn>);
 
 impl Collector for CacheCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {

@@ -16,7 +16,7 @@ use crate::config::Secret;
 /// only (umask 077): the SQLite database and its journal, uploaded photos, generated
 /// credentials. They hold phones, sessions' owners and orders; nothing but the service reads
 /// them (it serves the photos itself). Called first thing by the `hmdp` binary.
-pub fn private_umask() {
+pub(crate) fn private_umask() {
     // SAFETY: umask only sets the process's file-creation mask.
     unsafe { libc::umask(0o077) };
 }
@@ -24,7 +24,7 @@ pub fn private_umask() {
 /// A credential kept in `path`: read when the file holds one (made private if others could read
 /// it), else 24 random bytes in hex, written with mode 600. Also says whether it was generated
 /// now. `what` names it in messages.
-pub fn settle(path: &Path, what: &str) -> anyhow::Result<(Secret, bool)> {
+pub(crate) fn settle(path: &Path, what: &str) -> anyhow::Result<(Secret, bool)> {
     if let Ok(existing) = std::fs::read_to_string(path) {
         let existing = existing.trim();
         if existing.len() >= 16 {
@@ -42,7 +42,7 @@ pub fn settle(path: &Path, what: &str) -> anyhow::Result<(Secret, bool)> {
 
 /// Writes `contents` to `path` (creating its folder) with mode 600, also when the file was there
 /// with another mode.
-pub fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+pub(crate) fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -64,7 +64,7 @@ pub fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
 }
 
 /// Gives `dir` mode 700 (also a folder an older version made 755): its files are ours alone.
-pub fn make_private_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn make_private_dir(dir: &Path) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;

@@ -18,7 +18,7 @@ pub enum LogFormat {
 impl Choice for LogFormat {}
 
 /// Installs the global subscriber. Call once, from `main`.
-pub fn init(config: &Config) {
+pub(crate) fn init(config: &Config) {
     let filter = EnvFilter::try_new(&config.log_filter).unwrap_or_else(|e| {
         eprintln!(
             "invalid HMDP_LOG filter {:?} ({e}); using \"info\"",

@@ -85,7 +85,9 @@ pub mod startup {
 /// The database.
 pub mod storage {
     pub use crate::storage::{
-        Db, follows::users_by_ids, migrate,
+        Db,
+        follows::users_by_ids,
+        migrate,
         orders::{self, NewOrder},
     };
 }

@@ -123,7 +123,8 @@ async fn confirm_per_request(cli: &Cli, args: &PublishArgs) -> anyhow::Result<Ou
 /// `connections` tasks, each publishing one persistent order per request on a channel without
 /// confirms (the course's code): the request is answered once the frame is written.
 async fn fire_and_forget(cli: &Cli, args: &PublishArgs) -> anyhow::Result<Outcome> {
-    let connection = hmdp::testing::amqp::connect(&args.amqp_url, "hmdp-bench publish-cost").await?;
+    let connection =
+        hmdp::testing::amqp::connect(&args.amqp_url, "hmdp-bench publish-cost").await?;
     let channel = connection.create_channel().await?;
     topology::declare(&channel).await?;
     let ops: Vec<Op> = (0..cli.connections)

@@ -945,7 +945,8 @@ async fn clean_up(ctx: &Ctx<'_>, t: Transport, key: &str) -> anyhow::Result<()> 
         Transport::Rabbitmq => {
             let (exchange, queue) = amqp_names(key);
             let conn =
-                hmdp::testing::amqp::connect(&ctx.args.amqp_url, "hmdp-bench queues clean-up").await?;
+                hmdp::testing::amqp::connect(&ctx.args.amqp_url, "hmdp-bench queues clean-up")
+                    .await?;
             let ch = conn.create_channel().await?;
             ch.queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
                 .await?;

@@ -6,8 +6,8 @@
 //! hottest path (`GET /shop/{id}`), buffers visits in memory and writes them in pipelined
 //! batches from a background task ([`uv`]), stopped and flushed by [`Activity::shutdown`].
 
-pub mod sign;
-pub mod uv;
+pub(crate) mod sign;
+pub(crate) mod uv;
 
 use std::sync::{
     Arc, Mutex,
@@ -17,10 +17,11 @@ use std::sync::{
 use chrono::{DateTime, NaiveDate, Utc};
 use tokio::{sync::oneshot, task::JoinHandle};
 
-pub use sign::{MonthError, SignMonth, YearMonth};
+pub(crate) use sign::{SignMonth, YearMonth};
 #[cfg(feature = "test-util")]
 pub use uv::VisitMode;
-pub use uv::{MAX_UV_DAYS, UvStats, Visitor};
+pub use uv::Visitor;
+pub(crate) use uv::{MAX_UV_DAYS, UvStats};
 
 use crate::{
     config::SocialSettings,
@@ -54,6 +55,7 @@ impl Clock {
     }
 
     /// A clock that stands still at `at` (tests).
+    #[cfg(feature = "test-util")]
     pub fn fixed(at: DateTime<Utc>) -> Self {
         Self(Arc::new(AtomicI64::new(at.timestamp_millis())))
     }
@@ -131,6 +133,7 @@ impl Activity {
     }
 
     /// The clock "today" is read from (tests pin it).
+    #[cfg(feature = "test-util")]
     pub fn clock(&self) -> &Clock {
         &self.0.clock
     }

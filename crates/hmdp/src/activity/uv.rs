@@ -55,7 +55,7 @@ use crate::{
 };
 
 /// The most days one count may span (`days=1..=90`).
-pub const MAX_UV_DAYS: u32 = 90;
+pub(crate) const MAX_UV_DAYS: u32 = 90;
 
 /// Distinct (shop, day, visitor) entries the buffer holds at most; about 10 MB.
 pub(crate) const BUFFER_CAP: usize = 100_000;
@@ -534,6 +534,7 @@ impl Activity {
     }
 
     /// Sends the buffered visits now (tests and benchmarks; the flush task does it anyway).
+    #[cfg(feature = "test-util")]
     pub async fn flush_visits(&self) {
         self.0.visits.flush(&self.0.redis, &self.0.keys).await;
     }

@@ -17,13 +17,14 @@ use std::time::Duration;
 use lapin::{Connection, ConnectionProperties};
 use serde::{Deserialize, Serialize};
 
-pub use publisher::{PublishError, Publisher};
+pub(crate) use publisher::PublishError;
+pub use publisher::Publisher;
 pub use stats::AmqpStats;
 
 use crate::storage::orders::NewOrder;
 
 /// How long opening a connection may take before it counts as "broker away".
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The body of an order message: `{"id": orderId, "userId": …, "voucherId": …}`, published with
 /// `content_type` `application/json` and `message_id` the order id, so any service that binds a
@@ -41,12 +42,12 @@ pub const CONTENT_TYPE: &str = "application/json";
 
 /// Message header: when the grab accepted the order (Unix milliseconds, Redis's clock), for
 /// the consumer's `hmdp_worker_order_lag_seconds`.
-pub const ACCEPTED_AT_HEADER: &str = "accepted-at-ms";
+pub(crate) const ACCEPTED_AT_HEADER: &str = "accepted-at-ms";
 
 /// Message header: where the order waits in the outbox (the relay's Redis stream entry), an
 /// opaque string the consumer hands back after its commit so the entry can go. Until then the
 /// entry stays, so a warm-up still counts an order the broker holds.
-pub const OUTBOX_HEADER: &str = "outbox-entry";
+pub(crate) const OUTBOX_HEADER: &str = "outbox-entry";
 
 /// An order to publish: the order, when the grab accepted it (Unix milliseconds, the
 /// [`ACCEPTED_AT_HEADER`]) and, from the relay, its outbox entry ([`OUTBOX_HEADER`]).
@@ -68,7 +69,7 @@ impl From<(NewOrder, u64)> for Outgoing {
 }
 
 /// The [`OUTBOX_HEADER`] of a delivery, if it has one.
-pub fn outbox_entry(d: &lapin::message::Delivery) -> Option<String> {
+pub(crate) fn outbox_entry(d: &lapin::message::Delivery) -> Option<String> {
     use lapin::types::AMQPValue;
     match d
         .properties
@@ -89,7 +90,7 @@ pub fn accepted_at_ms(d: &lapin::message::Delivery) -> Option<u64> {
 }
 
 /// An integer header of a delivery, whatever integer type the publisher chose.
-pub fn header_u64(d: &lapin::message::Delivery, name: &str) -> Option<u64> {
+pub(crate) fn header_u64(d: &lapin::message::Delivery, name: &str) -> Option<u64> {
     use lapin::types::AMQPValue;
     match d.properties.headers().as_ref()?.inner().get(name)? {
         AMQPValue::LongLongInt(n) => u64::try_from(*n).ok(),
@@ -151,7 +152,7 @@ pub async fn connect(url: &str, name: &str) -> Result<Connection, AmqpError> {
 /// Connects and declares the topology once: what `hmdp` runs at start-up with
 /// `HMDP_ORDER_TRANSPORT=rabbitmq`, so a wrong URL, bad credentials or a conflicting queue stop
 /// the start with one clear line instead of a worker that retries forever.
-pub async fn check(url: &str) -> Result<(), AmqpError> {
+pub(crate) async fn check(url: &str) -> Result<(), AmqpError> {
     let conn = connect(url, "hmdp start-up check").await?;
     let channel = conn.create_channel().await?;
     let declared = topology::declare(&channel).await;

@@ -51,7 +51,7 @@ use crate::{
 
 /// Live codes kept per phone, the newest ones: bounds the set, and the odds of a guess (which
 /// is compared with each). The defaults (2-minute codes, one a minute) never have more than 3.
-pub const MAX_LIVE_CODES: u32 = 5;
+pub(super) const MAX_LIVE_CODES: u32 = 5;
 
 /// Stores a new code unless the phone is cooling down or over a daily cap.
 ///

@@ -17,8 +17,9 @@ mod codes;
 mod session;
 mod sms;
 
-pub use codes::{CodeError, CodeIssuer, CodeVerdict};
-pub use session::{SessionStore, SessionUser};
+pub(crate) use codes::{CodeError, CodeIssuer, CodeVerdict};
+pub(crate) use session::{SessionStore, SessionUser};
 #[cfg(feature = "test-util")]
 pub use sms::CapturingSms;
-pub use sms::{HttpSmsSender, LogSmsSender, SmsError, SmsMode, SmsSender, sender_for};
+pub(crate) use sms::sender_for;
+pub use sms::{SmsError, SmsMode, SmsSender};

@@ -67,7 +67,7 @@ pub struct SmsError(pub String);
 /// The sender `HMDP_SMS` asks for, on `listen` (`HMDP_LISTEN`); `code_ttl` is passed along to
 /// the gateway. Refuses codes in the log on a non-loopback address unless `HMDP_SMS=log` was
 /// set explicitly.
-pub fn sender_for(
+pub(crate) fn sender_for(
     settings: &SmsSettings,
     listen: SocketAddr,
     code_ttl: Duration,
@@ -91,7 +91,7 @@ pub fn sender_for(
 
 /// Logs the code at INFO level instead of sending an SMS (development and demos).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct LogSmsSender;
+pub(crate) struct LogSmsSender;
 
 impl SmsSender for LogSmsSender {
     fn send_code<'a>(
@@ -129,7 +129,7 @@ struct GatewayRequest<'a> {
 /// (`HMDP_SMS_TIMEOUT_MS`) or gets a 5xx or 429 is repeated up to `HMDP_SMS_RETRIES` times after
 /// a growing pause (`sms_backoff`); another answer (a 4xx, a redirect, which is not followed so
 /// the secret never travels elsewhere) fails at once.
-pub struct HttpSmsSender {
+pub(crate) struct HttpSmsSender {
     client: reqwest::Client,
     url: String,
     header: HeaderName,
@@ -142,7 +142,7 @@ pub struct HttpSmsSender {
 
 impl HttpSmsSender {
     /// A sender for `settings`, which must have a URL and a secret (the configuration checks).
-    pub fn new(settings: &SmsSettings, code_ttl: Duration) -> Result<Self, SmsError> {
+    pub(crate) fn new(settings: &SmsSettings, code_ttl: Duration) -> Result<Self, SmsError> {
         let setup = |what: &str| SmsError(format!("cannot set up the SMS gateway client: {what}"));
         let url = settings
             .url

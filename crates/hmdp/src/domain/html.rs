@@ -13,17 +13,17 @@ static CLEANER: LazyLock<ammonia::Builder<'static>> = LazyLock::new(ammonia::Bui
 
 /// HTML cleaned of anything that could run in a reader's browser.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SafeHtml(String);
+pub(crate) struct SafeHtml(String);
 
 impl SafeHtml {
     /// Cleans `html`.
-    pub fn clean(html: &str) -> Self {
+    pub(crate) fn clean(html: &str) -> Self {
         SafeHtml(CLEANER.clean(html).to_string())
     }
 
     /// Cleans `html` and cuts what is left to at most `max` characters (a column's width),
     /// cleaning again after each cut, since a cut can split a tag or an entity.
-    pub fn clean_within(html: &str, max: usize) -> Self {
+    pub(crate) fn clean_within(html: &str, max: usize) -> Self {
         let mut out = Self::clean(html);
         let mut room = max;
         for _ in 0..8 {
@@ -38,11 +38,11 @@ impl SafeHtml {
         SafeHtml(String::new())
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
-    pub fn into_string(self) -> String {
+    pub(crate) fn into_string(self) -> String {
         self.0
     }
 }

@@ -10,9 +10,10 @@ mod phone;
 mod token;
 mod user;
 
-pub use code::{LoginCode, LoginCodeError};
-pub use html::SafeHtml;
-pub use ids::{BlogId, IdError, OrderId, ShopId, UserId, VoucherId};
-pub use phone::{Phone, PhoneError, mask_phones};
+pub(crate) use code::{LoginCode, LoginCodeError};
+pub(crate) use html::SafeHtml;
+pub(crate) use ids::{BlogId, OrderId};
+pub use ids::{ShopId, UserId, VoucherId};
+pub(crate) use phone::{Phone, PhoneError, mask_phones};
 pub use token::SessionToken;
-pub use user::{NickName, UserDto};
+pub(crate) use user::{NickName, UserDto};

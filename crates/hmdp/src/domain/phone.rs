@@ -69,7 +69,7 @@ fn mask(text: &str) -> String {
 /// `text` (a URI, say) with every phone masked as [`Phone::masked`] does: the value of each
 /// `phone=` parameter, whatever it holds, and every run of exactly eleven digits that starts
 /// with `1` (a mainland mobile number, wherever it is).
-pub fn mask_phones(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn mask_phones(text: &str) -> std::borrow::Cow<'_, str> {
     static PARAM: LazyLock<Regex> =
         LazyLock::new(|| Regex::new(r"(?i)((?:^|[?&;])phone=)([^&;#]*)").expect("static regex"));
     static DIGITS: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"[0-9]+").expect("static regex"));

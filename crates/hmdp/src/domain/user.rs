@@ -19,11 +19,11 @@ pub struct UserDto {
 }
 
 /// The nickname given to a user created by their first login.
-pub struct NickName;
+pub(crate) struct NickName;
 
 impl NickName {
     /// `user_` followed by 10 random lower-case letters and digits (the original's scheme).
-    pub fn random() -> String {
+    pub(crate) fn random() -> String {
         let tail: String = rand::rng()
             .sample_iter(&Alphanumeric)
             .map(|b| (b as char).to_ascii_lowercase())

@@ -24,7 +24,7 @@ use crate::{
 
 const TAG: &str = "blog";
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(publish))
         .routes(routes!(blog_by_id))

@@ -76,11 +76,11 @@ impl fmt::Display for TrustedProxies {
 
 /// The client's address, as resolved by the request pipeline (`super::pipeline`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientIp(IpAddr);
+pub(crate) struct ClientIp(IpAddr);
 
 impl ClientIp {
     /// The client of a request that came from `peer` with `headers` (see the module docs).
-    pub fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -> Self {
+    pub(crate) fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -> Self {
         let mut client = peer.to_canonical();
         if !trusted.contains(client) {
             return Self(client);
@@ -109,18 +109,19 @@ impl ClientIp {
     }
 
     /// The address itself.
-    pub fn addr(self) -> IpAddr {
+    #[cfg(test)]
+    pub(crate) fn addr(self) -> IpAddr {
         self.0
     }
 
     /// What limits count by: the address, or its /64 for IPv6.
-    pub fn key(self) -> IpAddr {
+    pub(crate) fn key(self) -> IpAddr {
         limit_key(self.0)
     }
 }
 
 /// An IPv4 address as it is, an IPv6 one as its /64 network (IPv4-mapped IPv6 as IPv4).
-pub fn limit_key(ip: IpAddr) -> IpAddr {
+pub(crate) fn limit_key(ip: IpAddr) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & (u128::MAX << 64))),
         v4 => v4,

@@ -27,7 +27,7 @@ use serde_json::Value;
 use super::AppState;
 
 /// `/docs`, rendered once from `doc`, and `/docs/swagger`.
-pub fn routes(doc: &Value) -> Router<AppState> {
+pub(super) fn routes(doc: &Value) -> Router<AppState> {
     let page = Html(Bytes::from(render(doc)));
     // Only the inline stylesheet may apply; nothing is fetched.
     let headers = [

@@ -36,7 +36,7 @@ use crate::{
 
 /// The JSON body of every response.
 #[derive(Debug, Serialize)]
-pub struct Envelope<T: Serialize> {
+pub(crate) struct Envelope<T: Serialize> {
     pub success: bool,
     #[serde(rename = "errorMsg", skip_serializing_if = "Option::is_none")]
     pub error_msg: Option<Cow<'static, str>>,
@@ -50,7 +50,7 @@ pub struct Envelope<T: Serialize> {
 
 /// A successful answer: `{"success":true}` plus `data` when there is some.
 #[derive(Debug)]
-pub struct Reply<T: Serialize>(pub Option<T>);
+pub(crate) struct Reply<T: Serialize>(pub Option<T>);
 
 impl<T: Serialize> IntoResponse for Reply<T> {
     fn into_response(self) -> Response {
@@ -69,7 +69,7 @@ impl<T: Serialize> IntoResponse for Reply<T> {
 /// [`crate::catalogue::Catalogue::shop_json`]): the envelope is written around the text without
 /// decoding it, byte for byte what [`Reply`] writes for the decoded value.
 #[derive(Debug)]
-pub struct JsonReply(pub Arc<str>);
+pub(crate) struct JsonReply(pub Arc<str>);
 
 impl IntoResponse for JsonReply {
     fn into_response(self) -> Response {
@@ -105,15 +105,15 @@ impl IntoResponse for JsonReply {
 }
 
 /// What handlers return.
-pub type ApiResult<T> = Result<Reply<T>, ApiError>;
+pub(crate) type ApiResult<T> = Result<Reply<T>, ApiError>;
 
 /// `ok(data)`: success with data.
-pub fn ok<T: Serialize>(data: T) -> ApiResult<T> {
+pub(crate) fn ok<T: Serialize>(data: T) -> ApiResult<T> {
     Ok(Reply(Some(data)))
 }
 
 /// `ok()`: success without data (`{"success":true}`).
-pub fn ok_empty() -> ApiResult<()> {
+pub(crate) fn ok_empty() -> ApiResult<()> {
     Ok(Reply(None))
 }
 
@@ -122,23 +122,23 @@ macro_rules! error_codes {
         /// Stable, machine-readable error codes. The strings never change meaning.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         #[non_exhaustive]
-        pub enum ErrorCode {
+        pub(crate) enum ErrorCode {
             $($(#[$doc])* $variant,)*
         }
 
         impl ErrorCode {
             /// The `code` field of the envelope.
-            pub fn as_str(self) -> &'static str {
+            pub(crate) fn as_str(self) -> &'static str {
                 match self { $(ErrorCode::$variant => $code,)* }
             }
 
             /// The HTTP status this code is answered with.
-            pub fn status(self) -> StatusCode {
+            pub(crate) fn status(self) -> StatusCode {
                 match self { $(ErrorCode::$variant => StatusCode::$status,)* }
             }
 
             /// Every code, for documentation and tests.
-            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant,)*];
+            pub(crate) const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant,)*];
         }
     };
 }
@@ -233,7 +233,7 @@ error_codes! {
 
 /// An error answer: a code, a message for people, and (for 5xx) the logged cause.
 #[derive(Debug)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     code: ErrorCode,
     message: Cow<'static, str>,
     /// What the refusal can tell besides its message (e.g. the order a duplicate grab has).
@@ -243,7 +243,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(code: ErrorCode, message: impl Into<Cow<'static, str>>) -> Self {
+    pub(crate) fn new(code: ErrorCode, message: impl Into<Cow<'static, str>>) -> Self {
         Self {
             code,
             message: message.into(),
@@ -254,26 +254,29 @@ impl ApiError {
     }
 
     /// 400 with a message naming what is wrong.
-    pub fn invalid(message: impl Into<Cow<'static, str>>) -> Self {
+    pub(crate) fn invalid(message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(ErrorCode::InvalidRequest, message)
     }
 
-    pub fn unauthorized() -> Self {
+    pub(crate) fn unauthorized() -> Self {
         Self::new(ErrorCode::Unauthorized, "请先登录 (login required)")
     }
 
-    pub fn rate_limited(message: impl Into<Cow<'static, str>>, retry_after: Duration) -> Self {
+    pub(crate) fn rate_limited(
+        message: impl Into<Cow<'static, str>>,
+        retry_after: Duration,
+    ) -> Self {
         Self::new(ErrorCode::RateLimited, message).with_retry_after(retry_after)
     }
 
     /// Adds a `Retry-After` header (whole seconds, rounded up, at least 1).
-    pub fn with_retry_after(mut self, after: Duration) -> Self {
+    pub(crate) fn with_retry_after(mut self, after: Duration) -> Self {
         self.retry_after = Some(after);
         self
     }
 
     /// 500; the cause is logged, the client sees only "服务器异常".
-    pub fn internal(source: impl Into<anyhow::Error>) -> Self {
+    pub(crate) fn internal(source: impl Into<anyhow::Error>) -> Self {
         Self {
             source: Some(source.into()),
             ..Self::new(ErrorCode::Internal, "服务器异常 (internal error)")
@@ -281,7 +284,7 @@ impl ApiError {
     }
 
     /// 503; the cause is logged.
-    pub fn unavailable(what: &'static str, source: impl Into<anyhow::Error>) -> Self {
+    pub(crate) fn unavailable(what: &'static str, source: impl Into<anyhow::Error>) -> Self {
         Self {
             source: Some(source.into()),
             ..Self::new(
@@ -291,12 +294,8 @@ impl ApiError {
         }
     }
 
-    pub fn code(&self) -> ErrorCode {
-        self.code
-    }
-
     /// Adds `data` to the failure envelope (left out when `None`).
-    pub fn with_data(mut self, data: Option<serde_json::Value>) -> Self {
+    pub(crate) fn with_data(mut self, data: Option<serde_json::Value>) -> Self {
         self.data = data.map(Box::new);
         self
     }
@@ -411,7 +410,7 @@ impl From<SeckillError> for ApiError {
 }
 
 /// An order's id as `data` of an answer: as a number and, for JavaScript, as a string.
-pub fn order_data(id: i64) -> serde_json::Value {
+pub(super) fn order_data(id: i64) -> serde_json::Value {
     serde_json::json!({"id": id, "idStr": id.to_string()})
 }
 
@@ -489,7 +488,7 @@ impl From<CodeError> for ApiError {
 }
 
 /// `Ok` when the login code matched, else the refusal of the login.
-pub fn accept_code(verdict: CodeVerdict) -> Result<(), ApiError> {
+pub(super) fn accept_code(verdict: CodeVerdict) -> Result<(), ApiError> {
     match verdict {
         CodeVerdict::Match => Ok(()),
         CodeVerdict::Wrong { tries_left } => Err(ApiError::new(
@@ -614,7 +613,7 @@ impl From<UploadError> for ApiError {
 }
 
 /// True for Redis errors that mean "Redis is away" rather than "the command was wrong".
-pub fn is_redis_unavailable(e: &redis::RedisError) -> bool {
+pub(super) fn is_redis_unavailable(e: &redis::RedisError) -> bool {
     e.is_io_error()
         || e.is_timeout()
         || e.is_connection_dropped()

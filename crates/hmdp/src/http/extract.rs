@@ -14,17 +14,17 @@ use crate::auth::SessionUser;
 /// `Json<T>` whose rejections (bad JSON, missing field, wrong type, too large) are envelopes.
 #[derive(Debug, FromRequest)]
 #[from_request(via(axum::Json), rejection(ApiError))]
-pub struct AppJson<T>(pub T);
+pub(crate) struct AppJson<T>(pub T);
 
 /// `Query<T>` whose rejections are envelopes.
 #[derive(Debug, FromRequestParts)]
 #[from_request(via(axum::extract::Query), rejection(ApiError))]
-pub struct AppQuery<T>(pub T);
+pub(crate) struct AppQuery<T>(pub T);
 
 /// `Path<T>` whose rejections are envelopes.
 #[derive(Debug, FromRequestParts)]
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
-pub struct AppPath<T>(pub T);
+pub(crate) struct AppPath<T>(pub T);
 
 /// Set by the session middleware when Redis could not be asked about the token, so that a
 /// protected route answers 503 ("try again") rather than 401 ("log in again").
@@ -33,7 +33,7 @@ pub(crate) struct SessionLookupFailed;
 
 /// The logged-in user; a handler taking it requires login (the original's LoginInterceptor).
 #[derive(Debug, Clone)]
-pub struct CurrentUser(pub SessionUser);
+pub(crate) struct CurrentUser(pub SessionUser);
 
 impl<S: Send + Sync> FromRequestParts<S> for CurrentUser {
     type Rejection = ApiError;
@@ -54,7 +54,7 @@ impl<S: Send + Sync> FromRequestParts<S> for CurrentUser {
 
 /// Proof that the request carries the admin token in `x-admin-token`.
 #[derive(Debug, Clone, Copy)]
-pub struct Admin;
+pub(crate) struct Admin;
 
 impl FromRequestParts<AppState> for Admin {
     type Rejection = ApiError;

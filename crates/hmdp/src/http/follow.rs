@@ -17,7 +17,7 @@ use crate::domain::{UserDto, UserId};
 
 const TAG: &str = "follow";
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(follow))
         .routes(routes!(is_following))

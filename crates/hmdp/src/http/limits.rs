@@ -107,14 +107,14 @@ fn refuse(what: &str, wait: std::time::Duration) -> ApiError {
 }
 
 /// The per-IP quota on login-code requests (`HMDP_CODE_IP_PER_MIN`).
-pub struct CodeQuota {
+pub(super) struct CodeQuota {
     limiter: DefaultKeyedRateLimiter<IpAddr>,
     checks: AtomicU64,
 }
 
 impl CodeQuota {
     /// `per_minute` codes per client IP, in bursts of up to that many; `None` for 0 (off).
-    pub fn new(per_minute: u32) -> Option<Self> {
+    pub(super) fn new(per_minute: u32) -> Option<Self> {
         NonZeroU32::new(per_minute).map(|n| Self {
             limiter: DefaultKeyedRateLimiter::keyed(Quota::per_minute(n)),
             checks: AtomicU64::new(0),
@@ -135,7 +135,7 @@ impl CodeQuota {
 
 /// Refuses a client that asked for more login codes than `HMDP_CODE_IP_PER_MIN` allows; for the
 /// `POST /user/code` route only.
-pub async fn limit_codes(
+pub(super) async fn limit_codes(
     State(quota): State<std::sync::Arc<CodeQuota>>,
     req: Request,
     next: Next,

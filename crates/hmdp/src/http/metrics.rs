@@ -127,7 +127,7 @@ pub(super) fn method_label(method: &Method) -> &'static str {
 }
 
 /// `GET /metrics` (admin only): the stream gauges are read from Redis now, the rest is in memory.
-pub async fn metrics(_: Admin, State(state): State<AppState>) -> Response {
+pub(super) async fn metrics(_: Admin, State(state): State<AppState>) -> Response {
     state
         .stream_metrics
         .refresh(&state.redis, &state.keys, state.config.seckill.shards)

@@ -47,13 +47,13 @@ use tower_http::{
 use tracing::Level;
 use utoipa_axum::router::OpenApiRouter;
 
-pub use client::{ClientIp, TrustedProxies, limit_key};
-pub use error::{ApiError, ApiResult, Envelope, ErrorCode, JsonReply, Reply, ok, ok_empty};
-pub use extract::{Admin, AppJson, AppPath, AppQuery, CurrentUser};
-pub use limits::Limits;
-pub use metrics::HttpMetrics;
-pub use ops::{OpsEndpoint, ops_app};
-pub use serve::{ConnectionStats, ServeOptions, serve};
+pub use client::TrustedProxies;
+pub(crate) use error::{ApiError, ApiResult, Envelope, ErrorCode, JsonReply, Reply, ok, ok_empty};
+pub(crate) use extract::{Admin, CurrentUser};
+pub(crate) use limits::Limits;
+pub(crate) use metrics::HttpMetrics;
+pub(crate) use ops::{OpsEndpoint, ops_app};
+pub(crate) use serve::{ConnectionStats, ServeOptions, serve};
 
 use crate::{
     auth::{CodeIssuer, SessionStore, SmsSender},
@@ -97,6 +97,7 @@ pub struct AppStateInner {
     pub codes: CodeIssuer,
     pub sms: Arc<dyn SmsSender>,
     pub catalogue: Catalogue,
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
     pub locks: hmdp_lock::LockClient<RedisConn>,
     pub seckill: crate::seckill::Seckill,
     /// Notes, likes, follows and the feed.
@@ -114,6 +115,7 @@ pub struct AppStateInner {
     /// The order stream gauges (registered in `metrics`), read from Redis at each scrape.
     pub stream_metrics: crate::order_stream::StreamMetrics,
     /// The embedded order worker's counters, when it runs in this process.
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
     pub worker: Option<Arc<crate::worker::WorkerStats>>,
     /// Its RabbitMQ relay and consumer, with `HMDP_ORDER_TRANSPORT=rabbitmq` (`/health`).
     pub broker: Option<Arc<crate::amqp::AmqpStats>>,
@@ -139,7 +141,7 @@ pub fn api(config: &Config) -> OpenApiRouter<AppState> {
 }
 
 /// The complete application: the API at `/` and `/api`, the layers, and the static files.
-pub fn app(state: AppState) -> Router {
+pub(crate) fn app(state: AppState) -> Router {
     let (api, doc) = api(&state.config).split_for_parts();
     // Built once and mounted twice: both mounts share the route-level quotas' state.
     let api = api

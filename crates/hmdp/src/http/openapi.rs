@@ -16,7 +16,7 @@ use utoipa::openapi::OpenApi;
 use super::{AppState, ErrorCode, docs};
 
 /// `/openapi.json`, and `/docs` rendered from the same document.
-pub fn routes(api: OpenApi) -> Router<AppState> {
+pub(super) fn routes(api: OpenApi) -> Router<AppState> {
     let doc = document(api);
     let body = Bytes::from(serde_json::to_vec(&doc).expect("a JSON value serialises"));
     let json = [(header::CONTENT_TYPE, "application/json")];

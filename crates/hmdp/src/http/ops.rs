@@ -22,7 +22,7 @@ use crate::{
 };
 
 /// What the scraper's listener reads.
-pub struct OpsEndpoint {
+pub(crate) struct OpsEndpoint {
     /// Pinged by `/health`.
     pub db: Db,
     /// Pinged by `/health`; the stream gauges are read through it.
@@ -43,7 +43,7 @@ pub struct OpsEndpoint {
 }
 
 /// `/metrics` and `/health` without a credential (served by [`super::serve`]).
-pub fn ops_app(endpoint: OpsEndpoint) -> Router {
+pub(crate) fn ops_app(endpoint: OpsEndpoint) -> Router {
     Router::new()
         .route("/metrics", get(ops_metrics))
         .route("/health", get(ops_health))

@@ -18,7 +18,7 @@ use crate::{
 
 const TAG: &str = "order";
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(grab))
         .routes(routes!(my_orders))

@@ -25,7 +25,7 @@ use super::{ApiError, AppState, ErrorCode, client::ClientIp, extract::SessionLoo
 use crate::domain::SessionToken;
 
 /// The middleware: see the module docs.
-pub async fn pipeline(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub(super) async fn pipeline(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = super::metrics::method_label(req.method());
     let route = req.extensions().get::<MatchedPath>().cloned();

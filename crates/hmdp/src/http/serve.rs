@@ -62,7 +62,7 @@ use crate::{
 
 /// How [`serve`] guards the process: timeouts and caps.
 #[derive(Debug, Clone)]
-pub struct ServeOptions {
+pub(crate) struct ServeOptions {
     /// `HMDP_IDLE_TIMEOUT_SECS`: to send a request head, and to stay idle between requests.
     pub idle: Duration,
     /// How long shutdown waits for in-flight requests.
@@ -81,7 +81,7 @@ pub struct ServeOptions {
 
 impl ServeOptions {
     /// The configured limits, with `drain` for shutdown.
-    pub fn new(config: &Config, drain: Duration, stats: Arc<ConnectionStats>) -> Self {
+    pub(crate) fn new(config: &Config, drain: Duration, stats: Arc<ConnectionStats>) -> Self {
         Self {
             idle: config.idle_timeout,
             drain,
@@ -96,7 +96,7 @@ impl ServeOptions {
 
 /// Open connections, and the ones closed at accept by a cap.
 #[derive(Debug, Default)]
-pub struct ConnectionStats {
+pub(crate) struct ConnectionStats {
     open: Gauge,
     refused: Family<RefusedLabels, Counter>,
 }
@@ -108,7 +108,7 @@ struct RefusedLabels {
 
 impl ConnectionStats {
     /// Adds `hmdp_http_connections_open` and `hmdp_http_connections_refused_total` to `registry`.
-    pub fn register(&self, registry: &mut Registry) {
+    pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "hmdp_http_connections_open",
             "Open HTTP connections",
@@ -125,7 +125,7 @@ impl ConnectionStats {
 
 /// Serves `router` on `listener` until `shutdown` completes, then waits up to `options.drain`
 /// for in-flight requests to finish.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send,

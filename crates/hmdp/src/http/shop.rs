@@ -30,7 +30,7 @@ use crate::{
 
 const TAG: &str = "shop";
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(shop_by_id))
         .routes(routes!(create_shop, update_shop))

@@ -102,7 +102,7 @@ const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
                    object-src 'none'; base-uri 'none'; frame-ancestors 'none'";
 
 /// Routes of the embedded UI: `/app/…` always, `/` only when no static folder owns it.
-pub fn routes() -> Router<AppState> {
+pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/", any(root))
         .route("/app", get(|| async { Redirect::permanent("/app/") }))

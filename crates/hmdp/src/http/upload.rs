@@ -41,7 +41,7 @@ const MULTIPART_SLACK: usize = 16 * 1024;
 /// `#[utoipa::path]` below, which needs a literal — the slow-upload test fails otherwise).
 pub(super) const UPLOAD_PATH: &str = "/upload/blog";
 
-pub fn router(config: &Config) -> OpenApiRouter<AppState> {
+pub(super) fn router(config: &Config) -> OpenApiRouter<AppState> {
     let limit = config
         .social
         .upload_max_bytes

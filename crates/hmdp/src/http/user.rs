@@ -27,7 +27,7 @@ use crate::{
 
 const TAG: &str = "user";
 
-pub fn router(config: &Config) -> OpenApiRouter<AppState> {
+pub(super) fn router(config: &Config) -> OpenApiRouter<AppState> {
     let quota = CodeQuota::new(config.code.ip_per_min).map(Arc::new);
     OpenApiRouter::new()
         .routes(routes!(send_code).map(|code| match quota {

@@ -35,7 +35,7 @@ use crate::{
 
 const TAG: &str = "voucher";
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(create_voucher))
         .routes(routes!(create_seckill_voucher))

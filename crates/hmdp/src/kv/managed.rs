@@ -67,7 +67,7 @@ impl Choice for AppendFsync {}
 
 /// Why a managed Redis could not be started.
 #[derive(Debug, thiserror::Error)]
-pub enum ManagedRedisError {
+pub(crate) enum ManagedRedisError {
     #[error(
         "redis-server was not found on PATH: install it (Debian/Ubuntu: `apt-get install redis-server`) \
          or point HMDP_REDIS_URL at a running Redis"
@@ -91,7 +91,7 @@ pub enum ManagedRedisError {
 
 /// A running child `redis-server`. Stop it with [`ManagedRedis::stop`]; dropping it kills it.
 #[derive(Debug)]
-pub struct ManagedRedis {
+pub(crate) struct ManagedRedis {
     child: Child,
     url: String,
     dir: PathBuf,
@@ -100,7 +100,8 @@ pub struct ManagedRedis {
 impl ManagedRedis {
     /// Starts `redis-server` with its files in `dir` (AOF with `appendfsync everysec`) and a
     /// random password, and waits until it answers `PING`.
-    pub async fn start(dir: &Path) -> Result<Self, ManagedRedisError> {
+    #[cfg(test)]
+    pub(crate) async fn start(dir: &Path) -> Result<Self, ManagedRedisError> {
         let mut bytes = [0u8; 24];
         rand::RngCore::fill_bytes(&mut rand::rng(), &mut bytes);
         Self::start_with(dir, AppendFsync::Everysec, &Secret::new(hex::encode(bytes))).await
@@ -108,7 +109,7 @@ impl ManagedRedis {
 
     /// Like [`ManagedRedis::start`], with the AOF flushed as `appendfsync` says and `password`
     /// required of every client (hex or another URL-safe text: it goes into [`Self::url`]).
-    pub async fn start_with(
+    pub(crate) async fn start_with(
         dir: &Path,
         appendfsync: AppendFsync,
         password: &Secret,
@@ -198,12 +199,12 @@ impl ManagedRedis {
     }
 
     /// The URL to connect to, with the password in it.
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         &self.url
     }
 
     /// Asks the server to shut down (flushing the AOF), then waits for it to exit.
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         tracing::info!(url = %redact_url(&self.url), "stopping the managed redis-server");
         if let Ok(client) = redis::Client::open(self.url.as_str())
             && let Ok(Ok(mut conn)) = tokio::time::timeout(

@@ -10,13 +10,13 @@
 //! together are built as *slot mates* ([`slot_mate`]) so that the script stays legal on a
 //! cluster, where all keys of one script must hash to one slot.
 
-pub mod managed;
+pub(crate) mod managed;
 mod persistence;
 mod replicas;
 mod scan;
 
 pub(crate) use persistence::{NOT_DURABLE, orders_at_risk};
-pub use replicas::{ReplicaWait, Replicated};
+pub(crate) use replicas::{ReplicaWait, Replicated};
 pub(crate) use scan::KeyScan;
 
 use std::time::Duration;
@@ -419,7 +419,7 @@ fn glob_escape(s: &str) -> String {
 /// assert_eq!(mate, "{login:code:13812345678}:wrong");
 /// assert_eq!(key_slot(&mate), key_slot("login:code:13812345678"));
 /// ```
-pub fn slot_mate(key: &str, suffix: &str) -> String {
+pub(crate) fn slot_mate(key: &str, suffix: &str) -> String {
     if hash_tag(key).is_some() {
         format!("{key}:{suffix}")
     } else {

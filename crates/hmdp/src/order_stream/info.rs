@@ -12,7 +12,7 @@ use crate::{
 
 /// The order group on one stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupInfo {
+pub(crate) struct GroupInfo {
     /// Entries delivered to a consumer and not yet acknowledged.
     pub pending: u64,
     /// Entries not yet delivered to any consumer; `None` where Redis cannot tell (before 7.0,
@@ -24,7 +24,10 @@ pub struct GroupInfo {
 
 /// The order group on `stream`, or `None` when it has not been created. Fails when the stream
 /// does not exist (`XINFO` answers "no such key").
-pub async fn group_info(redis: &RedisConn, stream: &str) -> redis::RedisResult<Option<GroupInfo>> {
+pub(crate) async fn group_info(
+    redis: &RedisConn,
+    stream: &str,
+) -> redis::RedisResult<Option<GroupInfo>> {
     let reply: StreamInfoGroupsReply = redis::cmd("XINFO")
         .arg("GROUPS")
         .arg(stream)
@@ -43,7 +46,7 @@ pub async fn group_info(redis: &RedisConn, stream: &str) -> redis::RedisResult<O
 
 /// One stream's gauges, read when asked (dashboard, `/metrics`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamGauges {
+pub(crate) struct StreamGauges {
     /// Entries in the stream (written ones are trimmed away over time).
     pub length: u64,
     /// The order group's counters; `None` when there is no group (yet) or `XINFO` failed.
@@ -51,7 +54,10 @@ pub struct StreamGauges {
 }
 
 /// Reads the gauges of `stream`; fails only when `XLEN` does.
-pub async fn read_gauges(redis: &RedisConn, stream: &str) -> redis::RedisResult<StreamGauges> {
+pub(crate) async fn read_gauges(
+    redis: &RedisConn,
+    stream: &str,
+) -> redis::RedisResult<StreamGauges> {
     let length: u64 = redis::cmd("XLEN")
         .arg(stream)
         .query_async(&mut redis.clone())

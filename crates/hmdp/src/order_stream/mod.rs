@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use redis::streams::{StreamId, StreamRangeReply};
 
-pub use info::{GroupInfo, StreamGauges, StreamMetrics, group_info, read_gauges};
-pub use shards::{ShardCountMismatch, check_shard_count};
+pub(crate) use info::{StreamMetrics, group_info, read_gauges};
+pub use shards::ShardCountMismatch;
+pub(crate) use shards::check_shard_count;
 
 use crate::{
     kv::{Keys, RedisConn},
@@ -23,19 +24,19 @@ use crate::{
 pub const GROUP: &str = "hmdp-orders";
 
 /// Entry field: the order id.
-pub const FIELD_ORDER_ID: &str = "id";
+pub(crate) const FIELD_ORDER_ID: &str = "id";
 /// Entry field: the buyer's user id.
-pub const FIELD_USER_ID: &str = "userId";
+pub(crate) const FIELD_USER_ID: &str = "userId";
 /// Entry field: the voucher id.
-pub const FIELD_VOUCHER_ID: &str = "voucherId";
+pub(crate) const FIELD_VOUCHER_ID: &str = "voucherId";
 /// Dead-letter field added to the copied entry: the id of the entry in the order stream.
-pub const FIELD_ORIGIN: &str = "origin";
+pub(crate) const FIELD_ORIGIN: &str = "origin";
 /// Dead-letter field added to the copied entry: why the worker gave up on it.
-pub const FIELD_REASON: &str = "reason";
+pub(crate) const FIELD_REASON: &str = "reason";
 
 /// The order an entry carries, if its three fields are there and positive. Entries of a
 /// deleted (trimmed) message come back without fields.
-pub fn parse(e: &StreamId) -> Option<NewOrder> {
+pub(crate) fn parse(e: &StreamId) -> Option<NewOrder> {
     let id = e.get::<i64>(FIELD_ORDER_ID)?;
     let user_id = e.get::<i64>(FIELD_USER_ID)?;
     let voucher_id = e.get::<i64>(FIELD_VOUCHER_ID)?;
@@ -47,13 +48,13 @@ pub fn parse(e: &StreamId) -> Option<NewOrder> {
 }
 
 /// When the grab accepted the order of an entry: the milliseconds of its id (Redis clock).
-pub fn accepted_at_ms(e: &StreamId) -> Option<u64> {
+pub(crate) fn accepted_at_ms(e: &StreamId) -> Option<u64> {
     e.id.split_once('-')?.0.parse().ok()
 }
 
 /// The orders of one voucher in a stream (the shard's order stream, written or not, or its
 /// dead letters), read page by page.
-pub async fn orders_of_voucher(
+pub(crate) async fn orders_of_voucher(
     redis: &RedisConn,
     stream: &str,
     voucher: i64,
@@ -105,19 +106,23 @@ impl Pages {
 
 /// Where an order waits in the outbox, as the RabbitMQ relay names it for the consumer:
 /// `<shard>/<entry id>`.
-pub fn outbox_entry(shard: u32, entry_id: &str) -> String {
+pub(crate) fn outbox_entry(shard: u32, entry_id: &str) -> String {
     format!("{shard}/{entry_id}")
 }
 
 /// The shard and entry id of an [`outbox_entry`].
-pub fn parse_outbox_entry(s: &str) -> Option<(u32, &str)> {
+pub(crate) fn parse_outbox_entry(s: &str) -> Option<(u32, &str)> {
     let (shard, id) = s.split_once('/')?;
     (!id.is_empty()).then_some((shard.parse().ok()?, id))
 }
 
 /// Appends an order to a stream with the entry fields the grab script writes (`hmdp reconcile`
 /// queues again an order that Redis acknowledged and that no stream or table holds).
-pub async fn append(redis: &RedisConn, stream: &str, order: NewOrder) -> redis::RedisResult<()> {
+pub(crate) async fn append(
+    redis: &RedisConn,
+    stream: &str,
+    order: NewOrder,
+) -> redis::RedisResult<()> {
     let _: String = redis::cmd("XADD")
         .arg(stream)
         .arg("*")
@@ -134,7 +139,7 @@ pub async fn append(redis: &RedisConn, stream: &str, order: NewOrder) -> redis::
 
 /// How long the owner and voucher of an accepted (or failed) order are kept for the status
 /// query.
-pub const PENDING_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+pub(crate) const PENDING_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// What `seckill:pending:{orderId}` holds until the order is written: `user:voucher`, or
 /// `user:voucher:failed` once the worker moved the order to the dead letters.
@@ -191,7 +196,7 @@ pub async fn create_pending(
 }
 
 /// Deletes the pending record of an order that was refused after all.
-pub async fn delete_pending(
+pub(crate) async fn delete_pending(
     redis: &RedisConn,
     keys: &Keys,
     order_id: i64,
@@ -204,7 +209,7 @@ pub async fn delete_pending(
 
 /// Writes the pending record of an order (kept for [`PENDING_TTL`]), replacing any: for the
 /// worker's `failed` mark.
-pub async fn write_pending(
+pub(crate) async fn write_pending(
     redis: &RedisConn,
     keys: &Keys,
     order_id: i64,
@@ -228,7 +233,7 @@ fn pending_set(keys: &Keys, order_id: i64, record: PendingRecord) -> redis::Cmd 
 /// Records for good that the worker gave up on an order: its pending record says `failed`
 /// (for [`PENDING_TTL`]), and `seckill:failed` keeps the owner and voucher as long as the dead
 /// letters, for a status query after the record has expired.
-pub async fn record_failed(
+pub(crate) async fn record_failed(
     redis: &RedisConn,
     keys: &Keys,
     order: &NewOrder,
@@ -250,7 +255,7 @@ pub async fn record_failed(
 /// Gives the pending records of the orders in `stream` (a shard's order stream: what waits to
 /// be written) their full [`PENDING_TTL`] again, page by page, one pipeline of `PEXPIRE`s a
 /// page; records already gone (written orders) stay gone. Returns how many orders were seen.
-pub async fn refresh_pending(
+pub(crate) async fn refresh_pending(
     redis: &RedisConn,
     keys: &Keys,
     stream: &str,
@@ -277,7 +282,7 @@ pub async fn refresh_pending(
 
 /// Copies the orders of a shard's dead letters into `seckill:failed` (see [`record_failed`]),
 /// page by page; returns how many. Idempotent: an order's value is always `user:voucher`.
-pub async fn copy_dead_letters_to_failed(
+pub(crate) async fn copy_dead_letters_to_failed(
     redis: &RedisConn,
     keys: &Keys,
     dead_letters: &str,
@@ -301,7 +306,7 @@ pub async fn copy_dead_letters_to_failed(
 }
 
 /// An order the worker gave up on, from `seckill:failed` (see [`record_failed`]).
-pub async fn read_failed(
+pub(crate) async fn read_failed(
     redis: &RedisConn,
     keys: &Keys,
     order_id: i64,
@@ -318,7 +323,7 @@ pub async fn read_failed(
 }
 
 /// The pending record of an order; `None` when there is none, or not one of ours.
-pub async fn read_pending(
+pub(crate) async fn read_pending(
     redis: &RedisConn,
     keys: &Keys,
     order_id: i64,

@@ -41,7 +41,7 @@ return tonumber(redis.call('GET', KEYS[1]))
 /// Records `shards` as the deployment's shard count if none is recorded yet; the inner error
 /// when another count is. Also warns when Redis may evict keys (an evicted order stream loses
 /// accepted orders, which nothing can repair).
-pub async fn check_shard_count(
+pub(crate) async fn check_shard_count(
     redis: &RedisConn,
     keys: &Keys,
     shards: u32,

@@ -9,7 +9,7 @@
 mod grab;
 mod memory;
 mod reconcile;
-pub mod scripts;
+pub(crate) mod scripts;
 mod stats;
 mod status;
 pub mod voucher_hash;
@@ -27,8 +27,8 @@ use strum::{Display, EnumString, VariantNames};
 
 pub use crate::order_stream::ShardCountMismatch;
 pub use reconcile::SaleCheck;
-pub use stats::{SaleStats, SeckillStats};
-pub use status::OrderStatus;
+pub(crate) use stats::{SaleStats, SeckillStats};
+pub(crate) use status::OrderStatus;
 
 use crate::{
     config::{Choice, SeckillSettings},
@@ -250,7 +250,7 @@ impl Seckill {
 }
 
 /// Milliseconds since the epoch of a server-local date-time (the original stores local time).
-pub fn local_millis(t: NaiveDateTime) -> i64 {
+pub(crate) fn local_millis(t: NaiveDateTime) -> i64 {
     match Local.from_local_datetime(&t) {
         chrono::LocalResult::Single(t) => t.timestamp_millis(),
         chrono::LocalResult::Ambiguous(a, _) => a.timestamp_millis(),

@@ -146,7 +146,7 @@ impl FromRedisValue for GrabAnswer {
 /// KEYS: voucher hash. ARGV: stock, begin ms, end ms, sold (buyers recorded in the buyers hash),
 /// generation (announced to every instance before: `Seckill::announce_load`).
 /// Returns 1 if written, 0 if it was there.
-pub static LOAD: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static LOAD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r"
 local v = redis.call('HMGET', KEYS[1], '{FIELD_STOCK}', '{FIELD_BEGIN}', '{FIELD_END}')
@@ -163,7 +163,7 @@ return 1
 /// in ms, so that a lost counter key starts above the generations instances still remember.
 ///
 /// KEYS: the voucher's generation key. Returns the new generation.
-pub static NEXT_GENERATION: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static NEXT_GENERATION: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local t = redis.call('TIME')
@@ -185,7 +185,7 @@ return g
 /// hash (a field missing), or sold above 0 with the buyers hash gone. Dropping it makes the
 /// voucher "not loaded" for [`GRAB`], so no order is accepted until the warm-up has rebuilt
 /// stock and buyers from the database and the stream.
-pub static CHECK_LOADED: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static CHECK_LOADED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r"
 local v = redis.call('HMGET', KEYS[1], '{FIELD_STOCK}', '{FIELD_BEGIN}', '{FIELD_END}', '{FIELD_SOLD}')
@@ -208,7 +208,7 @@ return 0
 /// Remembers for a while that a voucher id is not a flash-sale voucher, unless it got loaded.
 ///
 /// KEYS: voucher hash. ARGV: TTL in ms. Returns 1 if marked.
-pub static MARK_MISSING: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static MARK_MISSING: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r"
 if redis.call('HEXISTS', KEYS[1], '{FIELD_STOCK}') == 1 then return 0 end
@@ -222,7 +222,7 @@ return 1
 /// `hmdp reconcile`'s view of a sale in Redis: both hashes read at one instant.
 ///
 /// KEYS: voucher hash, buyers hash. Returns `{voucher fields, buyers}` (`HGETALL` each).
-pub static READ_SALE: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static READ_SALE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(r"return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}")
 });
 
@@ -231,7 +231,7 @@ pub static READ_SALE: LazyLock<Script> = LazyLock::new(|| {
 /// loaded" and wait for that warm-up.
 ///
 /// KEYS: voucher hash, buyers hash.
-pub static UNLOAD: LazyLock<Script> =
+pub(crate) static UNLOAD: LazyLock<Script> =
     LazyLock::new(|| Script::new(r"return redis.call('DEL', KEYS[1], KEYS[2])"));
 
 #[cfg(test)]

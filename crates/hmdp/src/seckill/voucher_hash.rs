@@ -73,6 +73,7 @@ pub struct VoucherHash {
 
 impl VoucherHash {
     /// Reads the voucher hash at `key` (`HGETALL`; a key that does not exist reads as empty).
+    #[cfg(feature = "test-util")]
     pub async fn read(key: &str, conn: &mut impl ConnectionLike) -> RedisResult<Self> {
         redis::cmd("HGETALL").arg(key).query_async(conn).await
     }

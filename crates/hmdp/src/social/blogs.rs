@@ -21,10 +21,10 @@ use crate::{
 
 /// Notes per page of `/blog/hot`, `/blog/of/me` and `/blog/of/user` (the original's
 /// `MAX_PAGE_SIZE`).
-pub const PAGE_SIZE: i64 = 10;
+pub(crate) const PAGE_SIZE: i64 = 10;
 
 /// The most photos one note may have.
-pub const MAX_IMAGES: usize = 9;
+pub(crate) const MAX_IMAGES: usize = 9;
 
 const TITLE_MAX: usize = 255;
 const CONTENT_MAX: usize = 2048;

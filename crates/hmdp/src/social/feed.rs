@@ -46,10 +46,10 @@ use crate::{
 };
 
 /// Notes per feed page (the original's 2).
-pub const FEED_PAGE: usize = 2;
+pub(crate) const FEED_PAGE: usize = 2;
 
 /// The largest `offset` accepted: more notes than this with one millisecond is not a feed.
-pub const MAX_OFFSET: usize = 10_000;
+pub(crate) const MAX_OFFSET: usize = 10_000;
 
 /// One page of the feed: the original's `ScrollResult`.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]

@@ -32,10 +32,10 @@ use crate::{
 };
 
 /// The marker member of a `follows:{userId}` set built from `tb_follow`.
-pub const LOADED: &str = "0";
+pub(crate) const LOADED: &str = "0";
 
 /// How many users `/follow/common/{id}` shows at most: the first ones by id.
-pub const COMMON_FOLLOWS_SHOWN: usize = 100;
+pub(crate) const COMMON_FOLLOWS_SHOWN: usize = 100;
 
 impl Social {
     /// Makes `user` follow `target` (`follow`) or stop following; idempotent. Returns whether

@@ -43,7 +43,7 @@ use crate::{
 };
 
 /// How many likers `/blog/likes/{id}` shows (the original's top 5).
-pub const LIKERS_SHOWN: usize = 5;
+pub(crate) const LIKERS_SHOWN: usize = 5;
 
 /// The marker member of a `blog:liked:{id}` set built from the table.
 pub const LOADED: &str = "0";

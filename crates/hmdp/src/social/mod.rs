@@ -14,10 +14,10 @@
 //! like sets without the marker ([`Social::adopt_likes_in_background`]); [`Social::shutdown`]
 //! waits for the fan-outs and stops the adoption between two notes.
 
-pub mod blogs;
-pub mod feed;
-pub mod follows;
-pub mod likes;
+pub(crate) mod blogs;
+pub(crate) mod feed;
+pub(crate) mod follows;
+pub(crate) mod likes;
 mod scripts;
 
 use std::sync::{
@@ -29,9 +29,9 @@ use futures_util::{StreamExt, TryStreamExt};
 use redis::{Cmd, FromRedisValue, Pipeline, RedisResult};
 use tokio::sync::Notify;
 
-pub use blogs::{Blog, BlogInput};
-pub use feed::ScrollResult;
-pub use likes::{Adoption, LikeState};
+pub(crate) use blogs::{Blog, BlogInput};
+pub(crate) use feed::ScrollResult;
+pub(crate) use likes::LikeState;
 
 use crate::{
     catalogue::{Catalogue, CatalogueError},
@@ -114,6 +114,7 @@ impl Social {
     }
 
     /// Fan-outs running in the background right now.
+    #[cfg(feature = "test-util")]
     pub fn fan_outs_in_flight(&self) -> usize {
         self.background.running.load(Ordering::Acquire)
     }

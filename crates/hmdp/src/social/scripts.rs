@@ -14,7 +14,7 @@ use redis::Script;
 /// Returns `{1, likers}` when the user now likes the note, `{0, likers}` when they no longer
 /// do (`likers`: the set's size after the change, without the marker), `{-1, 0}` when the set
 /// is not loaded.
-pub static TOGGLE_LIKE: LazyLock<Script> = LazyLock::new(|| {
+pub(super) static TOGGLE_LIKE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {-1, 0} end
@@ -35,7 +35,7 @@ return {1, redis.call('ZCARD', KEYS[1]) - 1}
 /// KEYS: `blog:liked:{id}`. ARGV: the marker, then pairs of (ms, user id).
 /// Returns nil if the set was loaded already, else what it held before, as a flat list of
 /// member and score (likes Redis knew of and the database did not).
-pub static REBUILD_LIKES: LazyLock<Script> = LazyLock::new(|| {
+pub(super) static REBUILD_LIKES: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return false end
@@ -59,7 +59,7 @@ return before
 ///
 /// KEYS: `follows:{userId}`. ARGV: the marker, the followed user's id, `1` follow / `0` unfollow.
 /// Returns 1 if applied, 0 if the set is not loaded.
-pub static APPLY_FOLLOW: LazyLock<Script> = LazyLock::new(|| {
+pub(super) static APPLY_FOLLOW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 then return 0 end
@@ -78,7 +78,7 @@ return 1
 ///
 /// KEYS: `follows:{userId}`. ARGV: the marker, then the followed users' ids.
 /// Returns 1 if rebuilt, 0 if it was loaded already.
-pub static REBUILD_FOLLOWS: LazyLock<Script> = LazyLock::new(|| {
+pub(super) static REBUILD_FOLLOWS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 0 end

@@ -14,7 +14,7 @@ use crate::{
 };
 
 /// Connects to the configured database and brings its schema up to date.
-pub async fn connect_database(config: &Config) -> anyhow::Result<Db> {
+pub(crate) async fn connect_database(config: &Config) -> anyhow::Result<Db> {
     let db = Db::connect(&config.database_url, config.db_max_connections)
         .await
         .with_context(|| {

@@ -23,17 +23,21 @@ mod worker;
 
 use std::path::PathBuf;
 
+#[cfg(feature = "test-util")]
 pub use components::order_id_generator;
-pub use connect::connect_database;
+pub(crate) use connect::connect_database;
+#[cfg(feature = "test-util")]
 pub use limits::raise_open_files_limit;
-pub use reconcile::reconcile;
+pub(crate) use reconcile::reconcile;
 pub use serve::{Application, Dependencies};
-pub use worker::{run_worker, run_worker_with};
+pub(crate) use worker::run_worker;
+#[cfg(feature = "test-util")]
+pub use worker::run_worker_with;
 
 use crate::config::Config;
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM.
-pub async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -55,6 +59,6 @@ pub async fn shutdown_signal() {
 }
 
 /// Where the data directory is, for messages.
-pub fn data_dir_display(config: &Config) -> PathBuf {
+pub(crate) fn data_dir_display(config: &Config) -> PathBuf {
     std::fs::canonicalize(&config.data_dir).unwrap_or_else(|_| config.data_dir.clone())
 }

@@ -10,7 +10,7 @@ use crate::{config::Config, domain::VoucherId, seckill::SaleCheck};
 
 /// `hmdp reconcile`: checks (and with `repair` fixes) each sale's Redis state against the
 /// database and the order streams, on the configured Redis (never a managed one it would start).
-pub async fn reconcile(
+pub(crate) async fn reconcile(
     config: &Config,
     only: Option<VoucherId>,
     repair: bool,

@@ -17,7 +17,7 @@ use crate::{config::Config, http, order_stream::StreamMetrics};
 
 /// Runs only the order worker (`hmdp worker`) until SIGINT or SIGTERM, with its `/metrics` and
 /// `/health` on `HMDP_WORKER_LISTEN` when that is set.
-pub async fn run_worker(config: Config) -> anyhow::Result<()> {
+pub(crate) async fn run_worker(config: Config) -> anyhow::Result<()> {
     let listener = match config.seckill.listen {
         Some(addr) => Some(
             TcpListener::bind(addr)

@@ -11,7 +11,7 @@ use crate::domain::{BlogId, ShopId, UserId};
 
 /// A `tb_blog` row with its author's name and icon.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlogRow {
+pub(crate) struct BlogRow {
     pub id: BlogId,
     pub shop_id: i64,
     pub user_id: UserId,
@@ -60,7 +60,7 @@ const SELECT: &str = "SELECT b.id, b.shop_id, b.user_id, b.title, b.images, b.co
 
 /// A new note, already checked and sanitised.
 #[derive(Debug, Clone)]
-pub struct NewBlog<'a> {
+pub(crate) struct NewBlog<'a> {
     pub shop_id: ShopId,
     pub user_id: UserId,
     pub title: &'a str,
@@ -71,7 +71,7 @@ pub struct NewBlog<'a> {
 }
 
 /// Inserts a note with no likes; its id.
-pub async fn insert(db: &Db, blog: &NewBlog<'_>) -> Result<BlogId> {
+pub(crate) async fn insert(db: &Db, blog: &NewBlog<'_>) -> Result<BlogId> {
     let id = crate::storage::on_pool!(db, pool => {
         let r = sqlx::query(
             "INSERT INTO tb_blog (shop_id, user_id, title, images, content, liked, create_time, \
@@ -92,7 +92,7 @@ pub async fn insert(db: &Db, blog: &NewBlog<'_>) -> Result<BlogId> {
 }
 
 /// One note, if it exists.
-pub async fn find(db: &Db, id: BlogId) -> Result<Option<BlogRow>> {
+pub(crate) async fn find(db: &Db, id: BlogId) -> Result<Option<BlogRow>> {
     let sql = format!("{SELECT} WHERE b.id = ?");
     Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, BlogRow>(&sql).bind(id.get()).fetch_optional(pool).await?
@@ -100,7 +100,7 @@ pub async fn find(db: &Db, id: BlogId) -> Result<Option<BlogRow>> {
 }
 
 /// The notes with these ids, in the order of `ids` (missing ones left out).
-pub async fn find_many(db: &Db, ids: &[BlogId]) -> Result<Vec<BlogRow>> {
+pub(crate) async fn find_many(db: &Db, ids: &[BlogId]) -> Result<Vec<BlogRow>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -119,7 +119,7 @@ pub async fn find_many(db: &Db, ids: &[BlogId]) -> Result<Vec<BlogRow>> {
 }
 
 /// Page `current` (from 1) of `size` notes, most liked first (newest first among equals).
-pub async fn hot(db: &Db, current: i64, size: i64) -> Result<Vec<BlogRow>> {
+pub(crate) async fn hot(db: &Db, current: i64, size: i64) -> Result<Vec<BlogRow>> {
     let sql = format!("{SELECT} ORDER BY b.liked DESC, b.id DESC LIMIT ? OFFSET ?");
     Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, BlogRow>(&sql)
@@ -132,7 +132,12 @@ pub async fn hot(db: &Db, current: i64, size: i64) -> Result<Vec<BlogRow>> {
 
 /// Page `current` (from 1) of `size` notes of one author, in the order they were written
 /// (the original's unordered page query, which the primary key orders).
-pub async fn of_user(db: &Db, user: UserId, current: i64, size: i64) -> Result<Vec<BlogRow>> {
+pub(crate) async fn of_user(
+    db: &Db,
+    user: UserId,
+    current: i64,
+    size: i64,
+) -> Result<Vec<BlogRow>> {
     let sql = format!("{SELECT} WHERE b.user_id = ? ORDER BY b.id LIMIT ? OFFSET ?");
     Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, BlogRow>(&sql)

@@ -124,7 +124,7 @@ pub struct ShopInput {
 /// A voucher of a shop joined with its flash-sale fields (the original's `queryVoucherOfShop`).
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct Voucher {
+pub(crate) struct Voucher {
     pub id: i64,
     pub shop_id: Option<i64>,
     pub title: String,
@@ -171,7 +171,7 @@ impl_from_row!(Voucher, |row| {
 });
 
 /// All shop types, by `sort` ascending.
-pub async fn shop_types(db: &Db) -> Result<Vec<ShopType>> {
+pub(crate) async fn shop_types(db: &Db) -> Result<Vec<ShopType>> {
     Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, ShopType>("SELECT id, name, icon, sort FROM tb_shop_type ORDER BY sort ASC, id ASC")
             .fetch_all(pool)
@@ -188,7 +188,7 @@ const SHOP_COLUMNS: &str = "SELECT id, name, type_id, images, area, address, x, 
     CAST(score AS SIGNED) AS score, open_hours, create_time, update_time FROM tb_shop";
 
 /// One shop by id.
-pub async fn shop(db: &Db, id: ShopId) -> Result<Option<Shop>> {
+pub(crate) async fn shop(db: &Db, id: ShopId) -> Result<Option<Shop>> {
     let sql = format!("{SHOP_COLUMNS} WHERE id = ?");
     Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, Shop>(&sql).bind(id.get()).fetch_optional(pool).await?
@@ -196,7 +196,7 @@ pub async fn shop(db: &Db, id: ShopId) -> Result<Option<Shop>> {
 }
 
 /// The shops with these ids, in the order of `ids` (missing ids are skipped).
-pub async fn shops_by_ids(db: &Db, ids: &[i64]) -> Result<Vec<Shop>> {
+pub(crate) async fn shops_by_ids(db: &Db, ids: &[i64]) -> Result<Vec<Shop>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -215,7 +215,12 @@ pub async fn shops_by_ids(db: &Db, ids: &[i64]) -> Result<Vec<Shop>> {
 }
 
 /// One page of a type's shops, by id.
-pub async fn shops_of_type(db: &Db, type_id: i64, offset: i64, limit: i64) -> Result<Vec<Shop>> {
+pub(crate) async fn shops_of_type(
+    db: &Db,
+    type_id: i64,
+    offset: i64,
+    limit: i64,
+) -> Result<Vec<Shop>> {
     let sql = format!("{SHOP_COLUMNS} WHERE type_id = ? ORDER BY id LIMIT ? OFFSET ?");
     Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, Shop>(&sql).bind(type_id).bind(limit).bind(offset).fetch_all(pool).await?
@@ -223,7 +228,12 @@ pub async fn shops_of_type(db: &Db, type_id: i64, offset: i64, limit: i64) -> Re
 }
 
 /// One page of shops whose name contains `name` (all shops when `name` is empty), by id.
-pub async fn shops_by_name(db: &Db, name: &str, offset: i64, limit: i64) -> Result<Vec<Shop>> {
+pub(crate) async fn shops_by_name(
+    db: &Db,
+    name: &str,
+    offset: i64,
+    limit: i64,
+) -> Result<Vec<Shop>> {
     // LIKE wildcards typed by the user are matched literally. '!' is the escape character
     // because a backslash means different things in MySQL and SQLite string literals.
     let escaped = name
@@ -239,7 +249,7 @@ pub async fn shops_by_name(db: &Db, name: &str, offset: i64, limit: i64) -> Resu
 
 /// Where a shop is, for the GEO index.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ShopPosition {
+pub(crate) struct ShopPosition {
     pub id: i64,
     pub type_id: i64,
     pub x: f64,
@@ -256,7 +266,7 @@ impl_from_row!(ShopPosition, |row| {
 });
 
 /// Every shop's position (optionally of one type), for building the GEO index.
-pub async fn shop_positions(db: &Db, type_id: Option<i64>) -> Result<Vec<ShopPosition>> {
+pub(crate) async fn shop_positions(db: &Db, type_id: Option<i64>) -> Result<Vec<ShopPosition>> {
     Ok(crate::storage::on_pool!(db, pool => {
         match type_id {
             Some(t) => sqlx::query_as::<_, ShopPosition>("SELECT id, type_id, x, y FROM tb_shop WHERE type_id = ? ORDER BY id")
@@ -276,7 +286,7 @@ struct IdRow(i64);
 impl_from_row!(IdRow, |row| { Ok(IdRow(row.try_get_unchecked("id")?)) });
 
 /// Every shop id, for building the Bloom filter of shop ids.
-pub async fn shop_ids(db: &Db) -> Result<Vec<i64>> {
+pub(crate) async fn shop_ids(db: &Db) -> Result<Vec<i64>> {
     let rows: Vec<IdRow> = crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, IdRow>("SELECT id FROM tb_shop ORDER BY id")
             .fetch_all(pool)
@@ -305,7 +315,7 @@ macro_rules! bind_shop_fields {
 }
 
 /// Inserts a shop and returns its id.
-pub async fn insert_shop(db: &Db, s: &ShopInput) -> Result<ShopId> {
+pub(crate) async fn insert_shop(db: &Db, s: &ShopInput) -> Result<ShopId> {
     let id = crate::storage::on_pool!(db, pool => {
         let insert = sqlx::query(
             "INSERT INTO tb_shop (name, type_id, images, area, address, x, y, avg_price, sold, \
@@ -320,7 +330,7 @@ pub async fn insert_shop(db: &Db, s: &ShopInput) -> Result<ShopId> {
 }
 
 /// Updates a shop; returns false when there is no shop with that id.
-pub async fn update_shop(db: &Db, id: ShopId, s: &ShopInput) -> Result<bool> {
+pub(crate) async fn update_shop(db: &Db, id: ShopId, s: &ShopInput) -> Result<bool> {
     let affected = crate::storage::on_pool!(db, pool => {
         let update = sqlx::query(
             "UPDATE tb_shop SET name = ?, type_id = ?, images = ?, area = ?, address = ?, x = ?, \
@@ -337,7 +347,7 @@ pub async fn update_shop(db: &Db, id: ShopId, s: &ShopInput) -> Result<bool> {
 }
 
 /// The vouchers on sale (`status = 1`) of a shop, with flash-sale stock and window if any.
-pub async fn vouchers_of_shop(db: &Db, shop: ShopId) -> Result<Vec<Voucher>> {
+pub(crate) async fn vouchers_of_shop(db: &Db, shop: ShopId) -> Result<Vec<Voucher>> {
     Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, Voucher>(
             "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value, \
@@ -354,7 +364,7 @@ pub async fn vouchers_of_shop(db: &Db, shop: ShopId) -> Result<Vec<Voucher>> {
 /// A plain (non flash-sale) voucher to create.
 #[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct VoucherInput {
+pub(crate) struct VoucherInput {
     #[schema(minimum = 1)]
     pub shop_id: i64,
     #[schema(min_length = 1, max_length = 255)]
@@ -370,7 +380,7 @@ pub struct VoucherInput {
 }
 
 /// Inserts a plain voucher (`type = 0`, on sale) and returns its id.
-pub async fn insert_voucher(db: &Db, v: &VoucherInput) -> Result<VoucherId> {
+pub(crate) async fn insert_voucher(db: &Db, v: &VoucherInput) -> Result<VoucherId> {
     let id = crate::storage::on_pool!(db, pool => {
         let r = sqlx::query(
             "INSERT INTO tb_voucher (shop_id, title, sub_title, rules, pay_value, actual_value, type, status) \

@@ -26,7 +26,7 @@ macro_rules! lock_user {
 }
 
 /// Whether `user` follows `target` (the original's `/follow/or/not`).
-pub async fn is_following(db: &Db, user: UserId, target: UserId) -> Result<bool> {
+pub(crate) async fn is_following(db: &Db, user: UserId, target: UserId) -> Result<bool> {
     Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_scalar::<_, i64>(
             "SELECT 1 FROM tb_follow WHERE user_id = ? AND follow_user_id = ? LIMIT 1",
@@ -43,7 +43,7 @@ pub async fn is_following(db: &Db, user: UserId, target: UserId) -> Result<bool>
 /// commit, all under `user`'s lock. Idempotent: one row per pair. A new follow is refused
 /// (`Ok(false)`, nothing written, `redis` not run) when `user` already follows `max` users;
 /// following someone again and unfollowing never are. If `redis` fails, nothing is written.
-pub async fn set_locked<E, F, Fut>(
+pub(crate) async fn set_locked<E, F, Fut>(
     db: &Db,
     user: UserId,
     target: UserId,
@@ -105,7 +105,7 @@ where
 
 /// Reads whom `user` follows and hands the ids to `redis`, under `user`'s lock (so no change
 /// of the user's follows can slip in between the read and the write to Redis).
-pub async fn rebuild_locked<T, E, F, Fut>(db: &Db, user: UserId, redis: F) -> Result<T, E>
+pub(crate) async fn rebuild_locked<T, E, F, Fut>(db: &Db, user: UserId, redis: F) -> Result<T, E>
 where
     F: FnOnce(Vec<i64>) -> Fut,
     Fut: std::future::Future<Output = Result<T, E>>,
@@ -128,7 +128,7 @@ where
 }
 
 /// Up to `limit` followers of `author` (the fan-out's recipients).
-pub async fn followers(db: &Db, author: UserId, limit: u64) -> Result<Vec<i64>> {
+pub(crate) async fn followers(db: &Db, author: UserId, limit: u64) -> Result<Vec<i64>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_scalar::<_, i64>(
@@ -142,7 +142,7 @@ pub async fn followers(db: &Db, author: UserId, limit: u64) -> Result<Vec<i64>> 
 }
 
 /// The users both `a` and `b` follow, straight from the table (when Redis cannot say).
-pub async fn common(db: &Db, a: UserId, b: UserId) -> Result<Vec<i64>> {
+pub(crate) async fn common(db: &Db, a: UserId, b: UserId) -> Result<Vec<i64>> {
     Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_scalar::<_, i64>(
             "SELECT CAST(x.follow_user_id AS SIGNED) FROM tb_follow x \

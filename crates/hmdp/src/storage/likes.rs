@@ -12,14 +12,14 @@ use crate::domain::{BlogId, UserId};
 
 /// One like: who, and when (ms since the epoch, the score of the like in Redis).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Like {
+pub(crate) struct Like {
     pub user: i64,
     pub at_ms: i64,
 }
 
 /// What the Redis side of a toggle answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Toggled {
+pub(crate) enum Toggled {
     /// The toggle was applied: whether the user now likes the note, and how many users do.
     Applied { likes: bool, count: i64 },
     /// The note's set is not loaded (lost, evicted, never built): nothing was changed.
@@ -92,7 +92,7 @@ fn insert_sql(db: &Db, rows: usize) -> String {
 ///
 /// `Ok(None)`: no such note (nothing is run). `Ok(Some(Toggled::NotLoaded))`: the set was lost
 /// again after every rebuild (nothing is written).
-pub async fn toggle_locked<E, T, TFut, R, RFut>(
+pub(crate) async fn toggle_locked<E, T, TFut, R, RFut>(
     db: &Db,
     blog: BlogId,
     user: UserId,
@@ -159,7 +159,7 @@ where
 /// Rebuilds `blog`'s set under the note's lock: `rebuild` is handed the table's likers and
 /// answers `None` when the set was loaded meanwhile, else the likes Redis held that the table
 /// lacks, which are added to it. False when there is no such note (`rebuild` is not run).
-pub async fn rebuild_locked<E, R, RFut>(db: &Db, blog: BlogId, rebuild: R) -> Result<bool, E>
+pub(crate) async fn rebuild_locked<E, R, RFut>(db: &Db, blog: BlogId, rebuild: R) -> Result<bool, E>
 where
     R: FnOnce(Vec<Like>) -> RFut,
     RFut: std::future::Future<Output = Result<Option<Vec<Like>>, E>>,

@@ -11,15 +11,15 @@
 //! Rows are read with `try_get_unchecked`: the original schema declares most integers
 //! `UNSIGNED`, which sqlx refuses to decode into `i64` on MySQL although every id fits.
 
-pub mod blogs;
-pub mod catalogue;
-pub mod follows;
-pub mod likes;
+pub(crate) mod blogs;
+pub(crate) mod catalogue;
+pub(crate) mod follows;
+pub(crate) mod likes;
 mod migrate;
 pub mod orders;
 mod seed;
-pub mod uploads;
-pub mod users;
+pub(crate) mod uploads;
+pub(crate) mod users;
 
 use std::{str::FromStr, time::Duration};
 
@@ -30,7 +30,7 @@ use sqlx::{
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions},
 };
 
-pub use migrate::{MigrationReport, migrate};
+pub use migrate::migrate;
 
 /// Errors of the storage layer.
 #[derive(Debug, thiserror::Error)]
@@ -143,7 +143,7 @@ impl From<sqlx::Error> for StorageError {
 }
 
 /// Result alias of the storage layer.
-pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = StorageError> = std::result::Result<T, E>;
 
 /// Which database a [`Db`] talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -341,18 +341,18 @@ pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
 }
 
 /// `yyyy-MM-ddTHH:mm:ss`, the original's (Jackson's) date-time format.
-pub mod datetime_format {
+pub(crate) mod datetime_format {
     use chrono::NaiveDateTime;
     use serde::Serializer;
 
-    pub const FORMAT: &str = "%Y-%m-%dT%H:%M:%S";
+    pub(crate) const FORMAT: &str = "%Y-%m-%dT%H:%M:%S";
 
     /// Server-local `yyyy-MM-ddTHH:mm:ss` (the original's format, no zone).
     #[derive(utoipa::ToSchema)]
     #[schema(as = LocalDateTime, example = "2026-11-21T10:00:00")]
-    pub struct Schema(pub String);
+    pub(crate) struct Schema(#[allow(dead_code)] String);
 
-    pub fn serialize<S: Serializer>(v: &NaiveDateTime, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &NaiveDateTime, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(&Written(v))
     }
 
@@ -398,7 +398,7 @@ pub mod datetime_format {
     }
 
     /// Reads `yyyy-MM-ddTHH:mm:ss` (also with a space instead of `T`, and with fractions).
-    pub fn parse_flexible(s: &str) -> Option<NaiveDateTime> {
+    pub(crate) fn parse_flexible(s: &str) -> Option<NaiveDateTime> {
         let s = s.trim();
         parse_written(s).or_else(|| {
             ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"]
@@ -408,7 +408,10 @@ pub mod datetime_format {
     }
 
     /// Deserialises a required date-time written as [`parse_flexible`] accepts.
-    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<NaiveDateTime, D::Error> {
+    #[cfg(test)]
+    pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<NaiveDateTime, D::Error> {
         let s: String = serde::Deserialize::deserialize(d)?;
         parse_flexible(&s).ok_or_else(|| {
             serde::de::Error::custom(format!("{s:?} is not a date-time like 2026-01-25T10:00:00"))
@@ -416,11 +419,11 @@ pub mod datetime_format {
     }
 
     /// For `Option<NaiveDateTime>` fields (used with `skip_serializing_if = "Option::is_none"`).
-    pub mod option {
+    pub(crate) mod option {
         use chrono::NaiveDateTime;
         use serde::Serializer;
 
-        pub fn serialize<S: Serializer>(
+        pub(crate) fn serialize<S: Serializer>(
             v: &Option<NaiveDateTime>,
             s: S,
         ) -> Result<S::Ok, S::Error> {
@@ -430,7 +433,7 @@ pub mod datetime_format {
             }
         }
 
-        pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(
             d: D,
         ) -> Result<Option<NaiveDateTime>, D::Error> {
             let s: Option<String> = serde::Deserialize::deserialize(d)?;

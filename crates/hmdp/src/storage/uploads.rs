@@ -10,7 +10,7 @@ use sqlx::Row as _;
 use super::{Db, Result};
 
 /// The newest note id (0 when there are none).
-pub async fn newest_blog_id(db: &Db) -> Result<i64> {
+pub(crate) async fn newest_blog_id(db: &Db) -> Result<i64> {
     let sql = "SELECT MAX(id) FROM tb_blog";
     let id: Option<i64> = crate::storage::on_pool!(db, pool => {
         sqlx::query(sql).fetch_one(pool).await?.try_get_unchecked(0)?
@@ -21,7 +21,7 @@ pub async fn newest_blog_id(db: &Db) -> Result<i64> {
 /// True when a note newer than `after` lists `name` (`/blogs/…`) in its `images`.
 ///
 /// `name` must hold no `LIKE` wildcard (`%`, `_`) nor backslash; photo names never do.
-pub async fn is_referenced(db: &Db, name: &str, after: i64) -> Result<bool> {
+pub(crate) async fn is_referenced(db: &Db, name: &str, after: i64) -> Result<bool> {
     debug_assert!(!name.contains(['%', '_', '\\']), "{name}");
     let sql = "SELECT 1 FROM tb_blog WHERE id > ? AND images LIKE ? LIMIT 1";
     let pattern = format!("%{name}%");

@@ -8,7 +8,7 @@ use crate::domain::{Phone, UserDto, UserId};
 
 /// A `tb_user` row as the service needs it (the password column is never read).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UserRow {
+pub(crate) struct UserRow {
     pub id: UserId,
     pub phone: String,
     pub nick_name: String,
@@ -16,7 +16,7 @@ pub struct UserRow {
 }
 
 impl UserRow {
-    pub fn dto(&self) -> UserDto {
+    pub(crate) fn dto(&self) -> UserDto {
         UserDto {
             id: self.id,
             nick_name: self.nick_name.clone(),
@@ -42,7 +42,7 @@ impl_from_row!(UserRow, |row| {
 /// The original's `UserInfo`, without the time stamps (the original nulls them out).
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct UserInfo {
+pub(crate) struct UserInfo {
     pub user_id: UserId,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub city: Option<String>,
@@ -87,7 +87,7 @@ impl_from_row!(UserInfo, |row| {
 const USER_COLUMNS: &str = "SELECT id, phone, nick_name, icon FROM tb_user";
 
 /// The user with this phone, if any.
-pub async fn find_by_phone(db: &Db, phone: &Phone) -> Result<Option<UserRow>> {
+pub(crate) async fn find_by_phone(db: &Db, phone: &Phone) -> Result<Option<UserRow>> {
     let sql = format!("{USER_COLUMNS} WHERE phone = ?");
     Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, UserRow>(&sql).bind(phone.as_str()).fetch_optional(pool).await?
@@ -95,7 +95,7 @@ pub async fn find_by_phone(db: &Db, phone: &Phone) -> Result<Option<UserRow>> {
 }
 
 /// The user with this id, if any.
-pub async fn find_by_id(db: &Db, id: UserId) -> Result<Option<UserRow>> {
+pub(crate) async fn find_by_id(db: &Db, id: UserId) -> Result<Option<UserRow>> {
     let sql = format!("{USER_COLUMNS} WHERE id = ?");
     Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, UserRow>(&sql).bind(id.get()).fetch_optional(pool).await?
@@ -106,7 +106,7 @@ pub async fn find_by_id(db: &Db, id: UserId) -> Result<Option<UserRow>> {
 ///
 /// Two first logins of one phone may race; the unique key on `phone` lets exactly one insert
 /// win and the other reads the winner's row.
-pub async fn find_or_create(db: &Db, phone: &Phone, nick_name: &str) -> Result<UserRow> {
+pub(crate) async fn find_or_create(db: &Db, phone: &Phone, nick_name: &str) -> Result<UserRow> {
     if let Some(u) = find_by_phone(db, phone).await? {
         return Ok(u);
     }
@@ -133,7 +133,7 @@ pub async fn find_or_create(db: &Db, phone: &Phone, nick_name: &str) -> Result<U
 }
 
 /// The `tb_user_info` row of a user, if any.
-pub async fn find_info(db: &Db, id: UserId) -> Result<Option<UserInfo>> {
+pub(crate) async fn find_info(db: &Db, id: UserId) -> Result<Option<UserInfo>> {
     Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, UserInfo>(
             "SELECT user_id, city, introduce, fans, followee, gender, birthday, credits, level \

@@ -33,7 +33,7 @@ use futures_util::{Stream, StreamExt};
 use redis::AsyncCommands;
 use tokio::{io::AsyncWriteExt, sync::watch, task::JoinHandle};
 
-pub use name::{ImageKind, InvalidName, PhotoName};
+pub(crate) use name::{ImageKind, InvalidName, PhotoName};
 
 use crate::{
     config::SocialSettings,
@@ -191,6 +191,7 @@ impl Uploads {
     }
 
     /// The (canonical) upload folder; photos are below it at [`PhotoName::relative_path`].
+    #[cfg(feature = "test-util")]
     pub fn dir(&self) -> &Path {
         &self.inner.dir
     }

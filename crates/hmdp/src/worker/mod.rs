@@ -29,8 +29,8 @@ use strum::{Display, EnumString, VariantNames};
 use tokio::sync::watch;
 
 pub use crate::order_stream::GROUP;
-pub use stats::{BATCH_SIZE_BUCKETS, WRITE_SECONDS_BUCKETS, WorkerStats};
-pub use statuses::DEFAULT_STATUS_REFRESH_EVERY;
+pub use stats::WorkerStats;
+pub(crate) use statuses::DEFAULT_STATUS_REFRESH_EVERY;
 
 use crate::{
     amqp::{AmqpStats, PublishError, Publisher},
@@ -136,9 +136,9 @@ pub enum Held {
 }
 
 /// Default of [`OrderWorker::with_dead_letter_after`].
-pub const DEFAULT_DEAD_LETTER_AFTER: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_DEAD_LETTER_AFTER: Duration = Duration::from_secs(60);
 /// Default of [`OrderWorker::with_consumer_expiry`].
-pub const DEFAULT_CONSUMER_EXPIRY: Duration = Duration::from_secs(60 * 60);
+pub(crate) const DEFAULT_CONSUMER_EXPIRY: Duration = Duration::from_secs(60 * 60);
 
 impl OrderWorker {
     /// A worker named `consumer` in the group.
@@ -200,12 +200,14 @@ impl OrderWorker {
 
     /// An entry goes to the dead letters only once it has been failing (for reasons other
     /// than an outage) for at least this long, besides `max_deliveries` failures.
+    #[cfg(feature = "test-util")]
     pub fn with_dead_letter_after(mut self, d: Duration) -> Self {
         self.dead_letter_after = d;
         self
     }
 
     /// Consumers without pending entries idle this long are removed from the group.
+    #[cfg(feature = "test-util")]
     pub fn with_consumer_expiry(mut self, d: Duration) -> Self {
         self.consumer_expiry = d;
         self
@@ -225,6 +227,7 @@ impl OrderWorker {
         self.publisher.is_some()
     }
 
+    #[cfg(feature = "test-util")]
     pub fn consumer(&self) -> &str {
         &self.consumer
     }

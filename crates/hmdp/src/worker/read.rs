@@ -27,6 +27,7 @@ impl OrderWorker {
     }
 
     /// Re-reads and writes the first batch of this consumer's own pending entries.
+    #[cfg(feature = "test-util")]
     pub async fn step_pending(
         &self,
         shard: u32,

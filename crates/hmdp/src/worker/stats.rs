@@ -6,18 +6,18 @@ use prometheus_client::metrics::{counter::Counter, histogram::Histogram};
 use crate::metrics::{Registry, histogram};
 
 /// Upper bounds of the batch-size histogram's buckets (orders).
-pub const BATCH_SIZE_BUCKETS: &[f64] = &[
+pub(crate) const BATCH_SIZE_BUCKETS: &[f64] = &[
     1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0,
 ];
 /// Upper bounds of the write-time histogram's buckets (seconds).
-pub const WRITE_SECONDS_BUCKETS: &[f64] = &[
+pub(crate) const WRITE_SECONDS_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// Upper bounds of the order-lag histogram's buckets (seconds): about 1.5× apart, so that a
 /// p50 or p99 read from it (`histogram_quantile`) is within a fifth of the truth, from a
 /// millisecond to minutes.
-pub const LAG_SECONDS_BUCKETS: &[f64] = &[
+pub(super) const LAG_SECONDS_BUCKETS: &[f64] = &[
     0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15,
     0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0,
 ];

@@ -18,10 +18,11 @@ use super::OrderWorker;
 use crate::order_stream;
 
 /// Default of [`OrderWorker::with_status_refresh_every`]: well within the records' day.
-pub const DEFAULT_STATUS_REFRESH_EVERY: Duration = Duration::from_secs(60 * 60);
+pub(crate) const DEFAULT_STATUS_REFRESH_EVERY: Duration = Duration::from_secs(60 * 60);
 
 impl OrderWorker {
     /// Through an outage, the status records of the orders held are refreshed this often.
+    #[cfg(feature = "test-util")]
     pub fn with_status_refresh_every(mut self, d: Duration) -> Self {
         self.status_refresh_every = d;
         self

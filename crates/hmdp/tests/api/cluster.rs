@@ -32,7 +32,10 @@ async fn the_service_runs_on_a_redis_cluster() {
         })
         .await,
     );
-    assert!(matches!(app.state.redis, hmdp::testing::kv::RedisConn::Cluster(_)));
+    assert!(matches!(
+        app.state.redis,
+        hmdp::testing::kv::RedisConn::Cluster(_)
+    ));
 
     // Login: the code scripts touch the code key and its slot mates.
     let token = app.login("13812345678").await;

@@ -135,7 +135,9 @@ async fn migrations_adopt(dump: &SchemaDump) {
     let facts = facts(dump);
     let db = TestDatabase::create().await;
     dump.load_into(&db).await;
-    let pool = hmdp::testing::storage::Db::connect(&db.url, 2).await.unwrap();
+    let pool = hmdp::testing::storage::Db::connect(&db.url, 2)
+        .await
+        .unwrap();
 
     let blogs = count(&db, "SELECT COUNT(*) FROM tb_blog").await;
     let first = hmdp::testing::storage::migrate(&pool).await.unwrap();

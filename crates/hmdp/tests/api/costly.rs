@@ -144,7 +144,9 @@ async fn deep_name_search_pages_are_empty(backend: Backend) {
     let page = |n: i64| format!("/api/shop/of/name?name=deep%20shop&current={n}");
     let first = app.get(&page(1), None).await;
     assert_eq!(first.body["data"].as_array().map(Vec::len), Some(10));
-    let last = app.get(&page(hmdp::testing::catalogue::NAME_MAX_PAGE), None).await;
+    let last = app
+        .get(&page(hmdp::testing::catalogue::NAME_MAX_PAGE), None)
+        .await;
     assert_eq!(last.body["data"].as_array().map(Vec::len), Some(10));
     // 600 matches, but past the deepest page the answer is empty, with no query.
     let deeper = app

@@ -87,7 +87,9 @@ fn impatient_db(app: &TestApp) -> Db {
 }
 
 async fn reader() -> hmdp::testing::kv::RedisConn {
-    hmdp::testing::kv::RedisConn::connect(&redis_url()).await.unwrap()
+    hmdp::testing::kv::RedisConn::connect(&redis_url())
+        .await
+        .unwrap()
 }
 
 /// Buys one voucher per token; the order ids.

@@ -100,7 +100,8 @@ impl Listener {
                     Some(id.to_string())
                 );
                 assert_eq!(*d.properties.delivery_mode(), Some(2), "persistent");
-                let accepted = hmdp::testing::amqp::accepted_at_ms(&d).expect("accepted-at-ms header");
+                let accepted =
+                    hmdp::testing::amqp::accepted_at_ms(&d).expect("accepted-at-ms header");
                 let now = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .unwrap()

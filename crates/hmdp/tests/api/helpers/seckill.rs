@@ -191,7 +191,9 @@ pub fn worker_for(app: &TestApp, consumer: &str) -> hmdp::testing::worker::Order
 /// Runs the worker's steps until the stream has nothing more for it.
 pub async fn drain(worker: &hmdp::testing::worker::OrderWorker) {
     worker.ensure_group(0).await.unwrap();
-    let mut reader = hmdp::testing::kv::RedisConn::connect(&redis_url()).await.unwrap();
+    let mut reader = hmdp::testing::kv::RedisConn::connect(&redis_url())
+        .await
+        .unwrap();
     while worker.step_pending(0, &mut reader).await.unwrap() != hmdp::testing::worker::Step::Idle {}
     while worker
         .step_new(0, &mut reader, Duration::from_millis(50))
