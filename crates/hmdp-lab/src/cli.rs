@@ -1,0 +1,137 @@
+//! The `hmdp-lab` command: `list` the experiments, `run` some of them.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::{
+    Lab, LabOptions, Outcome, Report,
+    experiments::{self, ALL},
+    outcome,
+};
+
+/// Runs the versions the hm-dianping course teaches, the broken ones beside the fix, against
+/// real Redis and a real database, and shows which keep the chapter's invariant.
+#[derive(Debug, Parser)]
+#[command(name = "hmdp-lab", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Lists the experiments: name, chapter, versions.
+    List,
+    /// Runs experiments by name (`all` for every one).
+    Run {
+        #[arg(required = true)]
+        names: Vec<String>,
+        /// One JSON object per version per line instead of tables.
+        #[arg(long)]
+        json: bool,
+        #[arg(
+            long,
+            env = "HMDP_LAB_REDIS_URL",
+            default_value = "redis://127.0.0.1:6379"
+        )]
+        redis_url: String,
+        /// `mysql://root@127.0.0.1:3306/hmdp_lab` (the database is created when missing) or
+        /// `sqlite://FILE`; default: a SQLite file in a new temporary folder, which is kept.
+        #[arg(long, env = "HMDP_LAB_DATABASE_URL")]
+        database_url: Option<String>,
+        /// No progress lines on stderr.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+}
+
+/// Runs the command; the process's exit code: 0 when every version behaved as the course
+/// teaches (the broken ones failed, the others held), 1 when one did not, 2 on an error.
+pub async fn run(cli: Cli) -> i32 {
+    match cli.command {
+        Command::List => {
+            for e in ALL {
+                let versions: Vec<&str> = e.versions.iter().map(|v| v.name).collect();
+                println!("{:<18} {:<8} {}", e.name, e.chapter, versions.join(", "));
+            }
+            0
+        }
+        Command::Run {
+            names,
+            json,
+            redis_url,
+            database_url,
+            quiet,
+        } => {
+            let options = LabOptions {
+                redis_url,
+                database_url,
+                exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("hmdp-lab")),
+                progress: !quiet,
+            };
+            match run_named(&names, options, json).await {
+                Ok(true) => 0,
+                Ok(false) => 1,
+                Err(e) => {
+                    eprintln!("hmdp-lab: {e:#}");
+                    2
+                }
+            }
+        }
+    }
+}
+
+/// Runs the named experiments; whether every version behaved as taught.
+async fn run_named(names: &[String], options: LabOptions, json: bool) -> anyhow::Result<bool> {
+    let chosen: Vec<&experiments::Experiment> = if names.iter().any(|n| n == "all") {
+        ALL.to_vec()
+    } else {
+        names
+            .iter()
+            .map(|n| {
+                experiments::find(n).ok_or_else(|| {
+                    anyhow::anyhow!("no experiment {n:?}; `hmdp-lab list` shows them")
+                })
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    let lab = Lab::open(options).await?;
+    lab.progress(format_args!("database: {}", lab.database_url));
+    let mut as_taught = true;
+    for e in chosen {
+        let mut rows: Vec<(&str, bool, bool, Outcome)> = Vec::new();
+        for v in e.versions {
+            lab.progress(format_args!("{} / {} …", e.name, v.name));
+            let outcome = (v.run)(&lab)
+                .await
+                .map_err(|err| err.context(format!("experiment {} version {}", e.name, v.name)))?;
+            as_taught &= outcome.held == v.holds;
+            if json {
+                let report = Report {
+                    experiment: e.name,
+                    version: v.name,
+                    chapter: e.chapter,
+                    invariant: e.invariant,
+                    held: outcome.held,
+                    expected_to_hold: v.holds,
+                    metrics: &outcome.metrics,
+                    voucher_id: outcome.voucher_id,
+                };
+                println!("{}", serde_json::to_string(&report)?);
+            }
+            rows.push((v.name, v.holds, outcome.held, outcome));
+        }
+        if !json {
+            println!("\n{} ({}): {}\n", e.name, e.chapter, e.invariant);
+            let view: Vec<(&str, bool, bool, &Outcome)> =
+                rows.iter().map(|(n, h, d, o)| (*n, *h, *d, o)).collect();
+            print!("{}", outcome::table(&view));
+        }
+    }
+    if !json {
+        println!("\ndatabase: {}", lab.database_url);
+    }
+    lab.clean_up().await?;
+    Ok(as_taught)
+}

@@ -1,0 +1,56 @@
+//! The experiments, one module each. An experiment is a chapter's invariant and the versions
+//! the course teaches for it (plus hmdp's); a version is a function that runs against a
+//! [`Lab`] and says what it measured. Adding an experiment is a module here and a line in
+//! [`ALL`]; its names are the command line's interface, so they do not change.
+
+pub mod oversell;
+
+use futures_util::future::BoxFuture;
+
+use crate::{Lab, Outcome};
+
+/// How one version runs.
+pub type RunFn = for<'a> fn(&'a Lab) -> BoxFuture<'a, anyhow::Result<Outcome>>;
+
+/// One version of a technique.
+pub struct Version {
+    /// Its name on the command line (`v1-no-check`, `hmdp`, ...).
+    pub name: &'static str,
+    /// Whether the course teaches it as keeping the invariant: the broken versions must fail on
+    /// every run, the others never.
+    pub holds: bool,
+    /// What it does, in a line.
+    pub about: &'static str,
+    pub run: RunFn,
+}
+
+/// One experiment: a chapter's invariant and the versions that keep or break it.
+pub struct Experiment {
+    pub name: &'static str,
+    /// The course's chapter, in its own words (`优惠券秒杀`, ...).
+    pub chapter: &'static str,
+    /// What must hold, in a line.
+    pub invariant: &'static str,
+    pub versions: &'static [Version],
+}
+
+/// Every experiment, in the course's order.
+pub static ALL: &[&Experiment] = &[&oversell::EXPERIMENT];
+
+/// The experiment called `name`.
+pub fn find(name: &str) -> Option<&'static Experiment> {
+    ALL.iter().copied().find(|e| e.name == name)
+}
+
+/// A [`Version`] from an `async fn(&Lab) -> anyhow::Result<Outcome>`.
+macro_rules! version {
+    ($name:literal, $holds:expr, $about:literal, $f:path) => {
+        $crate::Version {
+            name: $name,
+            holds: $holds,
+            about: $about,
+            run: |lab| Box::pin($f(lab)),
+        }
+    };
+}
+pub(crate) use version;

@@ -1,0 +1,139 @@
+//! 优惠券秒杀: the stock. Many buyers at once, each a different user, for fewer vouchers than
+//! buyers. The course's first version checks the stock it read and decrements blindly; the
+//! optimistic lock that compares against the stock read refuses too many; `stock > 0` holds.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicI64, Ordering},
+    },
+    time::Duration,
+};
+
+use super::{Experiment, version};
+use crate::{Lab, Outcome};
+
+/// Vouchers on sale in each version.
+const STOCK: i64 = 50;
+/// Buyers, each a different user, all at once.
+const BUYERS: i64 = 400;
+/// The course's `Thread.sleep`-style window between reading the stock and writing: it makes
+/// the race the chapter is about happen on every run instead of now and then.
+const WINDOW: Duration = Duration::from_millis(20);
+
+pub static EXPERIMENT: Experiment = Experiment {
+    name: "oversell",
+    chapter: "优惠券秒杀",
+    invariant: "every voucher is sold once: none beyond the stock, none left while buyers were refused",
+    versions: &[
+        version!(
+            "v1-no-check",
+            false,
+            "read the stock, check it, then UPDATE stock = stock - 1",
+            no_check
+        ),
+        version!(
+            "v2-version-cas",
+            false,
+            "optimistic lock: UPDATE … WHERE stock = <the stock read>",
+            version_cas
+        ),
+        version!(
+            "v2-stock-gt-0",
+            true,
+            "UPDATE … SET stock = stock - 1 WHERE stock > 0",
+            stock_gt_0
+        ),
+    ],
+};
+
+/// How a version decrements the stock it read.
+#[derive(Clone, Copy)]
+enum Decrement {
+    Blind,
+    IfUnchanged,
+    IfPositive,
+}
+
+async fn no_check(lab: &Lab) -> anyhow::Result<Outcome> {
+    sale(lab, Decrement::Blind).await
+}
+
+async fn version_cas(lab: &Lab) -> anyhow::Result<Outcome> {
+    sale(lab, Decrement::IfUnchanged).await
+}
+
+async fn stock_gt_0(lab: &Lab) -> anyhow::Result<Outcome> {
+    sale(lab, Decrement::IfPositive).await
+}
+
+/// `BUYERS` buyers at once for `STOCK` vouchers, each through the course's steps: read the
+/// voucher, check the stock, (window), decrement, write the order.
+async fn sale(lab: &Lab, how: Decrement) -> anyhow::Result<Outcome> {
+    let voucher = lab.new_voucher(STOCK).await?;
+    let refused = Arc::new(AtomicI64::new(0));
+    let mut buyers = Vec::new();
+    for user in 1..=BUYERS {
+        let db = lab.db.clone();
+        let refused = refused.clone();
+        buyers.push(tokio::spawn(async move {
+            let stock: i64 = sqlx::query_scalar(
+                "SELECT CAST(stock AS SIGNED) FROM tb_seckill_voucher WHERE voucher_id = ?",
+            )
+            .bind(voucher)
+            .fetch_one(&db)
+            .await?;
+            if stock < 1 {
+                refused.fetch_add(1, Ordering::Relaxed);
+                return anyhow::Ok(());
+            }
+            tokio::time::sleep(WINDOW).await;
+            let update = match how {
+                Decrement::Blind => sqlx::query(
+                    "UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = ?",
+                )
+                .bind(voucher),
+                Decrement::IfUnchanged => sqlx::query(
+                    "UPDATE tb_seckill_voucher SET stock = stock - 1 \
+                     WHERE voucher_id = ? AND stock = ?",
+                )
+                .bind(voucher)
+                .bind(stock),
+                Decrement::IfPositive => sqlx::query(
+                    "UPDATE tb_seckill_voucher SET stock = stock - 1 \
+                     WHERE voucher_id = ? AND stock > 0",
+                )
+                .bind(voucher),
+            };
+            if update.execute(&db).await?.rows_affected() == 0 {
+                refused.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            sqlx::query("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (?, ?, ?)")
+                .bind(voucher * 1_000_000 + user)
+                .bind(user)
+                .bind(voucher)
+                .execute(&db)
+                .await?;
+            Ok(())
+        }));
+    }
+    for b in buyers {
+        b.await??;
+    }
+    let (orders, doubled) = lab.orders(voucher).await?;
+    let left = lab.stock(voucher).await?;
+    let refused = refused.load(Ordering::Relaxed);
+    let oversold = (orders - STOCK).max(0);
+    let unsold_while_refused = if refused > 0 { left.max(0) } else { 0 };
+    Ok(Outcome::new(oversold == 0 && unsold_while_refused == 0)
+        .metric("stock", STOCK)
+        .metric("buyers", BUYERS)
+        .metric("orders", orders)
+        .metric("oversold", oversold)
+        .metric("users_with_two_or_more", doubled)
+        .metric("refused", refused)
+        .metric("stock_left", left)
+        .metric("unsold_while_refused", unsold_while_refused)
+        .voucher(voucher))
+}
