@@ -84,8 +84,8 @@ pub async fn start_on(
         admin_token: Some(Secret::new(admin_token.clone())),
         data_dir: dir.path().to_owned(),
         // One client address and a few users send thousands of requests a second over up to
-        // 10,000 connections (`conns`): the abuse limits would measure themselves (README: "off
-        // for benchmarks").
+        // 10,000 connections (`conns`): the abuse limits would measure themselves
+        // (docs/configuration.md: "off for benchmarks").
         rate_limit_ip: 0,
         rate_limit_user: 0,
         max_connections: 0,

@@ -44,8 +44,8 @@ pub enum ConfigError {
 
 /// Declares a settings struct, each field once: `VARIABLE field: Type [as Unit] = default
 /// [, unset "what unset means"] [, check fn];` under its doc comment, which is also its line in
-/// the README. It derives the struct, its `Default`, how a given value is parsed, checked and
-/// stored, and its [`Row`]s; `groups` are nested settings structs.
+/// docs/configuration.md. It derives the struct, its `Default`, how a given value is parsed,
+/// checked and stored, and its [`Row`]s; `groups` are nested settings structs.
 macro_rules! settings {
     (@unset) => { String::from("unset") };
     (@unset $unset:expr) => { String::from($unset) };
@@ -159,7 +159,8 @@ impl Config {
         shown.collect::<Vec<_>>().join(" ")
     }
 
-    /// The README's configuration table (variable, default, meaning), one row per setting.
+    /// The configuration table of docs/configuration.md (variable, default, meaning), one row per
+    /// setting.
     pub fn markdown_table() -> String {
         let rows = Config::default().all_rows().into_iter().map(|row| {
             let default = match row.value.as_deref() {

@@ -8,11 +8,12 @@
 //! This file lists the settings, each declared once in a `settings!` block: variable, field,
 //! type, default, docs and check. Everything else comes from that entry (`load.rs`): the TOML
 //! key (the variable in lower case without `HMDP_`: `HMDP_REDIS_URL` → `redis_url`), how the
-//! stacked file and environment are read into the struct, the start-up summary and the README's
-//! configuration table. Unknown file keys are rejected so typos do not pass silently. Rules
-//! between settings are in `rules.rs`. A setting's value type belongs to the feature it steers
-//! (`SeckillMode` in [`crate::seckill`], ...), defined there on nothing but the standard library
-//! and parsing crates, so these declarations can name it without reaching above this layer.
+//! stacked file and environment are read into the struct, the start-up summary and the
+//! configuration table of docs/configuration.md. Unknown file keys are rejected so typos do not
+//! pass silently. Rules between settings are in `rules.rs`. A setting's value type belongs to
+//! the feature it steers (`SeckillMode` in [`crate::seckill`], ...), defined there on nothing but
+//! the standard library and parsing crates, so these declarations can name it without reaching
+//! above this layer.
 
 mod load;
 mod redact;
@@ -191,7 +192,7 @@ settings! {
         /// on a loopback `HMDP_LISTEN`; on any other address `hmdp serve` refuses to start
         HMDP_SMS mode: Option<SmsMode> = None, unset "`log` on loopback, else required";
         /// `http`: the gateway URL; each code is POSTed there as JSON
-        /// `{"id","phone","code","template","ttlSecs"}` (see [SMS gateway](#sms-gateway))
+        /// `{"id","phone","code","template","ttlSecs"}` (see [SMS gateway](../ARCHITECTURE.md#sms-gateway))
         HMDP_SMS_URL url: Option<String> as Url = None, check scheme("http", "https");
         /// `http`: the header that carries `HMDP_SMS_SECRET`
         HMDP_SMS_HEADER header: String = "authorization".to_owned(), check header_name();
@@ -220,7 +221,7 @@ settings! {
         /// how `GET /shop/{id}` rebuilds: `mutex` (single-flight + distributed lock; the default:
         /// no warm-up, updates visible at once, unread shops expire), `logical` (logical expiry:
         /// hot shops never miss, stale for one rebuild, entries never leave Redis), `aside` (plain
-        /// cache-aside); switching needs no flush (see [The shop cache](#the-shop-cache))
+        /// cache-aside); switching needs no flush (see [The shop cache](../ARCHITECTURE.md#the-shop-cache))
         HMDP_SHOP_CACHE shop_strategy: ShopCacheStrategy = ShopCacheStrategy::Mutex;
         /// cached entry lifetime (the original's 30 min; the logical lifetime with `logical`)
         HMDP_CACHE_TTL_SECS ttl: Duration as Secs = Duration::from_secs(30 * 60),

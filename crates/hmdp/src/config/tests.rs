@@ -1,5 +1,5 @@
 //! The configuration as a whole: defaults, the file and the environment stacked, the rules, the
-//! summary and the README's table.
+//! summary and the table in docs/configuration.md.
 
 use std::{collections::HashMap, path::PathBuf, time::Duration};
 
@@ -368,19 +368,19 @@ fn urls_without_passwords_are_left_alone() {
 }
 
 #[test]
-fn the_readme_table_is_the_declared_one() {
-    let readme = include_str!("../../../../README.md");
-    let start = readme
+fn the_documented_table_is_the_declared_one() {
+    let doc = include_str!("../../../../docs/configuration.md");
+    let start = doc
         .find("| variable | default | meaning |")
-        .expect("README.md has a configuration table");
-    let end = readme[start..]
+        .expect("docs/configuration.md has a configuration table");
+    let end = doc[start..]
         .find("\n\n")
-        .map_or(readme.len(), |i| start + i + 1);
+        .map_or(doc.len(), |i| start + i + 1);
     let generated = Config::markdown_table();
     assert!(
-        readme[start..end] == generated,
-        "README.md's configuration table differs from the settings declared in config/mod.rs; \
-         the declared one is:\n{generated}"
+        doc[start..end] == generated,
+        "docs/configuration.md's configuration table differs from the settings declared in \
+         config/mod.rs; the declared one is:\n{generated}"
     );
 }
 

@@ -1,6 +1,6 @@
 //! Loading a voucher into Redis from the database, without handing out stock twice: the
 //! order streams are read first, then one database snapshot of the voucher and its orders
-//! (README, "The flash sale, and what survives what").
+//! (ARCHITECTURE.md, "The flash sale, and what survives what").
 
 use std::{
     collections::{BTreeMap, HashSet},

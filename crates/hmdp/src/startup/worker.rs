@@ -42,7 +42,7 @@ pub async fn run_worker_with(
     let redis = Redis::configured(&config).await?;
     let worker = components::order_worker(&config, db.clone(), &redis);
     // Refuse to start on another shard count than the one recorded: the streams of the other
-    // shards would never be drained (README, "Changing HMDP_SECKILL_SHARDS").
+    // shards would never be drained (ARCHITECTURE.md, "Changing HMDP_SECKILL_SHARDS").
     worker
         .check_shards()
         .await
