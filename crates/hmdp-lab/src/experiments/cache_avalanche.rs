@@ -21,9 +21,9 @@ const KEYS: i64 = 200;
 const TTL: Duration = Duration::from_secs(1);
 /// The jittered version's spread: ±50 %, expiries over a whole second.
 const JITTER: f64 = 0.5;
-/// Readers, each going round every key until `RUN` has passed since the entries were written:
-/// past every first expiry of the jittered version.
-const READERS: i64 = 4;
+/// The traffic: every `WAVE_EVERY`, a read of every key at once, until `RUN` has passed since
+/// the entries were written (past every first expiry of the jittered version).
+const WAVE_EVERY: Duration = Duration::from_millis(10);
 const RUN: Duration = Duration::from_millis(1600);
 /// The window the database's load is measured in, and the share of the keys that may reach
 /// the database within one such window for the invariant to hold.
@@ -58,48 +58,44 @@ async fn jittered_ttl(lab: &Lab) -> anyhow::Result<Outcome> {
     expiries(lab, "jittered-ttl", JITTER).await
 }
 
-/// `KEYS` shops cached at once with `TTL` ± `jitter`, then read round and round by `READERS`
-/// readers for `RUN`; the database queries their misses made, per `WINDOW`.
+/// `KEYS` shops cached at once with `TTL` ± `jitter`, then read in waves for `RUN`; the
+/// database queries their misses made, per `WINDOW`.
 async fn expiries(lab: &Lab, name: &str, jitter: f64) -> anyhow::Result<Outcome> {
     let ids = new_shops(lab, KEYS, name).await?;
     let cache = cache_client(lab).await?;
     let opts = ReadOptions::new(Strategy::CacheAside, TTL).jitter(jitter);
     let key = |id: i64| format!("{name}:cache:shop:{id}");
-    for (i, &id) in ids.iter().enumerate() {
-        let shop = Shop {
-            id,
-            name: format!("{name}-{i}"),
-        };
-        cache.set(&key(id), &shop, TTL, jitter).await?;
-    }
+    // All written at once, so that with the same TTL they expire in the same few milliseconds.
+    futures_util::future::try_join_all(ids.iter().enumerate().map(|(i, &id)| {
+        let (cache, key) = (cache.clone(), key(id));
+        async move {
+            let shop = Shop {
+                id,
+                name: format!("{name}-{i}"),
+            };
+            cache.set(&key, &shop, TTL, jitter).await
+        }
+    }))
+    .await?;
     let db = ShopDb::new(lab, Duration::ZERO);
     let until = Instant::now() + RUN;
-    let mut readers = Vec::new();
-    for r in 0..READERS {
-        let (cache, opts, db) = (cache.clone(), opts.clone(), db.clone());
-        let keys: Vec<(i64, String)> = ids.iter().map(|&id| (id, key(id))).collect();
-        readers.push(tokio::spawn(async move {
-            let start = (r * KEYS / READERS) as usize;
-            let mut reads = 0u64;
-            'round: loop {
-                for (id, key) in keys[start..].iter().chain(&keys[..start]) {
-                    if Instant::now() >= until {
-                        break 'round;
-                    }
-                    let (db, id) = (db.clone(), *id);
-                    let shop: Option<Shop> = cache
-                        .get_or_load(key, &opts, move || async move { db.shop(id).await })
-                        .await?;
-                    anyhow::ensure!(shop.is_some(), "shop {id} not found");
-                    reads += 1;
-                }
+    let mut tick = tokio::time::interval(WAVE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut reads = 0u64;
+    while Instant::now() < until {
+        tick.tick().await;
+        let wave = futures_util::future::try_join_all(ids.iter().map(|&id| {
+            let (cache, opts, db, key) = (cache.clone(), opts.clone(), db.clone(), key(id));
+            async move {
+                let shop: Option<Shop> = cache
+                    .get_or_load(&key, &opts, move || async move { db.shop(id).await })
+                    .await?;
+                anyhow::ensure!(shop.is_some(), "shop {id} not found");
+                anyhow::Ok(())
             }
-            anyhow::Ok(reads)
-        }));
-    }
-    let mut reads = 0;
-    for r in readers {
-        reads += r.await??;
+        }))
+        .await?;
+        reads += wave.len() as u64;
     }
     let times = db.times();
     let peak = peak_in_window(&times, WINDOW);

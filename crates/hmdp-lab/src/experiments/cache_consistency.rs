@@ -37,7 +37,7 @@ const READERS: usize = 4;
 /// How often each reader reads: many times within any pause.
 const BETWEEN_READS: Duration = Duration::from_millis(1);
 /// The first writer's pause between its two steps; the second writer starts halfway through.
-const PAUSE: Duration = Duration::from_millis(100);
+const PAUSE: Duration = Duration::from_millis(200);
 
 pub static EXPERIMENT: Experiment = Experiment {
     name: "cache-consistency",

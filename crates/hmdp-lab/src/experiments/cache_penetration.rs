@@ -45,7 +45,7 @@ pub static EXPERIMENT: Experiment = Experiment {
         version!(
             "bloom",
             true,
-            "hmdp-cache behind a Bloom filter of tb_shop's ids: unknown ids never reach the cache or the database",
+            "hmdp-cache behind a Bloom filter of tb_shop's ids, consulted on a miss: unknown ids are turned away before the database",
             bloom
         ),
     ],
