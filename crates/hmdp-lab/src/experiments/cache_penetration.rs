@@ -28,7 +28,7 @@ const NULL_TTL: Duration = Duration::from_secs(120);
 pub static EXPERIMENT: Experiment = Experiment {
     name: "cache-penetration",
     chapter: "商户查询缓存",
-    invariant: "an id that exists nowhere reaches the database at most once, however often it is read",
+    invariant: "an id that exists nowhere reaches the database only while its first reads are under way, never once they are answered",
     versions: &[
         version!(
             "no-null-cache",
@@ -72,7 +72,10 @@ async fn bloom(lab: &Lab) -> anyhow::Result<Outcome> {
 }
 
 /// `ROUNDS` rounds in which `READERS` readers each read every real and every unknown id at
-/// once; the database queries made for the unknown ids are counted.
+/// once; the database queries made for the unknown ids are counted. The first round's
+/// concurrent readers of an id may each miss before any of them has stored "not found" (the
+/// cache's single-flight makes that rare, not impossible): the bound is one query per reader
+/// of the first round, and none in the rounds after it.
 async fn reads(lab: &Lab, name: &str, how: Read) -> anyhow::Result<Outcome> {
     let real = new_shops(lab, SHOPS, name).await?;
     let unknown_first = real.last().copied().unwrap_or(0) + 1_000_000;
@@ -105,7 +108,8 @@ async fn reads(lab: &Lab, name: &str, how: Read) -> anyhow::Result<Outcome> {
     let unknown_db = ShopDb::new(lab, Duration::ZERO);
     let opts = ReadOptions::new(Strategy::CacheAside, TTL).null_ttl(NULL_TTL);
     let mut found = 0;
-    for _ in 0..ROUNDS {
+    let mut first_round = 0;
+    for round in 0..ROUNDS {
         let mut readers = Vec::new();
         for _ in 0..READERS {
             for &id in real.iter().chain(&unknown) {
@@ -154,14 +158,19 @@ async fn reads(lab: &Lab, name: &str, how: Read) -> anyhow::Result<Outcome> {
         for r in readers {
             found += i64::from(r.await??);
         }
+        if round == 0 {
+            first_round = unknown_db.queries();
+        }
     }
     let queries = unknown_db.queries();
-    Ok(
-        Outcome::new(queries <= UNKNOWN as u64 && found == SHOPS * ROUNDS * READERS)
-            .metric("unknown_ids", UNKNOWN)
-            .metric("reads_of_unknown", UNKNOWN * ROUNDS * READERS)
-            .metric("db_queries", queries)
-            .metric("db_queries_for_shops", known_db.queries())
-            .metric("shops_found", found),
-    )
+    let later = queries - first_round;
+    let held =
+        later == 0 && queries <= (UNKNOWN * READERS) as u64 && found == SHOPS * ROUNDS * READERS;
+    Ok(Outcome::new(held)
+        .metric("unknown_ids", UNKNOWN)
+        .metric("reads_of_unknown", UNKNOWN * ROUNDS * READERS)
+        .metric("db_queries", queries)
+        .metric("db_queries_after_first_round", later)
+        .metric("db_queries_for_shops", known_db.queries())
+        .metric("shops_found", found))
 }
