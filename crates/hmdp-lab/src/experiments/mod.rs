@@ -3,7 +3,13 @@
 //! [`Lab`] and says what it measured. Adding an experiment is a module here and a line in
 //! [`ALL`]; its names are the command line's interface, so they do not change.
 
+pub mod cache_avalanche;
+pub mod cache_breakdown;
+pub mod cache_consistency;
+pub mod cache_penetration;
 pub mod oversell;
+pub mod session;
+mod shops;
 
 use futures_util::future::BoxFuture;
 
@@ -35,7 +41,14 @@ pub struct Experiment {
 }
 
 /// Every experiment, in the course's order.
-pub static ALL: &[&Experiment] = &[&oversell::EXPERIMENT];
+pub static ALL: &[&Experiment] = &[
+    &oversell::EXPERIMENT,
+    &cache_penetration::EXPERIMENT,
+    &cache_breakdown::EXPERIMENT,
+    &cache_avalanche::EXPERIMENT,
+    &cache_consistency::EXPERIMENT,
+    &session::EXPERIMENT,
+];
 
 /// The experiment called `name`.
 pub fn find(name: &str) -> Option<&'static Experiment> {

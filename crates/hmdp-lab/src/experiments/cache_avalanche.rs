@@ -1,0 +1,126 @@
+//! 商户查询缓存: avalanche. Entries written together with the same TTL expire together, and
+//! the readers' misses reach the database in one burst. Spreading every TTL by a random offset
+//! spreads the expiries, and the database sees a trickle instead.
+//!
+//! Both versions are `hmdp-cache` reads; they differ only in the jitter of their TTLs.
+
+use std::time::{Duration, Instant};
+
+use hmdp_cache::{ReadOptions, Strategy};
+
+use super::{
+    Experiment,
+    shops::{Shop, ShopDb, cache_client, new_shops},
+    version,
+};
+use crate::{Lab, Outcome};
+
+/// Shops cached together at the start.
+const KEYS: i64 = 200;
+/// Their TTL (and that of every entry a miss stores again).
+const TTL: Duration = Duration::from_secs(1);
+/// The jittered version's spread: ±50 %, expiries over a whole second.
+const JITTER: f64 = 0.5;
+/// The traffic: every `WAVE_EVERY`, a read of every key at once, until `RUN` has passed since
+/// the entries were written (past every first expiry of the jittered version).
+const WAVE_EVERY: Duration = Duration::from_millis(10);
+const RUN: Duration = Duration::from_millis(1600);
+/// The window the database's load is measured in, and the share of the keys that may reach
+/// the database within one such window for the invariant to hold.
+const WINDOW: Duration = Duration::from_millis(100);
+const HELD_AT_MOST: f64 = 0.3;
+
+pub static EXPERIMENT: Experiment = Experiment {
+    name: "cache-avalanche",
+    chapter: "商户查询缓存",
+    invariant: "entries cached together do not expire together: no 100 ms sees more than 30% of them reach the database",
+    versions: &[
+        version!(
+            "same-ttl",
+            false,
+            "every entry cached for exactly 1 s: they expire in the same instant",
+            same_ttl
+        ),
+        version!(
+            "jittered-ttl",
+            true,
+            "hmdp-cache jitter: every TTL spread by ±50 %, expiries over a second",
+            jittered_ttl
+        ),
+    ],
+};
+
+async fn same_ttl(lab: &Lab) -> anyhow::Result<Outcome> {
+    expiries(lab, "same-ttl", 0.0).await
+}
+
+async fn jittered_ttl(lab: &Lab) -> anyhow::Result<Outcome> {
+    expiries(lab, "jittered-ttl", JITTER).await
+}
+
+/// `KEYS` shops cached at once with `TTL` ± `jitter`, then read in waves for `RUN`; the
+/// database queries their misses made, per `WINDOW`.
+async fn expiries(lab: &Lab, name: &str, jitter: f64) -> anyhow::Result<Outcome> {
+    let ids = new_shops(lab, KEYS, name).await?;
+    let cache = cache_client(lab).await?;
+    let opts = ReadOptions::new(Strategy::CacheAside, TTL).jitter(jitter);
+    let key = |id: i64| format!("{name}:cache:shop:{id}");
+    // All written at once, so that with the same TTL they expire in the same few milliseconds.
+    futures_util::future::try_join_all(ids.iter().enumerate().map(|(i, &id)| {
+        let (cache, key) = (cache.clone(), key(id));
+        async move {
+            let shop = Shop {
+                id,
+                name: format!("{name}-{i}"),
+            };
+            cache.set(&key, &shop, TTL, jitter).await
+        }
+    }))
+    .await?;
+    let db = ShopDb::new(lab, Duration::ZERO);
+    let until = Instant::now() + RUN;
+    let mut tick = tokio::time::interval(WAVE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut reads = 0u64;
+    while Instant::now() < until {
+        tick.tick().await;
+        let wave = futures_util::future::try_join_all(ids.iter().map(|&id| {
+            let (cache, opts, db, key) = (cache.clone(), opts.clone(), db.clone(), key(id));
+            async move {
+                let shop: Option<Shop> = cache
+                    .get_or_load(&key, &opts, move || async move { db.shop(id).await })
+                    .await?;
+                anyhow::ensure!(shop.is_some(), "shop {id} not found");
+                anyhow::Ok(())
+            }
+        }))
+        .await?;
+        reads += wave.len() as u64;
+    }
+    let times = db.times();
+    let peak = peak_in_window(&times, WINDOW);
+    let share = peak as f64 / KEYS as f64;
+    Ok(Outcome::new(share <= HELD_AT_MOST)
+        .metric("keys", KEYS)
+        .metric("ttl_ms", TTL.as_millis() as u64)
+        .metric("jitter", jitter)
+        .metric("reads", reads)
+        .metric("db_queries", times.len() as u64)
+        .metric("peak_db_queries_per_100ms", peak as u64)
+        .metric("peak_share_of_keys", format!("{:.0}%", share * 100.0)))
+}
+
+/// The most of `times` that fall within any span of `window` (a sliding window).
+fn peak_in_window(times: &[Duration], window: Duration) -> usize {
+    let mut times = times.to_vec();
+    times.sort_unstable();
+    let mut first = 0;
+    let mut peak = 0;
+    for (last, t) in times.iter().enumerate() {
+        while *t - times[first] >= window {
+            first += 1;
+        }
+        peak = peak.max(last + 1 - first);
+    }
+    peak
+}

@@ -1,0 +1,258 @@
+//! 商户查询缓存: keeping the cache and the database in step on writes. Three orders of a
+//! writer's two steps, under the same workload: readers doing cache-aside reads all along, and
+//! two writers per shop, the first of which pauses between its two steps (a slow database
+//! write, a GC pause) while the second one runs start to end. Entries have no TTL, so nothing
+//! repairs a stale entry while it is measured.
+//!
+//! - update the cache, then the database: the writers' steps interleave, the cache keeps the
+//!   second writer's value and the database the first's;
+//! - delete the cache, then write the database: a reader refills the entry with the old value
+//!   during the pause, and nothing deletes it after the write;
+//! - write the database, then delete the cache: the pause only delays the delete.
+//!
+//! The last order has a narrow window of its own: a reader that read the database before a
+//! write and stores what it read after that write's delete. The workload rules it out: a
+//! reader's miss (its query and its store) and a database write of the same shop never
+//! overlap, as if reads were always far quicker than a write's pause.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use redis::aio::ConnectionManager;
+use sqlx::AnyPool;
+use tokio::sync::RwLock;
+
+use super::{Experiment, shops::new_shops, version};
+use crate::{Lab, Outcome};
+
+/// Shops written and read, each its own race.
+const SHOPS: i64 = 5;
+/// Readers per shop, reading round and round until the writers are done.
+const READERS: usize = 4;
+/// How often each reader reads: many times within any pause.
+const BETWEEN_READS: Duration = Duration::from_millis(1);
+/// The first writer's pause between its two steps; the second writer starts halfway through.
+const PAUSE: Duration = Duration::from_millis(200);
+
+pub static EXPERIMENT: Experiment = Experiment {
+    name: "cache-consistency",
+    chapter: "商户查询缓存",
+    invariant: "after concurrent writes settle, no cached shop differs from the database",
+    versions: &[
+        version!(
+            "update-cache-then-db",
+            false,
+            "SET the cache to the new value, then UPDATE the database",
+            update_cache_then_db
+        ),
+        version!(
+            "delete-cache-then-db",
+            false,
+            "DEL the cache entry, then UPDATE the database",
+            delete_cache_then_db
+        ),
+        version!(
+            "db-then-delete-cache",
+            true,
+            "UPDATE the database, then DEL the cache entry (a reader's miss never overlaps a write here, \
+             which rules out this order's narrow window)",
+            db_then_delete_cache
+        ),
+    ],
+};
+
+/// A writer's two steps, in order.
+#[derive(Clone, Copy)]
+enum Order {
+    UpdateCacheThenDb,
+    DeleteCacheThenDb,
+    DbThenDeleteCache,
+}
+
+async fn update_cache_then_db(lab: &Lab) -> anyhow::Result<Outcome> {
+    writes(lab, "update-cache-then-db", Order::UpdateCacheThenDb).await
+}
+
+async fn delete_cache_then_db(lab: &Lab) -> anyhow::Result<Outcome> {
+    writes(lab, "delete-cache-then-db", Order::DeleteCacheThenDb).await
+}
+
+async fn db_then_delete_cache(lab: &Lab) -> anyhow::Result<Outcome> {
+    writes(lab, "db-then-delete-cache", Order::DbThenDeleteCache).await
+}
+
+/// One shop's cache entry, its row, and the gate that keeps a reader's miss and a database
+/// write of the shop apart.
+#[derive(Clone)]
+struct Entry {
+    id: i64,
+    key: String,
+    redis: ConnectionManager,
+    db: AnyPool,
+    gate: Arc<RwLock<()>>,
+}
+
+impl Entry {
+    async fn set_cache(&self, name: &str) -> anyhow::Result<()> {
+        let _: () = redis::cmd("SET")
+            .arg(&self.key)
+            .arg(name)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok(())
+    }
+
+    async fn delete_cache(&self) -> anyhow::Result<()> {
+        let _: () = redis::cmd("DEL")
+            .arg(&self.key)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok(())
+    }
+
+    async fn cached(&self) -> anyhow::Result<Option<String>> {
+        Ok(redis::cmd("GET")
+            .arg(&self.key)
+            .query_async(&mut self.redis.clone())
+            .await?)
+    }
+
+    async fn stored(&self) -> anyhow::Result<String> {
+        Ok(sqlx::query_scalar("SELECT name FROM tb_shop WHERE id = ?")
+            .bind(self.id)
+            .fetch_one(&self.db)
+            .await?)
+    }
+
+    async fn update_db(&self, name: &str) -> anyhow::Result<()> {
+        let _gate = self.gate.write().await;
+        sqlx::query("UPDATE tb_shop SET name = ? WHERE id = ?")
+            .bind(name)
+            .bind(self.id)
+            .execute(&self.db)
+            .await?;
+        Ok(())
+    }
+
+    /// A cache-aside read: the entry, or on a miss the row, stored without a TTL.
+    async fn read(&self) -> anyhow::Result<String> {
+        if let Some(name) = self.cached().await? {
+            return Ok(name);
+        }
+        let _gate = self.gate.read().await;
+        let name = self.stored().await?;
+        self.set_cache(&name).await?;
+        Ok(name)
+    }
+
+    /// A writer's two steps in `order`, with `pause` between them.
+    async fn write(&self, order: Order, name: &str, pause: Duration) -> anyhow::Result<()> {
+        match order {
+            Order::UpdateCacheThenDb => {
+                self.set_cache(name).await?;
+                tokio::time::sleep(pause).await;
+                self.update_db(name).await
+            }
+            Order::DeleteCacheThenDb => {
+                self.delete_cache().await?;
+                tokio::time::sleep(pause).await;
+                self.update_db(name).await
+            }
+            Order::DbThenDeleteCache => {
+                self.update_db(name).await?;
+                tokio::time::sleep(pause).await;
+                self.delete_cache().await
+            }
+        }
+    }
+}
+
+/// For each of `SHOPS` shops, cached and read all along by `READERS` readers: a first writer
+/// that pauses `PAUSE` between its steps, and a second that starts `PAUSE / 2` later and does
+/// not pause. Once all are done, the entries that differ from their rows are counted.
+async fn writes(lab: &Lab, name: &str, order: Order) -> anyhow::Result<Outcome> {
+    let ids = new_shops(lab, SHOPS, name).await?;
+    let entries: Vec<Entry> = ids
+        .iter()
+        .map(|&id| Entry {
+            id,
+            key: lab.key(&format!("{name}:cache:shop:{id}")),
+            redis: lab.redis.clone(),
+            db: lab.db.clone(),
+            gate: Arc::default(),
+        })
+        .collect();
+    for e in &entries {
+        e.read().await?;
+    }
+    let writing = Arc::new(AtomicBool::new(true));
+    let reads = Arc::new(AtomicU64::new(0));
+    let mut readers = Vec::new();
+    for e in &entries {
+        for _ in 0..READERS {
+            let (e, writing, reads) = (e.clone(), writing.clone(), reads.clone());
+            readers.push(tokio::spawn(async move {
+                while writing.load(Ordering::Relaxed) {
+                    e.read().await?;
+                    reads.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(BETWEEN_READS).await;
+                }
+                anyhow::Ok(())
+            }));
+        }
+    }
+    let mut writers = Vec::new();
+    for e in &entries {
+        let first = e.clone();
+        writers.push(tokio::spawn(async move {
+            first
+                .write(order, &format!("first-{}", first.id), PAUSE)
+                .await
+        }));
+        let second = e.clone();
+        writers.push(tokio::spawn(async move {
+            tokio::time::sleep(PAUSE / 2).await;
+            second
+                .write(order, &format!("second-{}", second.id), Duration::ZERO)
+                .await
+        }));
+    }
+    for w in writers {
+        w.await??;
+    }
+    // A few more reads after the last write, as traffic goes on (bounded, should a reader
+    // have failed: its error is reported below).
+    let reads_at_end = reads.load(Ordering::Relaxed);
+    let more = async {
+        while reads.load(Ordering::Relaxed) < reads_at_end + (SHOPS as u64) * READERS as u64 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), more).await;
+    writing.store(false, Ordering::Relaxed);
+    for r in readers {
+        r.await??;
+    }
+    let mut stale = 0i64;
+    let mut missing = 0i64;
+    for e in &entries {
+        let stored = e.stored().await?;
+        match e.cached().await? {
+            Some(cached) if cached != stored => stale += 1,
+            Some(_) => {}
+            None => missing += 1,
+        }
+    }
+    Ok(Outcome::new(stale == 0)
+        .metric("shops", SHOPS)
+        .metric("writes", SHOPS * 2)
+        .metric("reads", reads.load(Ordering::Relaxed))
+        .metric("pause_ms", PAUSE.as_millis() as u64)
+        .metric("stale_entries", stale)
+        .metric("uncached", missing))
+}
