@@ -17,7 +17,7 @@
 //!
 //! The entries live in `quick_cache` rather than `moka`: every request reads the session cache
 //! built on this, and a moka read records itself for the LRU and now and then runs moka's
-//! housekeeping inline, about 5 % of a 404's CPU under load (BENCHMARKS.md, the 404's profile). The TTL
+//! housekeeping inline, about 5 % of a 404's CPU under load (docs/14-benchmarking.md, the 404's profile). The TTL
 //! is checked when an entry is read.
 //!
 //! [`CacheClient::invalidate`]: crate::CacheClient::invalidate

@@ -1,7 +1,7 @@
 //! The `hmdp` binary: parses the command line and hands over to the library.
 //!
 //! glibc's allocator on purpose: mimalloc measured no faster on the flash sale here, and held
-//! 60 % more memory with 10,000 idle connections open (BENCHMARKS.md, "Allocator").
+//! 60 % more memory with 10,000 idle connections open (docs/14-benchmarking.md, 分配器).
 
 use clap::Parser;
 

@@ -8,7 +8,7 @@
 //! These were seven layers once: six `from_fn` layers and tower-http's panic catcher. Axum
 //! applies layers per route, and every `from_fn` layer clones the rest of the stack and boxes a
 //! future for each request, so a 404 paid for six clones, six boxes and their frees: the profile
-//! of the 404 under load showed malloc, free and memmove at 18 % (BENCHMARKS.md, the 404's profile). One
+//! of the 404 under load showed malloc, free and memmove at 18 % (docs/14-benchmarking.md, the 404's profile). One
 //! function runs the same steps in the same order with one of each.
 
 use std::{future::Future, net::SocketAddr, panic::AssertUnwindSafe, task::Poll, time::Instant};
