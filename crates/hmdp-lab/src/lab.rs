@@ -152,29 +152,12 @@ impl Lab {
 
     /// The voucher's stock in `tb_seckill_voucher`.
     pub async fn stock(&self, voucher: i64) -> anyhow::Result<i64> {
-        Ok(sqlx::query_scalar::<_, i64>(
-            "SELECT CAST(stock AS SIGNED) FROM tb_seckill_voucher WHERE voucher_id = ?",
-        )
-        .bind(voucher)
-        .fetch_one(&self.db)
-        .await?)
+        stock_in(&self.db, voucher).await
     }
 
     /// `(orders written, users holding two or more)` for the voucher, counted in the database.
     pub async fn orders(&self, voucher: i64) -> anyhow::Result<(i64, i64)> {
-        let orders: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?")
-                .bind(voucher)
-                .fetch_one(&self.db)
-                .await?;
-        let doubled: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM (SELECT user_id FROM tb_voucher_order WHERE voucher_id = ? \
-             GROUP BY user_id HAVING COUNT(*) > 1) AS t",
-        )
-        .bind(voucher)
-        .fetch_one(&self.db)
-        .await?;
-        Ok((orders, doubled))
+        orders_in(&self.db, voucher).await
     }
 
     /// Deletes every Redis key this lab wrote.
@@ -198,6 +181,34 @@ impl Lab {
         }
         Ok(())
     }
+}
+
+/// The voucher's stock in `tb_seckill_voucher` of `db` (the lab's, or the service's own).
+pub(crate) async fn stock_in(db: &AnyPool, voucher: i64) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar::<_, i64>(
+        "SELECT CAST(stock AS SIGNED) FROM tb_seckill_voucher WHERE voucher_id = ?",
+    )
+    .bind(voucher)
+    .fetch_one(db)
+    .await?)
+}
+
+/// `(orders written, users holding two or more)` for the voucher in `db` (the lab's, or the
+/// service's own).
+pub(crate) async fn orders_in(db: &AnyPool, voucher: i64) -> anyhow::Result<(i64, i64)> {
+    let orders: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?")
+            .bind(voucher)
+            .fetch_one(db)
+            .await?;
+    let doubled: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT user_id FROM tb_voucher_order WHERE voucher_id = ? \
+         GROUP BY user_id HAVING COUNT(*) > 1) AS t",
+    )
+    .bind(voucher)
+    .fetch_one(db)
+    .await?;
+    Ok((orders, doubled))
 }
 
 /// `(an hour ago, an hour from now)` as `YYYY-MM-DD HH:MM:SS`, which both databases read.

@@ -3,6 +3,9 @@
 //! [`Lab`] and says what it measured. Adding an experiment is a module here and a line in
 //! [`ALL`]; its names are the command line's interface, so they do not change.
 
+pub mod lock_misdelete;
+pub mod lock_reentrancy;
+pub mod one_per_user;
 pub mod oversell;
 
 use futures_util::future::BoxFuture;
@@ -35,7 +38,12 @@ pub struct Experiment {
 }
 
 /// Every experiment, in the course's order.
-pub static ALL: &[&Experiment] = &[&oversell::EXPERIMENT];
+pub static ALL: &[&Experiment] = &[
+    &oversell::EXPERIMENT,
+    &one_per_user::EXPERIMENT,
+    &lock_misdelete::EXPERIMENT,
+    &lock_reentrancy::EXPERIMENT,
+];
 
 /// The experiment called `name`.
 pub fn find(name: &str) -> Option<&'static Experiment> {
