@@ -160,18 +160,18 @@ impl Lab {
         orders_in(&self.db, voucher).await
     }
 
-    /// Deletes every Redis key this lab wrote.
+    /// Deletes every Redis key this lab wrote: those that start with its prefix, and those
+    /// that start with it inside a cluster hash tag (`{<prefix>…}…`, as the service's Bloom
+    /// filter names its keys).
     pub async fn clean_up(&self) -> anyhow::Result<()> {
-        let mut conn = self.redis.clone();
-        let keys: Vec<String> = {
-            let mut iter: redis::AsyncIter<String> =
-                conn.scan_match(format!("{}*", self.prefix)).await?;
-            let mut keys = Vec::new();
+        let mut keys: Vec<String> = Vec::new();
+        for pattern in [format!("{}*", self.prefix), format!("{{{}*", self.prefix)] {
+            let mut conn = self.redis.clone();
+            let mut iter: redis::AsyncIter<String> = conn.scan_match(pattern).await?;
             while let Some(k) = futures_util::StreamExt::next(&mut iter).await {
                 keys.push(k?);
             }
-            keys
-        };
+        }
         let mut conn = self.redis.clone();
         for chunk in keys.chunks(500) {
             redis::cmd("DEL")

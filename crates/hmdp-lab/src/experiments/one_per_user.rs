@@ -33,7 +33,7 @@ const REQUESTS: i64 = 16;
 const STOCK: i64 = USERS * REQUESTS;
 /// The course's `Thread.sleep`-style window between counting the user's orders and inserting
 /// one: it makes the race happen on every run, and is wider than two processes' start apart.
-const WINDOW: Duration = Duration::from_millis(50);
+const WINDOW: Duration = Duration::from_millis(100);
 /// The Redis lock's TTL: far longer than one purchase.
 const LOCK_TTL: Duration = Duration::from_secs(10);
 /// How long a second process may take to start and say it is ready.
@@ -168,7 +168,11 @@ async fn two_processes(lab: &Lab, guard: Guard) -> anyhow::Result<Outcome> {
         tokio::time::timeout(START_PATIENCE, stdout.read_line(&mut line))
             .await
             .context("a second process did not start in time")??;
-        anyhow::ensure!(line.trim() == "ready", "the instance said {line:?}");
+        anyhow::ensure!(
+            line.trim() == "ready",
+            "{} said {line:?} instead of ready: is it this lab's binary?",
+            lab.exe.display()
+        );
         children.push((child, stdin, stdout));
     }
     lab.progress(format_args!("{INSTANCES} processes ready"));
