@@ -55,6 +55,7 @@ pub enum Command {
 /// The versions that run as several processes, by experiment.
 #[derive(Debug, Subcommand)]
 pub enum Instance {
+    /// `v4-local-lock-2-instances` and `v5-redis-lock`: half of each user's requests.
     OnePerUser(one_per_user::InstanceArgs),
 }
 
