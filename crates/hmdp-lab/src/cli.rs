@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 
 use crate::{
     Lab, LabOptions, Outcome, Report,
-    experiments::{self, ALL},
+    experiments::{self, ALL, one_per_user},
     outcome,
 };
 
@@ -44,6 +44,19 @@ pub enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// One process of a version that runs as several; the lab starts these itself.
+    #[command(hide = true)]
+    Instance {
+        #[command(subcommand)]
+        of: Instance,
+    },
+}
+
+/// The versions that run as several processes, by experiment.
+#[derive(Debug, Subcommand)]
+pub enum Instance {
+    /// `v4-local-lock-2-instances` and `v5-redis-lock`: half of each user's requests.
+    OnePerUser(one_per_user::InstanceArgs),
 }
 
 /// Runs the command; the process's exit code: 0 when every version behaved as the course
@@ -79,6 +92,9 @@ pub async fn run(cli: Cli) -> i32 {
                 }
             }
         }
+        Command::Instance {
+            of: Instance::OnePerUser(args),
+        } => one_per_user::instance(args).await,
     }
 }
 

@@ -152,43 +152,26 @@ impl Lab {
 
     /// The voucher's stock in `tb_seckill_voucher`.
     pub async fn stock(&self, voucher: i64) -> anyhow::Result<i64> {
-        Ok(sqlx::query_scalar::<_, i64>(
-            "SELECT CAST(stock AS SIGNED) FROM tb_seckill_voucher WHERE voucher_id = ?",
-        )
-        .bind(voucher)
-        .fetch_one(&self.db)
-        .await?)
+        stock_in(&self.db, voucher).await
     }
 
     /// `(orders written, users holding two or more)` for the voucher, counted in the database.
     pub async fn orders(&self, voucher: i64) -> anyhow::Result<(i64, i64)> {
-        let orders: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?")
-                .bind(voucher)
-                .fetch_one(&self.db)
-                .await?;
-        let doubled: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM (SELECT user_id FROM tb_voucher_order WHERE voucher_id = ? \
-             GROUP BY user_id HAVING COUNT(*) > 1) AS t",
-        )
-        .bind(voucher)
-        .fetch_one(&self.db)
-        .await?;
-        Ok((orders, doubled))
+        orders_in(&self.db, voucher).await
     }
 
-    /// Deletes every Redis key this lab wrote.
+    /// Deletes every Redis key this lab wrote: those that start with its prefix, and those
+    /// that start with it inside a cluster hash tag (`{<prefix>…}…`, as the service's Bloom
+    /// filter names its keys).
     pub async fn clean_up(&self) -> anyhow::Result<()> {
-        let mut conn = self.redis.clone();
-        let keys: Vec<String> = {
-            let mut iter: redis::AsyncIter<String> =
-                conn.scan_match(format!("{}*", self.prefix)).await?;
-            let mut keys = Vec::new();
+        let mut keys: Vec<String> = Vec::new();
+        for pattern in [format!("{}*", self.prefix), format!("{{{}*", self.prefix)] {
+            let mut conn = self.redis.clone();
+            let mut iter: redis::AsyncIter<String> = conn.scan_match(pattern).await?;
             while let Some(k) = futures_util::StreamExt::next(&mut iter).await {
                 keys.push(k?);
             }
-            keys
-        };
+        }
         let mut conn = self.redis.clone();
         for chunk in keys.chunks(500) {
             redis::cmd("DEL")
@@ -198,6 +181,34 @@ impl Lab {
         }
         Ok(())
     }
+}
+
+/// The voucher's stock in `tb_seckill_voucher` of `db` (the lab's, or the service's own).
+pub(crate) async fn stock_in(db: &AnyPool, voucher: i64) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar::<_, i64>(
+        "SELECT CAST(stock AS SIGNED) FROM tb_seckill_voucher WHERE voucher_id = ?",
+    )
+    .bind(voucher)
+    .fetch_one(db)
+    .await?)
+}
+
+/// `(orders written, users holding two or more)` for the voucher in `db` (the lab's, or the
+/// service's own).
+pub(crate) async fn orders_in(db: &AnyPool, voucher: i64) -> anyhow::Result<(i64, i64)> {
+    let orders: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?")
+            .bind(voucher)
+            .fetch_one(db)
+            .await?;
+    let doubled: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT user_id FROM tb_voucher_order WHERE voucher_id = ? \
+         GROUP BY user_id HAVING COUNT(*) > 1) AS t",
+    )
+    .bind(voucher)
+    .fetch_one(db)
+    .await?;
+    Ok((orders, doubled))
 }
 
 /// `(an hour ago, an hour from now)` as `YYYY-MM-DD HH:MM:SS`, which both databases read.

@@ -12,14 +12,19 @@
 //!   (the original's tables, without the unique key hmdp adds), and this binary, for versions
 //!   that need a second process.
 //! - [`Outcome`]: what a version measured, and whether the invariant held.
+//! - [`service_database_url`]: where the `hmdp` versions' service keeps its rows, beside the
+//!   lab's database.
 
 mod cli;
 pub mod experiments;
 mod lab;
 mod outcome;
 mod schema;
+mod service;
+mod setnx;
 
 pub use cli::{Cli, run};
 pub use experiments::{Experiment, Version, find};
 pub use lab::{Lab, LabOptions};
 pub use outcome::{Outcome, Report};
+pub use service::database_url as service_database_url;

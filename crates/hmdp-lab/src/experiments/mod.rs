@@ -7,6 +7,9 @@ pub mod cache_avalanche;
 pub mod cache_breakdown;
 pub mod cache_consistency;
 pub mod cache_penetration;
+pub mod lock_misdelete;
+pub mod lock_reentrancy;
+pub mod one_per_user;
 pub mod oversell;
 pub mod session;
 mod shops;
@@ -42,12 +45,15 @@ pub struct Experiment {
 
 /// Every experiment, in the course's order.
 pub static ALL: &[&Experiment] = &[
-    &oversell::EXPERIMENT,
+    &session::EXPERIMENT,
     &cache_penetration::EXPERIMENT,
     &cache_breakdown::EXPERIMENT,
     &cache_avalanche::EXPERIMENT,
     &cache_consistency::EXPERIMENT,
-    &session::EXPERIMENT,
+    &oversell::EXPERIMENT,
+    &one_per_user::EXPERIMENT,
+    &lock_misdelete::EXPERIMENT,
+    &lock_reentrancy::EXPERIMENT,
 ];
 
 /// The experiment called `name`.

@@ -1,6 +1,8 @@
 //! 优惠券秒杀: the stock. Many buyers at once, each a different user, for fewer vouchers than
 //! buyers. The course's first version checks the stock it read and decrements blindly; the
 //! optimistic lock that compares against the stock read refuses too many; `stock > 0` holds.
+//! The `hmdp` version is the service's own decision: its Lua script in Redis, then its worker
+//! writing the orders into the service's database.
 
 use std::{
     sync::{
@@ -11,7 +13,7 @@ use std::{
 };
 
 use super::{Experiment, version};
-use crate::{Lab, Outcome};
+use crate::{Lab, Outcome, service::Service};
 
 /// Vouchers on sale in each version.
 const STOCK: i64 = 50;
@@ -43,6 +45,12 @@ pub static EXPERIMENT: Experiment = Experiment {
             true,
             "UPDATE … SET stock = stock - 1 WHERE stock > 0",
             stock_gt_0
+        ),
+        version!(
+            "hmdp",
+            true,
+            "the service: its grab script decides in Redis, its worker writes the orders",
+            hmdp
         ),
     ],
 };
@@ -123,10 +131,40 @@ async fn sale(lab: &Lab, how: Decrement) -> anyhow::Result<Outcome> {
     }
     let (orders, doubled) = lab.orders(voucher).await?;
     let left = lab.stock(voucher).await?;
-    let refused = refused.load(Ordering::Relaxed);
+    Ok(sold(
+        voucher,
+        orders,
+        doubled,
+        refused.load(Ordering::Relaxed),
+        left,
+    ))
+}
+
+/// The same sale through the service: `BUYERS` grabs at once, then the orders its worker wrote.
+async fn hmdp(lab: &Lab) -> anyhow::Result<Outcome> {
+    let service = Service::start(lab).await?;
+    let voucher = service.new_sale(STOCK).await?;
+    let mut buyers = Vec::new();
+    for user in 1..=BUYERS {
+        let buyer = service.buyer();
+        buyers.push(tokio::spawn(async move { buyer.buy(user, voucher).await }));
+    }
+    let mut accepted = 0;
+    for b in buyers {
+        accepted += i64::from(b.await??);
+    }
+    let (orders, doubled) = service.written(voucher, accepted).await?;
+    let left = service.stock(voucher).await?;
+    let database = service.database_url.clone();
+    service.stop().await?;
+    Ok(sold(voucher, orders, doubled, BUYERS - accepted, left).metric("database", database))
+}
+
+/// What a sale of `STOCK` to `BUYERS` came to, and whether it sold each voucher exactly once.
+fn sold(voucher: i64, orders: i64, doubled: i64, refused: i64, left: i64) -> Outcome {
     let oversold = (orders - STOCK).max(0);
     let unsold_while_refused = if refused > 0 { left.max(0) } else { 0 };
-    Ok(Outcome::new(oversold == 0 && unsold_while_refused == 0)
+    Outcome::new(oversold == 0 && unsold_while_refused == 0)
         .metric("stock", STOCK)
         .metric("buyers", BUYERS)
         .metric("orders", orders)
@@ -135,5 +173,5 @@ async fn sale(lab: &Lab, how: Decrement) -> anyhow::Result<Outcome> {
         .metric("refused", refused)
         .metric("stock_left", left)
         .metric("unsold_while_refused", unsold_while_refused)
-        .voucher(voucher))
+        .voucher(voucher)
 }

@@ -6,7 +6,8 @@ use hmdp_lab::{Lab, LabOptions, experiments};
 use hmdp_testkit::{mysql_server_url, redis_url};
 
 /// A lab on a database of its own: a SQLite file in a temporary folder, or a fresh MariaDB
-/// database dropped when the test is done.
+/// database dropped when the test is done (with the `hmdp` versions' service database beside
+/// it).
 pub struct TestLab {
     pub lab: Lab,
     mysql_database: Option<String>,
@@ -81,6 +82,13 @@ impl TestLab {
                 .unwrap();
             server
                 .execute(format!("DROP DATABASE `{name}`").as_str())
+                .await
+                .unwrap();
+            // The database of the `hmdp` versions' service, beside the lab's, when one ran.
+            let service = hmdp_lab::service_database_url(&self.lab.database_url).unwrap();
+            let service = service.rsplit('/').next().unwrap();
+            server
+                .execute(format!("DROP DATABASE IF EXISTS `{service}`").as_str())
                 .await
                 .unwrap();
         }
