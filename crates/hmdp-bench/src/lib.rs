@@ -183,7 +183,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             return scenarios::floor::tokens(&cli, *users, *stock, out).await;
         }
         // Runs until killed; prints no report.
-        Scenario::QueuesConsumer(args) => return scenarios::queues::consume(&cli, args).await,
+        Scenario::QueuesConsumer(args) => {
+            return scenarios::queues::consume(&cli.redis_url, args).await;
+        }
     };
     report.print();
     if let Some(path) = &cli.json {

@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 
 use crate::{
     Lab, LabOptions, Outcome, Report,
-    experiments::{self, ALL, one_per_user},
+    experiments::{self, ALL, one_per_user, queues},
     outcome,
 };
 
@@ -36,6 +36,13 @@ pub enum Command {
             default_value = "redis://127.0.0.1:6379"
         )]
         redis_url: String,
+        /// RabbitMQ, for the versions that use it.
+        #[arg(
+            long,
+            env = "HMDP_LAB_AMQP_URL",
+            default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+        )]
+        amqp_url: String,
         /// `mysql://root@127.0.0.1:3306/hmdp_lab` (the database is created when missing) or
         /// `sqlite://FILE`; default: a SQLite file in a new temporary folder, which is kept.
         #[arg(long, env = "HMDP_LAB_DATABASE_URL")]
@@ -50,6 +57,9 @@ pub enum Command {
         #[command(subcommand)]
         of: Instance,
     },
+    /// The consumer process of the `queues` experiment, which kills it (`kill -9`).
+    #[command(hide = true)]
+    QueuesConsumer(queues::QueuesConsumerArgs),
 }
 
 /// The versions that run as several processes, by experiment.
@@ -74,11 +84,13 @@ pub async fn run(cli: Cli) -> i32 {
             names,
             json,
             redis_url,
+            amqp_url,
             database_url,
             quiet,
         } => {
             let options = LabOptions {
                 redis_url,
+                amqp_url,
                 database_url,
                 exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("hmdp-lab")),
                 progress: !quiet,
@@ -95,6 +107,7 @@ pub async fn run(cli: Cli) -> i32 {
         Command::Instance {
             of: Instance::OnePerUser(args),
         } => one_per_user::instance(args).await,
+        Command::QueuesConsumer(args) => queues::consumer(args).await,
     }
 }
 

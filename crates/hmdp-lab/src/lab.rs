@@ -17,6 +17,8 @@ use crate::schema;
 #[derive(Debug, Clone)]
 pub struct LabOptions {
     pub redis_url: String,
+    /// The RabbitMQ broker of the versions that use one (their names are the run's own).
+    pub amqp_url: String,
     /// `mysql://…/<database>` (created when missing) or `sqlite://<file>`; `None`: a SQLite file
     /// in a new temporary folder, kept so its rows can be read afterwards.
     pub database_url: Option<String>,
@@ -37,6 +39,7 @@ pub enum Backend {
 pub struct Lab {
     pub redis: ConnectionManager,
     pub redis_url: String,
+    pub amqp_url: String,
     pub db: AnyPool,
     pub database_url: String,
     pub backend: Backend,
@@ -98,6 +101,7 @@ impl Lab {
         Ok(Self {
             redis,
             redis_url: options.redis_url,
+            amqp_url: options.amqp_url,
             db,
             database_url,
             backend,
@@ -115,6 +119,11 @@ impl Lab {
     /// The prefix every key of this lab starts with.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// Whether progress lines go to stderr.
+    pub fn shows_progress(&self) -> bool {
+        self.progress
     }
 
     /// A progress line on stderr, when asked for.

@@ -39,3 +39,9 @@ async fn oversell_on_sqlite() {
 async fn oversell_on_mysql() {
     as_taught("oversell", Backend::MySql).await;
 }
+
+#[test]
+fn the_command_line_is_well_formed() {
+    use clap::CommandFactory;
+    hmdp_lab::Cli::command().debug_assert();
+}

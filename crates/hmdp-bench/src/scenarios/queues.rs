@@ -11,7 +11,12 @@
 //! idempotent insert absorbs it. Once `--kill-after` of the orders are in the table the bench
 //! kills the consumer, starts it again after `--downtime-ms`, and waits until the transport is
 //! drained, or, for a transport that lost orders, until nothing new arrives for `--quiet`
-//! seconds. Then it counts.
+//! seconds. Then it counts. `--hold-ms` makes the consumer hold each batch before writing it,
+//! a window between taking and committing as wide as wanted (none by default).
+//!
+//! [`Rig`] and [`run_transport`] are the same run for another binary (`hmdp-lab`'s `queues`
+//! experiment), with its own key prefix, database and table names; that binary's hidden
+//! `queues-consumer` subcommand calls [`consume`].
 //!
 //! Reading the table:
 //! - accepted: orders handed to the transport (N; for RabbitMQ, those the broker confirmed);
@@ -102,7 +107,8 @@ pub enum Transport {
 }
 
 impl Transport {
-    fn label(self) -> &'static str {
+    /// Its row in the table.
+    pub fn label(self) -> &'static str {
         match self {
             Transport::InProcess => "in-process queue (BlockingQueue)",
             Transport::List => "Redis List (LPUSH / BRPOP)",
@@ -113,14 +119,14 @@ impl Transport {
     }
 
     /// The name on the command line, also used in table and key names.
-    fn name(self) -> String {
+    pub fn name(self) -> String {
         self.to_possible_value()
             .map(|v| v.get_name().to_owned())
             .unwrap_or_default()
     }
 
     /// What the course says happens at a consumer crash.
-    fn claim(self) -> &'static str {
+    pub fn claim(self) -> &'static str {
         match self {
             Transport::InProcess => "course: the queue dies with the process",
             Transport::List => "course: a popped, unwritten order is lost (no ack)",
@@ -161,6 +167,10 @@ pub struct QueuesArgs {
     /// Milliseconds between the kill and the restart.
     #[arg(long, default_value_t = 500)]
     pub downtime_ms: u64,
+    /// Milliseconds the consumer holds each batch it took before writing it: a window between
+    /// taking and committing as wide as wanted, so that a kill lands inside it (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub hold_ms: u64,
     /// Seconds without a new row after which a transport counts as done.
     #[arg(long, default_value_t = 3.0)]
     pub quiet: f64,
@@ -189,6 +199,9 @@ pub struct ConsumerArgs {
     /// In-process: orders this process enqueues itself before consuming (its first start).
     #[arg(long, default_value_t = 0)]
     pub produce: u64,
+    /// Milliseconds each batch is held between taking it and writing it.
+    #[arg(long, default_value_t = 0)]
+    pub hold_ms: u64,
 }
 
 fn order(id: u64) -> NewOrder {
@@ -230,17 +243,26 @@ async fn write(db: &Db, table: &str, orders: &[NewOrder]) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// Holds a batch the consumer took for `--hold-ms`, then writes it.
+async fn hold_then_write(db: &Db, a: &ConsumerArgs, orders: &[NewOrder]) -> anyhow::Result<()> {
+    if a.hold_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(a.hold_ms)).await;
+    }
+    write(db, &a.table, orders).await
+}
+
 // ---------------------------------------------------------------------------------------------
 // The consumer process.
 
-/// Runs the consumer until it is killed (or fails: the error ends the process).
-pub async fn consume(cli: &Cli, a: &ConsumerArgs) -> anyhow::Result<()> {
+/// Runs the consumer until it is killed (or fails: the error ends the process). The entry of
+/// the hidden `queues-consumer` subcommand, of this binary or of another that re-execs itself.
+pub async fn consume(redis_url: &str, a: &ConsumerArgs) -> anyhow::Result<()> {
     let db = Db::connect(&a.db, 1).await?;
     match a.transport {
         Transport::InProcess => consume_in_process(&db, a).await,
-        Transport::List => consume_list(&db, a, &mut redis_conn(&cli.redis_url).await?).await,
-        Transport::PubSub => consume_pubsub(&db, a, &redis::Client::open(&*cli.redis_url)?).await,
-        Transport::Stream => consume_stream(&db, a, &mut redis_conn(&cli.redis_url).await?).await,
+        Transport::List => consume_list(&db, a, &mut redis_conn(redis_url).await?).await,
+        Transport::PubSub => consume_pubsub(&db, a, &redis::Client::open(redis_url)?).await,
+        Transport::Stream => consume_stream(&db, a, &mut redis_conn(redis_url).await?).await,
         Transport::Rabbitmq => consume_rabbitmq(&db, a).await,
     }
 }
@@ -259,7 +281,7 @@ async fn consume_in_process(db: &Db, a: &ConsumerArgs) -> anyhow::Result<()> {
         {
             batch.push(o);
         }
-        write(db, &a.table, &batch).await?;
+        hold_then_write(db, a, &batch).await?;
     }
     Ok(())
 }
@@ -290,7 +312,7 @@ async fn consume_list(
             .iter()
             .map(|b| parse(b))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        write(db, &a.table, &orders).await?;
+        hold_then_write(db, a, &orders).await?;
     }
 }
 
@@ -305,7 +327,7 @@ async fn consume_pubsub(db: &Db, a: &ConsumerArgs, client: &redis::Client) -> an
         {
             batch.push(parse(m.get_payload_bytes())?);
         }
-        write(db, &a.table, &batch).await?;
+        hold_then_write(db, a, &batch).await?;
     }
     anyhow::bail!("the subscription ended")
 }
@@ -352,7 +374,7 @@ async fn consume_stream(
             .iter()
             .map(stream_order)
             .collect::<anyhow::Result<Vec<_>>>()?;
-        write(db, &a.table, &orders).await?;
+        hold_then_write(db, a, &orders).await?;
         let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
         let _: i64 = redis::cmd("XACK")
             .arg(&a.key)
@@ -388,7 +410,7 @@ async fn consume_rabbitmq(db: &Db, a: &ConsumerArgs) -> anyhow::Result<()> {
             .iter()
             .map(|d| parse(&d.data))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        write(db, &a.table, &orders).await?;
+        hold_then_write(db, a, &orders).await?;
         if let Some(last) = batch.last() {
             last.acker.ack(BasicAckOptions { multiple: true }).await?;
         }
@@ -399,36 +421,87 @@ async fn consume_rabbitmq(db: &Db, a: &ConsumerArgs) -> anyhow::Result<()> {
 // ---------------------------------------------------------------------------------------------
 // The bench: producer, killer, counter.
 
-struct Ctx<'a> {
-    args: &'a QueuesArgs,
-    redis_url: String,
-    db_url: String,
-    db: Db,
-    tag: String,
-    exe: PathBuf,
+/// Where the transports run: the knobs, the Redis, the database the consumer writes to, the
+/// names of this run, and the binary whose hidden `queues-consumer` subcommand is the consumer
+/// process (`hmdp-bench`'s own, or another binary's that delegates to [`consume`]).
+pub struct Rig<'a> {
+    pub args: &'a QueuesArgs,
+    pub redis_url: String,
+    pub db_url: String,
+    pub db: Db,
+    /// Every Redis key, channel and RabbitMQ name of the run starts with it; the transport's
+    /// name follows.
+    pub key_prefix: String,
+    /// The consumer's table is this and the transport's name; the table must not exist yet.
+    pub table_prefix: String,
+    pub exe: PathBuf,
+    /// Progress lines on stderr.
+    pub progress: bool,
+    /// The consumers' stderr logs.
     dir: tempfile::TempDir,
 }
 
-/// What one transport did.
-struct Outcome {
-    transport: Transport,
-    accepted: u64,
-    rows: u64,
-    distinct: u64,
-    /// Seconds the consumer was writing (restart gap excluded).
-    active: f64,
-    notes: Vec<String>,
-    error: Option<String>,
+impl<'a> Rig<'a> {
+    /// Connects to the database of `db_url` (created when missing).
+    pub async fn new(
+        args: &'a QueuesArgs,
+        redis_url: &str,
+        db_url: &str,
+        key_prefix: &str,
+        table_prefix: &str,
+        exe: PathBuf,
+    ) -> anyhow::Result<Self> {
+        Ok(Self {
+            args,
+            redis_url: redis_url.to_owned(),
+            db_url: db_url.to_owned(),
+            db: Db::connect(db_url, 2).await?,
+            key_prefix: key_prefix.to_owned(),
+            table_prefix: table_prefix.to_owned(),
+            exe,
+            progress: true,
+            dir: tempfile::tempdir()?,
+        })
+    }
+
+    /// The consumer's table for transport `t`.
+    pub fn table(&self, t: Transport) -> String {
+        format!("{}{}", self.table_prefix, t.name().replace('-', "_"))
+    }
+
+    fn progress(&self, line: std::fmt::Arguments<'_>) {
+        if self.progress {
+            eprintln!("queues: {line}");
+        }
+    }
 }
 
-impl Outcome {
-    fn lost(&self) -> u64 {
+/// What one transport did.
+pub struct TransportOutcome {
+    pub transport: Transport,
+    /// Orders handed to the transport (for RabbitMQ, those the broker confirmed).
+    pub accepted: u64,
+    /// Rows in the consumer's table.
+    pub rows: u64,
+    /// Distinct order ids in it.
+    pub distinct: u64,
+    /// Times the consumer was killed.
+    pub kills: u32,
+    /// Seconds the consumer was writing (restart gap excluded).
+    pub active: f64,
+    pub notes: Vec<String>,
+    pub error: Option<String>,
+}
+
+impl TransportOutcome {
+    pub fn lost(&self) -> u64 {
         self.accepted.saturating_sub(self.distinct)
     }
-    fn twice(&self) -> u64 {
+    pub fn twice(&self) -> u64 {
         self.rows - self.distinct
     }
-    fn rate(&self) -> f64 {
+    /// Drain orders/s.
+    pub fn rate(&self) -> f64 {
         self.distinct as f64 / self.active.max(1e-9)
     }
 }
@@ -453,21 +526,34 @@ pub async fn run(cli: &Cli, args: &QueuesArgs) -> anyhow::Result<Report> {
             (format!("{server}/{name}"), Some((server, name)), "MariaDB")
         }
     };
-    let ctx = Ctx {
+    let rig = Rig::new(
         args,
-        redis_url: cli.redis_url.clone(),
-        db: Db::connect(&db_url, 2).await?,
-        db_url,
-        tag,
-        exe: std::env::current_exe()?,
-        dir,
-    };
+        &cli.redis_url,
+        &db_url,
+        &format!("bench:queues:{tag}:"),
+        "q_",
+        std::env::current_exe()?,
+    )
+    .await?;
     let mut outcomes = Vec::new();
     for &t in &args.transports {
         eprintln!("queues: {} ({} orders)", t.label(), args.orders);
-        outcomes.push(run_transport(&ctx, t).await);
+        outcomes.push(run_transport(&rig, t).await.unwrap_or_else(|e| {
+            eprintln!("queues: {}: {e:#}", t.name());
+            TransportOutcome {
+                transport: t,
+                accepted: 0,
+                rows: 0,
+                distinct: 0,
+                kills: 0,
+                active: 0.0,
+                notes: Vec::new(),
+                error: Some(format!("{e:#}")),
+            }
+        }));
     }
-    ctx.db.close().await;
+    rig.db.close().await;
+    drop(dir);
     if let Some((server, name)) = mysql {
         let dropped = async {
             let mut c = sqlx::MySqlConnection::connect(&server).await?;
@@ -482,24 +568,15 @@ pub async fn run(cli: &Cli, args: &QueuesArgs) -> anyhow::Result<Report> {
     Ok(report(args, backend, &outcomes))
 }
 
-async fn run_transport(ctx: &Ctx<'_>, t: Transport) -> Outcome {
-    let key = format!("bench:queues:{}:{}", ctx.tag, t.name());
-    let result = measure(ctx, t, &key).await;
-    if let Err(e) = clean_up(ctx, t, &key).await {
+/// One transport's sale, kills and count, then its Redis key or RabbitMQ queue deleted (the
+/// consumer's table stays).
+pub async fn run_transport(rig: &Rig<'_>, t: Transport) -> anyhow::Result<TransportOutcome> {
+    let key = format!("{}{}", rig.key_prefix, t.name());
+    let result = measure(rig, t, &key).await;
+    if let Err(e) = clean_up(rig, t, &key).await {
         eprintln!("queues: {}: clean-up failed: {e:#}", t.name());
     }
-    result.unwrap_or_else(|e| {
-        eprintln!("queues: {}: {e:#}", t.name());
-        Outcome {
-            transport: t,
-            accepted: 0,
-            rows: 0,
-            distinct: 0,
-            active: 0.0,
-            notes: Vec::new(),
-            error: Some(format!("{e:#}")),
-        }
-    })
+    result
 }
 
 /// The RabbitMQ exchange and queue of a run: `key` + `.direct` / `.queue`.
@@ -507,9 +584,9 @@ fn amqp_names(key: &str) -> (String, String) {
     (format!("{key}.direct"), format!("{key}.queue"))
 }
 
-async fn measure(ctx: &Ctx<'_>, t: Transport, key: &str) -> anyhow::Result<Outcome> {
+async fn measure(ctx: &Rig<'_>, t: Transport, key: &str) -> anyhow::Result<TransportOutcome> {
     let (args, n) = (ctx.args, ctx.args.orders);
-    let table = format!("q_{}", t.name().replace('-', "_"));
+    let table = ctx.table(t);
     hmdp::on_pool!(&ctx.db, pool => {
         sqlx::query(&format!("CREATE TABLE {table} (order_id BIGINT NOT NULL, user_id BIGINT NOT NULL, voucher_id BIGINT NOT NULL)")).execute(pool).await?;
         sqlx::query(&format!("CREATE INDEX {table}_order_id ON {table} (order_id)")).execute(pool).await?;
@@ -533,7 +610,7 @@ async fn measure(ctx: &Ctx<'_>, t: Transport, key: &str) -> anyhow::Result<Outco
         }
     }
     if rabbit.is_some() || matches!(t, Transport::List | Transport::Stream) {
-        eprintln!("queues: {}: {accepted} orders enqueued", t.name());
+        ctx.progress(format_args!("{}: {accepted} orders enqueued", t.name()));
     }
     let queue = match t {
         Transport::Rabbitmq => amqp_names(key).1,
@@ -584,11 +661,11 @@ async fn measure(ctx: &Ctx<'_>, t: Transport, key: &str) -> anyhow::Result<Outco
                 consumer.start_kill()?;
                 consumer.wait().await?;
                 let at = Instant::now();
-                eprintln!(
-                    "queues: {}: kill -9 of the consumer at {rows} rows ({:.2} s)",
+                ctx.progress(format_args!(
+                    "{}: kill -9 of the consumer at {rows} rows ({:.2} s)",
                     t.name(),
                     (at - started).as_secs_f64()
-                );
+                ));
                 tokio::time::sleep(Duration::from_millis(args.downtime_ms)).await;
                 // What the database committed for the dead consumer (a statement it had sent
                 // before the kill) belongs before the restart.
@@ -657,13 +734,14 @@ async fn measure(ctx: &Ctx<'_>, t: Transport, key: &str) -> anyhow::Result<Outco
     }
     let active = (last_row - started).saturating_sub(gap).as_secs_f64();
     notes.push(t.claim().to_owned());
-    eprintln!(
-        "queues: {}: {distinct} written, {rows} rows, {} lost",
+    ctx.progress(format_args!(
+        "{}: {distinct} written, {rows} rows, {} lost",
         t.name(),
         accepted.saturating_sub(distinct)
-    );
-    Ok(Outcome {
+    ));
+    Ok(TransportOutcome {
         transport: t,
+        kills,
         accepted,
         rows,
         distinct,
@@ -674,7 +752,7 @@ async fn measure(ctx: &Ctx<'_>, t: Transport, key: &str) -> anyhow::Result<Outco
 }
 
 fn spawn_consumer(
-    ctx: &Ctx<'_>,
+    ctx: &Rig<'_>,
     t: Transport,
     queue: &str,
     table: &str,
@@ -693,7 +771,8 @@ fn spawn_consumer(
         ])
         .args(["--key", queue, "--redis-url", &ctx.redis_url])
         .args(["--amqp-url", &ctx.args.amqp_url])
-        .args(["--batch", &ctx.args.batch.to_string()]);
+        .args(["--batch", &ctx.args.batch.to_string()])
+        .args(["--hold-ms", &ctx.args.hold_ms.to_string()]);
     if t == Transport::InProcess && start == 1 {
         cmd.args(["--produce", &ctx.args.orders.to_string()]);
     }
@@ -934,7 +1013,7 @@ async fn publish_rabbitmq(
 }
 
 /// Deletes the run's Redis key, or its RabbitMQ queue and exchange.
-async fn clean_up(ctx: &Ctx<'_>, t: Transport, key: &str) -> anyhow::Result<()> {
+async fn clean_up(ctx: &Rig<'_>, t: Transport, key: &str) -> anyhow::Result<()> {
     match t {
         Transport::List | Transport::Stream => {
             let _: i64 = redis::cmd("DEL")
@@ -959,7 +1038,7 @@ async fn clean_up(ctx: &Ctx<'_>, t: Transport, key: &str) -> anyhow::Result<()> 
     Ok(())
 }
 
-fn report(args: &QueuesArgs, backend: &str, outcomes: &[Outcome]) -> Report {
+fn report(args: &QueuesArgs, backend: &str, outcomes: &[TransportOutcome]) -> Report {
     let mut report = Report::new("queues", 1);
     report.summary.push(format!(
         "{} orders per transport into {backend}, batches of up to {}; consumer killed (SIGKILL) up to {} times, \

@@ -11,6 +11,7 @@ pub mod lock_misdelete;
 pub mod lock_reentrancy;
 pub mod one_per_user;
 pub mod oversell;
+pub mod queues;
 pub mod session;
 mod shops;
 
@@ -54,6 +55,7 @@ pub static ALL: &[&Experiment] = &[
     &one_per_user::EXPERIMENT,
     &lock_misdelete::EXPERIMENT,
     &lock_reentrancy::EXPERIMENT,
+    &queues::EXPERIMENT,
 ];
 
 /// The experiment called `name`.

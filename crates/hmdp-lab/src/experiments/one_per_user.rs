@@ -209,6 +209,8 @@ pub async fn instance(args: InstanceArgs) -> i32 {
 async fn run_instance(args: InstanceArgs) -> anyhow::Result<()> {
     let lab = Lab::open(LabOptions {
         redis_url: args.redis_url,
+        // The instances buy through the database and Redis only.
+        amqp_url: String::new(),
         database_url: Some(args.database_url),
         exe: std::env::current_exe()?,
         progress: false,

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use hmdp_lab::{Lab, LabOptions, experiments};
-use hmdp_testkit::{mysql_server_url, redis_url};
+use hmdp_testkit::{amqp_url, mysql_server_url, redis_url};
 
 /// A lab on a database of its own: a SQLite file in a temporary folder, or a fresh MariaDB
 /// database dropped when the test is done (with the `hmdp` versions' service database beside
@@ -21,7 +21,13 @@ pub enum Backend {
 }
 
 impl TestLab {
+    /// A lab whose RabbitMQ is the shared broker's default vhost.
     pub async fn open(backend: Backend) -> Self {
+        Self::open_with_amqp(backend, &amqp_url()).await
+    }
+
+    /// A lab whose RabbitMQ is `amqp_url`.
+    pub async fn open_with_amqp(backend: Backend, amqp_url: &str) -> Self {
         let (database_url, mysql_database, dir) = match backend {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir().unwrap();
@@ -35,6 +41,7 @@ impl TestLab {
         };
         let lab = Lab::open(LabOptions {
             redis_url: redis_url(),
+            amqp_url: amqp_url.to_owned(),
             database_url: Some(database_url),
             exe: env!("CARGO_BIN_EXE_hmdp-lab").into(),
             progress: false,
