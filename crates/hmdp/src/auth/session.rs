@@ -24,6 +24,11 @@
 //! before its hash is written, so every session that exists is listed; ended ones leave the list
 //! once their latest end has passed (at the user's next login), and the list expires with its
 //! newest session. A login that completes while all sessions are being ended may survive that.
+//!
+//! The same list lets a nickname or icon change reach every live session of the user
+//! ([`SessionStore::update_user`]): each hash still there gets the new values (an ended one is
+//! not brought back), and every instance forgets its copy as after a logout. A login that reads
+//! the user just before the change writes its new session with the old values.
 
 use std::{
     sync::{Arc, LazyLock},
@@ -82,6 +87,19 @@ if left <= 0 then
 end
 redis.call('PEXPIRE', KEYS[1], math.min(tonumber(ARGV[1]), left))
 return {adopted, fields}
+",
+    )
+});
+
+/// Writes a live session's user fields; a session that ended stays ended.
+///
+/// KEYS: the session. ARGV: the hash's fields and values. Returns 1 when the session was live.
+static UPDATE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
 ",
     )
 });
@@ -152,6 +170,35 @@ impl SessionStore {
             .invoke_async(&mut self.redis.clone())
             .await?;
         Ok(token)
+    }
+
+    /// Gives every live session of `user.id` the nickname and icon of `user`; how many there
+    /// were.
+    pub async fn update_user(&self, user: &UserDto) -> Result<u64, redis::RedisError> {
+        let key = self.keys.user_sessions(user.id.get());
+        let tokens: Vec<String> = self.redis.clone().zrange(&key, 0, -1).await?;
+        let mut updated = 0;
+        for token in &tokens {
+            // One key a call: the sessions may live on different nodes of a cluster.
+            let live: u64 = UPDATE
+                .key(self.keys.login_token(token))
+                .arg("nickName")
+                .arg(&user.nick_name)
+                .arg("icon")
+                .arg(&user.icon)
+                .invoke_async(&mut self.redis.clone())
+                .await?;
+            updated += live;
+            // After the write, as for a logout: a read racing it cannot keep the old values.
+            if let Some(recent) = &self.recent
+                && let Err(e) = recent
+                    .invalidate_everywhere(&mut self.redis.clone(), token)
+                    .await
+            {
+                tracing::warn!(error = %e, "a session change not published to the other instances");
+            }
+        }
+        Ok(updated)
     }
 
     /// Puts `token` on `user`'s list of sessions, dropping those whose latest end has passed.

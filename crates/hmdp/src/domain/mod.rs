@@ -7,6 +7,7 @@ mod code;
 mod html;
 mod ids;
 mod phone;
+mod profile;
 mod token;
 mod user;
 
@@ -15,5 +16,6 @@ pub(crate) use html::SafeHtml;
 pub(crate) use ids::{BlogId, OrderId};
 pub use ids::{ShopId, UserId, VoucherId};
 pub(crate) use phone::{Phone, PhoneError, mask_phones};
+pub(crate) use profile::{Birthday, ProfileError, ProfileText};
 pub use token::SessionToken;
-pub(crate) use user::{NickName, UserDto};
+pub(crate) use user::{NickName, NickNameError, UserDto};

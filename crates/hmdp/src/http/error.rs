@@ -27,7 +27,7 @@ use crate::{
     activity::ActivityError,
     auth::{CodeError, CodeVerdict},
     catalogue::CatalogueError,
-    domain::{LoginCodeError, PhoneError},
+    domain::{LoginCodeError, NickNameError, PhoneError, ProfileError},
     seckill::{Refusal, SeckillError},
     social::SocialError,
     storage::StorageError,
@@ -195,6 +195,13 @@ error_codes! {
     UnsupportedMediaType => ("unsupported_media_type", UNSUPPORTED_MEDIA_TYPE),
     /// Malformed input: bad JSON, a missing field, a wrong type, a bad path or query value.
     InvalidRequest => ("invalid_request", BAD_REQUEST),
+    /// A profile's nickname that is empty, longer than 32 characters or has control characters.
+    InvalidNickName => ("invalid_nickname", BAD_REQUEST),
+    /// A profile's icon that is not empty nor a photo the user uploaded and still has.
+    InvalidIcon => ("invalid_icon", BAD_REQUEST),
+    /// A profile's city or introduction too long for its column or with control characters, or
+    /// a birthday that is not a date `YYYY-MM-DD` between 1900-01-01 and today.
+    InvalidProfile => ("invalid_profile", BAD_REQUEST),
     /// No or expired login on a route that needs one.
     Unauthorized => ("unauthorized", UNAUTHORIZED),
     /// A catalogue-changing route without the right `x-admin-token`.
@@ -609,6 +616,29 @@ impl From<UploadError> for ApiError {
             UploadError::Storage(s) => s.into(),
             e => ApiError::internal(e),
         }
+    }
+}
+
+impl From<NickNameError> for ApiError {
+    fn from(e: NickNameError) -> Self {
+        ApiError::new(ErrorCode::InvalidNickName, e.to_string())
+    }
+}
+
+impl From<ProfileError> for ApiError {
+    fn from(e: ProfileError) -> Self {
+        ApiError::new(ErrorCode::InvalidProfile, e.0)
+    }
+}
+
+/// A photo that cannot become the user's icon: not a photo name, or not the user's to take.
+pub(super) fn refuse_icon(e: UploadError) -> ApiError {
+    match e {
+        UploadError::InvalidName(_) | UploadError::NotYours => ApiError::new(
+            ErrorCode::InvalidIcon,
+            "头像只能是自己上传的图片 (icon must be empty or a photo you uploaded: /imgs/blogs/…)",
+        ),
+        e => e.into(),
     }
 }
 

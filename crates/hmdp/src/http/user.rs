@@ -1,4 +1,5 @@
-//! `/user/*`: SMS code, login, logout, me, public user lookups, and the daily sign-in.
+//! `/user/*`: SMS code, login, logout, me, one's own profile, public user lookups, and the daily
+//! sign-in.
 
 use std::sync::Arc;
 
@@ -13,7 +14,7 @@ use utoipa_axum::{
 use super::{
     ApiError, ApiResult, AppState, ErrorCode,
     client::ClientIp,
-    error::accept_code,
+    error::{accept_code, refuse_icon},
     extract::{AppJson, AppPath, AppQuery, CurrentUser},
     limits::{self, CodeQuota},
     ok, ok_empty,
@@ -21,8 +22,8 @@ use super::{
 use crate::{
     activity::{SignMonth, YearMonth},
     config::Config,
-    domain::{LoginCode, NickName, Phone, UserDto, UserId},
-    storage::users::{self, UserInfo},
+    domain::{Birthday, LoginCode, NickName, Phone, ProfileError, ProfileText, UserDto, UserId},
+    storage::users::{self, Profile, ProfileChange, UserInfo},
 };
 
 const TAG: &str = "user";
@@ -41,6 +42,7 @@ pub(super) fn router(config: &Config) -> OpenApiRouter<AppState> {
         .routes(routes!(logout_all))
         .routes(routes!(me))
         .routes(routes!(info))
+        .routes(routes!(my_profile, update_profile))
         .routes(routes!(user_by_id))
         .routes(routes!(sign))
         .routes(routes!(sign_count))
@@ -117,7 +119,7 @@ async fn login(
     accept_code(state.codes.check(&phone, &code, client.key()).await?)?;
     // The database work comes before the code is used up, so a database failure here leaves
     // the code valid for a retry instead of burning it.
-    let user = users::find_or_create(&state.db, &phone, &NickName::random()).await?;
+    let user = users::find_or_create(&state.db, &phone, NickName::random().as_str()).await?;
     if !state.codes.consume(&phone, &code).await? {
         // A concurrent login with the same code won: single use means one of them only.
         return Err(ApiError::new(
@@ -184,6 +186,132 @@ async fn info(
     AppPath(id): AppPath<UserId>,
 ) -> ApiResult<UserInfo> {
     Ok(super::Reply(users::find_info(&state.db, id).await?))
+}
+
+/// The logged-in user's profile: the `/user/info/{id}` fields (absent while never set) with
+/// `nickName` and `icon`.
+#[utoipa::path(get, path = "/user/info", tag = TAG, security(("session" = [])),
+    responses((status = OK, body = Profile)))]
+async fn my_profile(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    CurrentUser(session): CurrentUser,
+) -> ApiResult<Profile> {
+    Ok(super::Reply(
+        users::find_profile(&state.db, session.user.id).await?,
+    ))
+}
+
+/// A change of one's profile: the fields present are set, the others (and `null` ones) left
+/// as they are. Texts are plain text, stored as typed.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct ProfileForm {
+    /// 1 to 32 characters, trimmed, no control characters.
+    nick_name: Option<String>,
+    /// Empty, or a photo you uploaded (`/imgs/blogs/…` as `POST /upload/blog` names it): it is
+    /// then kept for good and can no longer be deleted.
+    icon: Option<String>,
+    /// At most 64 characters, trimmed; empty clears it.
+    city: Option<String>,
+    /// At most 128 characters, trimmed; empty clears it.
+    introduce: Option<String>,
+    /// `false` (or 0) male, `true` (or 1) female, as the original's `tinyint(1)`.
+    #[schema(value_type = Option<bool>)]
+    gender: Option<GenderInput>,
+    /// `YYYY-MM-DD`, from 1900-01-01 up to today (in `HMDP_TIME_ZONE`).
+    #[schema(format = Date)]
+    birthday: Option<String>,
+}
+
+/// The original's gender: a Boolean in its JSON, a `tinyint(1)` in its table.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum GenderInput {
+    Bool(bool),
+    Int(u8),
+}
+
+/// Change one's profile; data is the profile as it now is.
+///
+/// `nickName` and `icon` are `tb_user`'s, the rest `tb_user_info`'s (its row is created when
+/// missing). Every session of the user shows the new nickname and icon at once. A field that
+/// breaks its rule refuses the whole change with 400: `invalid_nickname`, `invalid_icon`,
+/// `invalid_profile` (city, introduce, gender, birthday); a field of the wrong JSON type is
+/// `invalid_request`.
+#[utoipa::path(put, path = "/user/info", tag = TAG, security(("session" = [])),
+    request_body = ProfileForm, responses((status = OK, body = Profile)))]
+async fn update_profile(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    CurrentUser(session): CurrentUser,
+    AppJson(form): AppJson<ProfileForm>,
+) -> ApiResult<Profile> {
+    let id = session.user.id;
+    let mut change = ProfileChange {
+        nick_name: form
+            .nick_name
+            .as_deref()
+            .map(|n| NickName::parse(n).map(|n| n.as_str().to_owned()))
+            .transpose()?,
+        icon: None,
+        city: form
+            .city
+            .as_deref()
+            .map(|c| ProfileText::City.parse(c))
+            .transpose()?,
+        introduce: form
+            .introduce
+            .as_deref()
+            .map(|i| ProfileText::Introduce.parse(i))
+            .transpose()?,
+        gender: match form.gender {
+            None => None,
+            Some(GenderInput::Bool(b)) => Some(b),
+            Some(GenderInput::Int(i @ (0 | 1))) => Some(i == 1),
+            Some(GenderInput::Int(_)) => {
+                return Err(ProfileError(
+                    "性别格式错误 (gender must be false, true, 0 or 1)".to_owned(),
+                )
+                .into());
+            }
+        },
+        birthday: form
+            .birthday
+            .as_deref()
+            .map(|b| Birthday::parse(b, state.activity.today()))
+            .transpose()?,
+    };
+    if let Some(icon) = form.icon.as_deref().map(str::trim) {
+        let current = users::find_by_id(&state.db, id).await?.map(|u| u.icon);
+        change.icon = if icon.is_empty() {
+            Some(String::new())
+        } else if current.as_deref() == Some(icon) {
+            None
+        } else {
+            let photo = state.uploads.adopt(id, icon).await.map_err(refuse_icon)?;
+            Some(format!("/imgs{photo}"))
+        };
+    }
+    users::update_profile(&state.db, id, &change).await?;
+    let not_found = || ApiError::new(ErrorCode::UserNotFound, "用户不存在 (no such user)");
+    let mut profile = users::find_profile(&state.db, id)
+        .await?
+        .ok_or_else(not_found)?;
+    if change.nick_name.is_some() || change.icon.is_some() {
+        // A concurrent change may write the sessions between this one's read and write: write
+        // again until what was written is what the database holds.
+        for _ in 0..4 {
+            state.sessions.update_user(&profile.dto()).await?;
+            let now = users::find_profile(&state.db, id)
+                .await?
+                .ok_or_else(not_found)?;
+            if now.dto() == profile.dto() {
+                break;
+            }
+            profile = now;
+        }
+        tracing::info!(user_id = %id, "profile changed");
+    }
+    ok(profile)
 }
 
 /// Sign in for today (in `HMDP_TIME_ZONE`); signing twice is harmless.

@@ -1,9 +1,13 @@
 //! `tb_user` and `tb_user_info`.
+//!
+//! A user's own profile joins the two; a profile change writes both in one transaction, after
+//! creating the `tb_user_info` row when there is none (on its own, so that concurrent first
+//! changes of one user cannot deadlock each other on MySQL).
 
 use chrono::NaiveDate;
 use serde::Serialize;
 
-use super::{Db, Result, impl_from_row, is_unique_violation, last_id};
+use super::{BeginWrite, Db, Result, impl_from_row, is_unique_violation, last_id};
 use crate::domain::{Phone, UserDto, UserId};
 
 /// A `tb_user` row as the service needs it (the password column is never read).
@@ -143,4 +147,133 @@ pub(crate) async fn find_info(db: &Db, id: UserId) -> Result<Option<UserInfo>> {
         .fetch_optional(pool)
         .await?
     }))
+}
+
+/// A user's own profile: the `tb_user_info` fields (absent when there is no row) with the
+/// nickname and icon of `tb_user`.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Profile {
+    #[serde(flatten)]
+    pub info: UserInfo,
+    pub nick_name: String,
+    pub icon: String,
+}
+
+impl_from_row!(Profile, |row| {
+    let id: i64 = row.try_get_unchecked("user_id")?;
+    let has_info = row
+        .try_get_unchecked::<Option<i64>, _>("info_user_id")?
+        .is_some();
+    let info: UserInfo = if has_info {
+        sqlx::FromRow::from_row(row)?
+    } else {
+        UserInfo {
+            user_id: UserId::new(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+            city: None,
+            introduce: None,
+            fans: None,
+            followee: None,
+            gender: None,
+            birthday: None,
+            credits: None,
+            level: None,
+        }
+    };
+    Ok(Profile {
+        info,
+        nick_name: row
+            .try_get_unchecked::<Option<String>, _>("nick_name")?
+            .unwrap_or_default(),
+        icon: row
+            .try_get_unchecked::<Option<String>, _>("icon")?
+            .unwrap_or_default(),
+    })
+});
+
+impl Profile {
+    pub(crate) fn dto(&self) -> UserDto {
+        UserDto {
+            id: self.info.user_id,
+            nick_name: self.nick_name.clone(),
+            icon: self.icon.clone(),
+        }
+    }
+}
+
+/// The profile of a user, if the user exists.
+pub(crate) async fn find_profile(db: &Db, id: UserId) -> Result<Option<Profile>> {
+    let sql = "SELECT u.id AS user_id, u.nick_name, u.icon, i.user_id AS info_user_id, i.city, \
+               i.introduce, i.fans, i.followee, i.gender, i.birthday, i.credits, i.level \
+               FROM tb_user u LEFT JOIN tb_user_info i ON i.user_id = u.id WHERE u.id = ?";
+    Ok(crate::storage::on_pool!(db, pool => {
+        sqlx::query_as::<_, Profile>(sql).bind(id.get()).fetch_optional(pool).await?
+    }))
+}
+
+/// What a profile change sets; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ProfileChange {
+    pub nick_name: Option<String>,
+    pub icon: Option<String>,
+    pub city: Option<String>,
+    pub introduce: Option<String>,
+    pub gender: Option<bool>,
+    pub birthday: Option<NaiveDate>,
+}
+
+impl ProfileChange {
+    fn touches_info(&self) -> bool {
+        self.city.is_some()
+            || self.introduce.is_some()
+            || self.gender.is_some()
+            || self.birthday.is_some()
+    }
+
+    fn touches_user(&self) -> bool {
+        self.nick_name.is_some() || self.icon.is_some()
+    }
+}
+
+/// Applies `change` to the profile of user `id` (creating its `tb_user_info` row if needed).
+pub(crate) async fn update_profile(db: &Db, id: UserId, change: &ProfileChange) -> Result<()> {
+    if change.touches_info() {
+        let insert = match db {
+            Db::Sqlite(_) => "INSERT OR IGNORE INTO tb_user_info (user_id) VALUES (?)",
+            Db::MySql(_) => "INSERT IGNORE INTO tb_user_info (user_id) VALUES (?)",
+        };
+        crate::storage::on_pool!(db, pool => {
+            sqlx::query(insert).bind(id.get()).execute(pool).await?;
+        });
+    }
+    let info = "UPDATE tb_user_info SET city = COALESCE(?, city), \
+                introduce = COALESCE(?, introduce), gender = COALESCE(?, gender), \
+                birthday = COALESCE(?, birthday), update_time = CURRENT_TIMESTAMP \
+                WHERE user_id = ?";
+    let user = "UPDATE tb_user SET nick_name = COALESCE(?, nick_name), \
+                icon = COALESCE(?, icon), update_time = CURRENT_TIMESTAMP WHERE id = ?";
+    crate::storage::on_pool!(db, pool => {
+        // Always `tb_user_info` first, then `tb_user`: one lock order for every change.
+        let mut tx = pool.begin_write().await?;
+        if change.touches_info() {
+            sqlx::query(info)
+                .bind(change.city.as_deref())
+                .bind(change.introduce.as_deref())
+                .bind(change.gender.map(i64::from))
+                .bind(change.birthday)
+                .bind(id.get())
+                .execute(&mut *tx)
+                .await?;
+        }
+        if change.touches_user() {
+            sqlx::query(user)
+                .bind(change.nick_name.as_deref())
+                .bind(change.icon.as_deref())
+                .bind(id.get())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?
+    });
+    Ok(())
 }

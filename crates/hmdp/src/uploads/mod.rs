@@ -10,7 +10,9 @@
 //! published note keeps its photos); a background task deletes the
 //! queued photos that no note lists once `HMDP_UPLOAD_GRACE_SECS` have passed
 //! ([`Uploads::sweep_once`]). A photo a note uses leaves the queue for good, so a sweep only
-//! looks at the photos uploaded since the one before.
+//! looks at the photos uploaded since the one before. A photo its uploader makes their icon
+//! ([`Uploads::adopt`]) leaves the queue and its record the same way: kept, and nobody's to
+//! delete.
 //!
 //! The folder must be shared by every instance (or there is one instance): any instance's
 //! sweep deletes the files of photos uploaded through another. A Redis that loses its data
@@ -273,6 +275,25 @@ impl Uploads {
             None if self.locate(&name).await?.is_some() => Err(UploadError::NotYours),
             None => Ok(()),
         }
+    }
+
+    /// Makes a photo `user` uploaded theirs for good (their icon): it leaves the clean-up queue
+    /// and can no longer be deleted, as a photo a note uses. `raw` is the name with or without
+    /// `/imgs`; a photo of someone else's, or one no longer pending (kept or swept), is
+    /// [`UploadError::NotYours`].
+    pub async fn adopt(&self, user: UserId, raw: &str) -> Result<PhotoName, UploadError> {
+        let name = PhotoName::parse(raw)?;
+        let owner: Option<i64> = self
+            .inner
+            .redis
+            .clone()
+            .hget(self.inner.keys.upload(name.as_str()), "user")
+            .await?;
+        if owner != Some(user.get()) || self.locate(&name).await?.is_none() {
+            return Err(UploadError::NotYours);
+        }
+        self.forget(&name).await?;
+        Ok(name)
     }
 
     /// The file of a photo, when it is a regular file below real folders (no symbolic link

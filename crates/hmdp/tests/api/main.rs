@@ -24,6 +24,7 @@ mod metrics;
 mod openapi;
 mod order_pipeline;
 mod pages;
+mod profile;
 mod rabbitmq;
 mod replicas;
 mod seckill;

@@ -18,8 +18,8 @@ use serde_json::json;
 use crate::{
     both_backends,
     helpers::{
-        Backend, Resp, TestApp, assert_nothing_outside, raw_get, spawn_app, spawn_app_with,
-        square_png, test_config,
+        Backend, Resp, TestApp, assert_nothing_outside, multipart, raw_get, spawn_app,
+        spawn_app_with, square_png, test_config,
     },
 };
 
@@ -54,20 +54,6 @@ fn png_of_len(len: usize) -> Vec<u8> {
     let mut data = square_png(1, [1, 2, 3]);
     data.resize(len, 0);
     data
-}
-
-/// A `multipart/form-data` body with one file part; the content type and the body.
-fn multipart(field: &str, file_name: &str, content_type: &str, data: &[u8]) -> (String, Vec<u8>) {
-    let boundary = "hmdp-test-boundary-0123456789";
-    let mut body = format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nhello\r\n\
-         --{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; \
-         filename=\"{file_name}\"\r\nContent-Type: {content_type}\r\n\r\n"
-    )
-    .into_bytes();
-    body.extend(data);
-    body.extend(format!("\r\n--{boundary}--\r\n").into_bytes());
-    (format!("multipart/form-data; boundary={boundary}"), body)
 }
 
 async fn upload_as(

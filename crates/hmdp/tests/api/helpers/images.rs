@@ -52,3 +52,22 @@ pub fn square_png(side: u32, rgb: [u8; 3]) -> Vec<u8> {
     chunk(&mut png, b"IEND", &[]);
     png
 }
+
+/// A `multipart/form-data` body with one file part; the content type and the body.
+pub fn multipart(
+    field: &str,
+    file_name: &str,
+    content_type: &str,
+    data: &[u8],
+) -> (String, Vec<u8>) {
+    let boundary = "hmdp-test-boundary-0123456789";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nhello\r\n\
+         --{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; \
+         filename=\"{file_name}\"\r\nContent-Type: {content_type}\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend(data);
+    body.extend(format!("\r\n--{boundary}--\r\n").into_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}

@@ -20,7 +20,7 @@ pub use hmdp_testkit::{
     CuttableProxy, Patience, RedisCluster, RedisServer, free_port, redis_url, remove_keys,
     unique_prefix, wait_until,
 };
-pub use images::square_png;
+pub use images::{multipart, square_png};
 pub use seckill::{
     assert_same_orders, code_of, create_sale, db_buyers, db_count, db_order_ids, db_stock, drain,
     grab_raw, kill_a_worker_process_mid_drain, login_many, lose_voucher, order_id_of,
