@@ -242,9 +242,12 @@ enum GenderInput {
     request_body = ProfileForm, responses((status = OK, body = Profile)))]
 async fn update_profile(
     axum::extract::State(state): axum::extract::State<AppState>,
-    CurrentUser(session): CurrentUser,
+    session: Result<CurrentUser, ApiError>,
     AppJson(form): AppJson<ProfileForm>,
 ) -> ApiResult<Profile> {
+    // The login is checked after the body is read, as for `POST /blog`: a malformed body is a
+    // 400 whether or not the session is alive.
+    let CurrentUser(session) = session?;
     let id = session.user.id;
     let mut change = ProfileChange {
         nick_name: form
