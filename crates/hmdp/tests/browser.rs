@@ -1032,6 +1032,34 @@ async fn a_demo_user_reads_likes_follows_writes_and_checks_in() {
     .await;
     b.screenshot("s07-shop-visitors").await;
 
+    // The profile editor: a nickname with markup is saved, and shown as text, not markup.
+    b.open(&base, "#/me").await;
+    assert_eq!(b.wait_state("#profile-card").await, "shown");
+    let nick = "<b>湖畔吃货</b>";
+    b.type_into("#p-nick", nick).await;
+    b.type_into("#p-city", "杭州").await;
+    // Below the fold, under the tab bar: brought into view as a user would scroll to it.
+    b.js(
+        "document.querySelector('#profile-save').scrollIntoView({ block: 'center' });",
+        json!([]),
+    )
+    .await;
+    b.click("#profile-save").await;
+    b.wait_contains("#profile-result .notice.ok", "已保存")
+        .await;
+    b.wait_text("#me-name", nick, |t| t == nick).await;
+    let markup = b
+        .js(
+            "return document.querySelector('#me-name b') !== null;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(markup, false, "the nickname is text");
+    let stored = app.get("/api/user/info", Some(&token)).await;
+    assert_eq!(stored.body["data"]["nickName"], nick);
+    assert_eq!(stored.body["data"]["city"], "杭州");
+    b.screenshot("s08-profile").await;
+
     let errors = b.page_errors().await;
     assert!(errors.is_empty(), "the page reported errors: {errors:?}");
     social_sections_degrade_quietly(&b, &base).await;
@@ -1041,8 +1069,8 @@ async fn a_demo_user_reads_likes_follows_writes_and_checks_in() {
     stop(app).await;
 }
 
-/// On a server without the social routes (the social half may be switched off or not yet
-/// deployed), their sections stay hidden and show no error. The browser's `fetch` stands in
+/// On a server without the social routes or the profile route (the social half may be switched
+/// off or not yet deployed), their sections stay hidden and show no error. The browser's `fetch` stands in
 /// for such a server: it answers the routes with the service's 404 envelope; the views are
 /// reached by hash changes, so the stand-in stays in place.
 async fn social_sections_degrade_quietly(b: &Browser, base: &str) {
@@ -1084,6 +1112,7 @@ async fn social_sections_degrade_quietly(b: &Browser, base: &str) {
             "^/api/user/sign(/|$)",
             "^/api/shop/\\d+/uv$",
             "^/api/upload/",
+            "^/api/user/info$",
         ]]),
     )
     .await;
@@ -1126,6 +1155,12 @@ async fn social_sections_degrade_quietly(b: &Browser, base: &str) {
         hidden("#sign-card").await,
         true,
         "no sign-in routes: no card"
+    );
+    assert_eq!(b.wait_state("#profile-card").await, "none");
+    assert_eq!(
+        hidden("#profile-card").await,
+        true,
+        "no profile route: no editor"
     );
     no_error("me").await;
 

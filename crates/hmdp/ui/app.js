@@ -80,6 +80,16 @@
       'me.logout': '退出登录',
       'me.login': '去登录',
       'me.guest': '你还没有登录。',
+      'profile.title': '个人资料',
+      'profile.nick': '昵称',
+      'profile.city': '城市',
+      'profile.intro': '个人介绍',
+      'profile.gender': '性别',
+      'profile.male': '男',
+      'profile.female': '女',
+      'profile.birthday': '生日',
+      'profile.save': '保存',
+      'profile.saved': '已保存',
       'admin.title': '管理：创建秒杀券',
       'admin.token': '管理员令牌 (x-admin-token)',
       'admin.tokenNote': '只保存在当前标签页 (sessionStorage)，关闭即清除。',
@@ -220,6 +230,16 @@
       'me.logout': 'Log out',
       'me.login': 'Log in',
       'me.guest': 'You are not logged in.',
+      'profile.title': 'Profile',
+      'profile.nick': 'Nickname',
+      'profile.city': 'City',
+      'profile.intro': 'About me',
+      'profile.gender': 'Gender',
+      'profile.male': 'Male',
+      'profile.female': 'Female',
+      'profile.birthday': 'Birthday',
+      'profile.save': 'Save',
+      'profile.saved': 'Saved',
       'admin.title': 'Admin: create a flash-sale voucher',
       'admin.token': 'Admin token (x-admin-token)',
       'admin.tokenNote': 'Kept in this tab only (sessionStorage); gone when the tab closes.',
@@ -1142,7 +1162,60 @@
         h('div', { class: 'grow' }, h('div', { class: 'name', id: 'me-name' }, me.nickName || ''), h('div', { class: 'muted small' }, 'id ' + me.id))),
       h('a', { class: 'btn block', href: '#/orders' }, t('orders.title')),
       out), sign);
+    const edit = h('div', { class: 'card', id: 'profile-card', hidden: true });
+    root.append(edit);
     await signCard(sign);
+    await profileCard(edit);
+  }
+
+  /**
+   * The profile editor (`GET`/`PUT /user/info`); hidden when the server has no such route.
+   * Every value goes into the page as text (`h` builds text nodes), never as markup.
+   */
+  async function profileCard(card) {
+    const r = await api('GET', '/user/info');
+    if (!r.ok || !r.json.data) {
+      // An older server answers `/user/info` as `/user/{id}` with a bad id: no editor there either.
+      card.dataset.state = missing(r) || r.status === 400 ? 'none' : 'failed';
+      return;
+    }
+    const p = r.json.data;
+    const field = (id, label, el) => [h('label', { for: id }, label), el];
+    const nick = h('input', { id: 'p-nick', maxlength: 32, required: true, value: p.nickName || '' });
+    const city = h('input', { id: 'p-city', maxlength: 64, value: p.city || '' });
+    const intro = h('textarea', { id: 'p-intro', maxlength: 128, rows: 3 });
+    intro.value = p.introduce || '';
+    const gender = h('select', { id: 'p-gender' },
+      h('option', { value: 'false', selected: p.gender !== true }, t('profile.male')),
+      h('option', { value: 'true', selected: p.gender === true }, t('profile.female')));
+    const today = new Date();
+    const birthday = h('input', { id: 'p-birthday', type: 'date', min: '1900-01-01',
+      max: today.getFullYear() + '-' + pad(today.getMonth() + 1) + '-' + pad(today.getDate()), value: p.birthday || '' });
+    const result = h('div', { id: 'profile-result' });
+    const form = h('form', { id: 'profile-form', novalidate: true },
+      field('p-nick', t('profile.nick'), nick), field('p-city', t('profile.city'), city),
+      field('p-intro', t('profile.intro'), intro), field('p-gender', t('profile.gender'), gender),
+      field('p-birthday', t('profile.birthday'), birthday),
+      h('button', { class: 'btn block', id: 'profile-save', type: 'submit' }, t('profile.save')), result);
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const body = { nickName: nick.value, city: city.value, introduce: intro.value, gender: gender.value === 'true' };
+      if (birthday.value) body.birthday = birthday.value;
+      const w = await api('PUT', '/user/info', body);
+      if (!w.ok) {
+        result.replaceChildren(notice('bad', errorText(w)));
+        return;
+      }
+      me.nickName = w.json.data.nickName;
+      nick.value = me.nickName;
+      const name = document.getElementById('me-name');
+      if (name) name.textContent = me.nickName;
+      renderWho();
+      result.replaceChildren(notice('ok', t('profile.saved')));
+    });
+    card.append(h('h2', {}, t('profile.title')), form);
+    card.hidden = false;
+    card.dataset.state = 'shown';
   }
 
   // ---------------------------------------------------------------- sign-in
