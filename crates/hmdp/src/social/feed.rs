@@ -110,6 +110,40 @@ impl Social {
         }
     }
 
+    /// Takes a deleted note out of the feeds: the inbox of every follower of its author and
+    /// the author's outbox. Like a fan-out, a large one runs in the background, and failures
+    /// are logged (a scroll leaves out entries of notes that are gone).
+    pub(super) async fn withdraw(&self, author: UserId, blog: BlogId) {
+        let followers = match follows::followers(&self.db, author, u64::MAX).await {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(error = %e, %author, %blog, "cannot read the followers: a deleted note stays in their inboxes");
+                Vec::new()
+            }
+        };
+        let mut keys: Vec<String> = followers.iter().map(|f| self.keys.feed(*f)).collect();
+        keys.push(self.keys.feed_outbox(author.get()));
+        let me = self.clone();
+        let remove = async move {
+            let cmds = keys
+                .iter()
+                .map(|k| {
+                    let mut c = redis::cmd("ZREM");
+                    c.arg(k).arg(blog.get());
+                    c
+                })
+                .collect();
+            if let Err(e) = me.query_each::<i64>(cmds).await {
+                tracing::warn!(error = %e, %author, %blog, "cannot take a deleted note out of the feeds");
+            }
+        };
+        if followers.len() < BATCH {
+            remove.await;
+        } else {
+            self.background.spawn(remove);
+        }
+    }
+
     /// `ZADD feed:{f} score blog` + trim, for every follower `f`.
     async fn push(&self, followers: &[i64], blog: BlogId, score: i64) -> RedisResult<()> {
         let keep = self.keep();

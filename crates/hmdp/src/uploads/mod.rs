@@ -9,8 +9,9 @@
 //! time (`upload:pending`): only the uploader may delete it, and only until a note lists it (a
 //! published note keeps its photos); a background task deletes the
 //! queued photos that no note lists once `HMDP_UPLOAD_GRACE_SECS` have passed
-//! ([`Uploads::sweep_once`]). A photo a note uses leaves the queue for good, so a sweep only
-//! looks at the photos uploaded since the one before.
+//! ([`Uploads::sweep_once`]). A photo a note uses leaves the queue, so a sweep only looks at
+//! the photos uploaded since the one before; deleting the note queues its photos again
+//! ([`Uploads::release`]).
 //!
 //! The folder must be shared by every instance (or there is one instance): any instance's
 //! sweep deletes the files of photos uploaded through another. A Redis that loses its data
@@ -273,6 +274,26 @@ impl Uploads {
             None if self.locate(&name).await?.is_some() => Err(UploadError::NotYours),
             None => Ok(()),
         }
+    }
+
+    /// Hands the photos of a deleted note back to the clean-up; how many were queued.
+    ///
+    /// Each of this service's photos that `images` lists (comma-separated, as a note stores
+    /// them) and whose file is here is queued again as if `owner` had uploaded it now, with
+    /// every note to be looked at (another note may list it too): the sweep deletes it once
+    /// the grace period has passed unless a note uses it then. Other paths are left alone.
+    pub async fn release(&self, owner: UserId, images: &str) -> Result<usize, UploadError> {
+        let mut queued = 0;
+        for path in images.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let Ok(name) = PhotoName::parse(path) else {
+                continue;
+            };
+            if self.locate(&name).await?.is_some() {
+                self.record(owner, &name, 0).await?;
+                queued += 1;
+            }
+        }
+        Ok(queued)
     }
 
     /// The file of a photo, when it is a regular file below real folders (no symbolic link

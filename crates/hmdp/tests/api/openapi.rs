@@ -39,6 +39,7 @@ async fn every_documented_operation_exists() {
                     "get" => app.client.get(&url),
                     "post" => app.client.post(&url).json(&serde_json::json!({})),
                     "put" => app.client.put(&url).json(&serde_json::json!({})),
+                    "delete" => app.client.delete(&url),
                     other => panic!("unexpected method {other}"),
                 };
                 let r = app
