@@ -173,6 +173,8 @@ const NO_DATA: &[(&str, &str)] = &[
     ("put", "/shop"),
     ("get", "/upload/blog/delete"),
     ("post", "/user/sign"),
+    ("delete", "/blog/{id}"),
+    ("delete", "/blog/comments/{id}"),
 ];
 
 /// A `data` schema says what it is: a reference, a primitive, or an array of those.
