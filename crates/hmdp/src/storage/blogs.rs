@@ -1,4 +1,4 @@
-//! Notes (`tb_blog`): reads and writes.
+//! Notes (`tb_blog`): reads and writes, and deleting a note with what hangs on it.
 //!
 //! A note row comes with its author's `nick_name` and `icon` (a `LEFT JOIN tb_user`), which is
 //! what every page that lists notes shows. `liked` is the number of the note's likers, written
