@@ -1,9 +1,10 @@
 //! `/blog/*`: notes, likes and the followers' feed (the original's BlogController).
 //!
 //! All but `/blog/hot` and a note's comments need login (the original's exclude list, which
-//! has no comments); `/blog/hot` shows `isLike` only to a logged-in viewer. Comments and
-//! deleting a note or a comment are hmdp's own (the original's comment controller is empty). `PUT /blog/like/{id}` answers the new like state as `data`
-//! (the original answers none; its pages ignore it).
+//! has no comments); `/blog/hot` shows `isLike` only to a logged-in viewer.
+//! `PUT /blog/like/{id}` answers the new like state as `data` (the original answers none; its
+//! pages ignore it). Comments and deleting a note or a comment are hmdp's own (the original's
+//! comment controller is empty).
 
 use std::sync::Arc;
 

@@ -22,6 +22,10 @@
 //! notes) at once, and stops seeing them at unfollow; pushed notes stay in an inbox after an
 //! unfollow, as in the original.
 //!
+//! **Deleted notes** leave the inboxes of the author's followers and the author's outbox
+//! ([`Social::withdraw`]); an entry that stays (in an ex-follower's inbox) names no note and
+//! the scroll's read of the notes leaves it out.
+//!
 //! **Scroll** (`/blog/of/follow?lastId=&offset=`): the original's `ZREVRANGEBYSCORE feed:{me}
 //! lastId 0 WITHSCORES LIMIT offset 2`, two notes per page, newest first. The reply's `minTime`
 //! is the smallest score on the page and `offset` the number of notes on the page with that
