@@ -1,5 +1,5 @@
-//! Typed database ids ([`UserId`], [`ShopId`], [`VoucherId`], [`BlogId`], [`OrderId`]): positive `i64`s
-//! that cannot be mixed up.
+//! Typed database ids ([`UserId`], [`ShopId`], [`VoucherId`], [`BlogId`], [`CommentId`],
+//! [`OrderId`]): positive `i64`s that cannot be mixed up.
 //!
 //! A path or JSON id that is zero, negative or not a number is refused at the edge as
 //! `invalid_request` instead of becoming a query for a row that cannot exist. Each type is a
@@ -78,6 +78,10 @@ id_type!(
 id_type!(
     /// A `tb_blog.id`: a note.
     BlogId
+);
+id_type!(
+    /// A `tb_blog_comments.id`: a comment on a note.
+    CommentId
 );
 id_type!(
     /// A `tb_voucher_order.id`: a flash-sale order, accepted or written.

@@ -13,7 +13,7 @@ mod user;
 
 pub(crate) use code::{LoginCode, LoginCodeError};
 pub(crate) use html::SafeHtml;
-pub(crate) use ids::{BlogId, OrderId};
+pub(crate) use ids::{BlogId, CommentId, OrderId};
 pub use ids::{ShopId, UserId, VoucherId};
 pub(crate) use phone::{Phone, PhoneError, mask_phones};
 pub(crate) use profile::{Birthday, ProfileError, ProfileText};

@@ -1,8 +1,10 @@
 //! `/blog/*`: notes, likes and the followers' feed (the original's BlogController).
 //!
-//! All but `/blog/hot` need login (the original's exclude list); `/blog/hot` shows `isLike`
-//! only to a logged-in viewer. `PUT /blog/like/{id}` answers the new like state as `data`
-//! (the original answers none; its pages ignore it).
+//! All but `/blog/hot` and a note's comments need login (the original's exclude list, which
+//! has no comments); `/blog/hot` shows `isLike` only to a logged-in viewer.
+//! `PUT /blog/like/{id}` answers the new like state as `data` (the original answers none; its
+//! pages ignore it). Comments and deleting a note or a comment are hmdp's own (the original's
+//! comment controller is empty).
 
 use std::sync::Arc;
 
@@ -14,12 +16,12 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::{
     ApiError, ApiResult, AppState, Reply,
     extract::{AppJson, AppPath, AppQuery, CurrentUser},
-    ok,
+    ok, ok_empty,
 };
 use crate::{
     auth::SessionUser,
-    domain::{BlogId, UserDto, UserId},
-    social::{Blog, BlogInput, LikeState, ScrollResult, feed::MAX_OFFSET},
+    domain::{BlogId, CommentId, UserDto, UserId},
+    social::{Blog, BlogInput, Comment, CommentInput, LikeState, ScrollResult, feed::MAX_OFFSET},
 };
 
 const TAG: &str = "blog";
@@ -34,6 +36,9 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(of_me))
         .routes(routes!(of_user))
         .routes(routes!(of_follow))
+        .routes(routes!(delete_blog))
+        .routes(routes!(add_comment, comments))
+        .routes(routes!(delete_comment))
 }
 
 /// Publish a note; data is its id.
@@ -65,6 +70,80 @@ async fn blog_by_id(
     AppPath(id): AppPath<BlogId>,
 ) -> ApiResult<Blog> {
     ok(state.social.blog(id, session.user.id).await?)
+}
+
+/// Delete your note (`not_your_blog` for someone else's, `blog_not_found` if none).
+///
+/// Its comments, likes and feed entries go with it; its photos are handed back to the upload
+/// clean-up, which deletes them after the grace period unless another note lists them.
+#[utoipa::path(delete, path = "/blog/{id}", tag = TAG, security(("session" = [])),
+    params(("id" = inline(BlogId), Path, description = "a positive id")))]
+async fn delete_blog(
+    State(state): State<AppState>,
+    CurrentUser(session): CurrentUser,
+    AppPath(id): AppPath<BlogId>,
+) -> ApiResult<()> {
+    let author = session.user.id;
+    let images = state.social.delete_blog(id, author).await?;
+    // The note is gone either way; photos not handed back stay on disk (never deleted wrongly).
+    if let Err(e) = state.uploads.release(author, &images).await {
+        tracing::warn!(error = %e, blog = %id, "cannot hand a deleted note's photos to the clean-up");
+    }
+    ok_empty()
+}
+
+/// Comment on a note; data is the comment's id.
+///
+/// `content` is HTML, cleaned as a note's is, then 1 to 255 characters. A reply names the
+/// thread it joins (`parentId`, a top-level comment of the note) and/or the comment it
+/// answers (`answerId`); anything else is `invalid_comment`.
+#[utoipa::path(post, path = "/blog/{id}/comments", tag = TAG, security(("session" = [])),
+    params(("id" = inline(BlogId), Path, description = "a positive id")),
+    request_body = CommentInput, responses((status = OK, body = CommentId)))]
+async fn add_comment(
+    State(state): State<AppState>,
+    session: Result<CurrentUser, ApiError>,
+    AppPath(id): AppPath<BlogId>,
+    AppJson(input): AppJson<CommentInput>,
+) -> ApiResult<CommentId> {
+    // As `publish`: a malformed body is a 400 with or without login.
+    let CurrentUser(session) = session?;
+    ok(state.social.comment(id, session.user.id, &input).await?)
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct CommentPageQuery {
+    /// The page number (10 comments a page).
+    #[param(minimum = 1, maximum = 1000, default = 1)]
+    current: Option<i64>,
+}
+
+/// A note's comments, 10 per page, newest first, each with its author (`name`, `icon`); no
+/// login needed.
+#[utoipa::path(get, path = "/blog/{id}/comments", tag = TAG,
+    params(("id" = inline(BlogId), Path, description = "a positive id"), CommentPageQuery),
+    responses((status = OK, body = Vec<Comment>)))]
+async fn comments(
+    State(state): State<AppState>,
+    AppPath(id): AppPath<BlogId>,
+    AppQuery(q): AppQuery<CommentPageQuery>,
+) -> ApiResult<Vec<Comment>> {
+    let current = super::extract::page(q.current)?;
+    ok(state.social.comments(id, current).await?)
+}
+
+/// Delete your comment, with its replies when it is a top-level one (`not_your_comment` for
+/// someone else's, `comment_not_found` if none).
+#[utoipa::path(delete, path = "/blog/comments/{id}", tag = TAG, security(("session" = [])),
+    params(("id" = inline(CommentId), Path, description = "a positive id")))]
+async fn delete_comment(
+    State(state): State<AppState>,
+    CurrentUser(session): CurrentUser,
+    AppPath(id): AppPath<CommentId>,
+) -> ApiResult<()> {
+    state.social.delete_comment(id, session.user.id).await?;
+    ok_empty()
 }
 
 /// Like a note, or take the like back; data is the new state.

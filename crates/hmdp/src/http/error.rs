@@ -177,6 +177,15 @@ error_codes! {
     /// A note that breaks a rule: empty or too long title or content, too many photos, an
     /// unknown shop.
     InvalidBlog => ("invalid_blog", OK),
+    /// Deleting a note someone else wrote.
+    NotYourBlog => ("not_your_blog", OK),
+    /// No such comment.
+    CommentNotFound => ("comment_not_found", OK),
+    /// A comment that breaks a rule: empty or too long content, a `parentId` or `answerId`
+    /// that names no comment of the note (or names comments of two threads).
+    InvalidComment => ("invalid_comment", OK),
+    /// Deleting a comment someone else wrote.
+    NotYourComment => ("not_your_comment", OK),
     /// No such user.
     UserNotFound => ("user_not_found", OK),
     /// Following oneself.
@@ -556,6 +565,18 @@ impl From<SocialError> for ApiError {
             SocialError::Catalogue(c) => c.into(),
             SocialError::BlogNotFound => ApiError::new(ErrorCode::BlogNotFound, "笔记不存在"),
             SocialError::InvalidBlog(msg) => ApiError::new(ErrorCode::InvalidBlog, msg),
+            SocialError::NotYourBlog => ApiError::new(
+                ErrorCode::NotYourBlog,
+                "只能删除自己的笔记 (only the author may delete a note)",
+            ),
+            SocialError::CommentNotFound => {
+                ApiError::new(ErrorCode::CommentNotFound, "评论不存在 (no such comment)")
+            }
+            SocialError::InvalidComment(msg) => ApiError::new(ErrorCode::InvalidComment, msg),
+            SocialError::NotYourComment => ApiError::new(
+                ErrorCode::NotYourComment,
+                "只能删除自己的评论 (only the author may delete a comment)",
+            ),
             SocialError::UserNotFound => {
                 ApiError::new(ErrorCode::UserNotFound, "用户不存在 (no such user)")
             }

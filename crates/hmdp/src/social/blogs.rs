@@ -1,4 +1,4 @@
-//! Notes: writing one (checked and sanitised) and the views the pages list.
+//! Notes: writing one (checked and sanitised), deleting one, and the views the pages list.
 //!
 //! The original pages render `content` with `v-html`, so a note's HTML runs in every reader's
 //! browser. It is cleaned on write ([`SafeHtml`]: formatting, links and images stay; scripts,
@@ -136,24 +136,7 @@ fn check(input: &BlogInput) -> Result<Checked, SocialError> {
             "标题不能包含控制字符 (title must not contain control characters)",
         ));
     }
-    if input
-        .content
-        .chars()
-        .any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
-    {
-        return Err(invalid(
-            "内容不能包含控制字符 (content must not contain control characters)",
-        ));
-    }
-    let content = SafeHtml::clean(&input.content).into_string();
-    if content.trim().is_empty() {
-        return Err(invalid("内容不能为空 (content must not be empty)"));
-    }
-    if content.chars().count() > CONTENT_MAX {
-        return Err(invalid(format!(
-            "内容过长 (content must be at most {CONTENT_MAX} characters after cleaning)"
-        )));
-    }
+    let content = clean_content(&input.content, CONTENT_MAX).map_err(invalid)?;
     let images = input.images.trim();
     if images.chars().count() > IMAGES_MAX {
         return Err(invalid(format!(
@@ -178,6 +161,27 @@ fn check(input: &BlogInput) -> Result<Checked, SocialError> {
         content,
         images: paths.join(","),
     })
+}
+
+/// Cleans user HTML (a note's or a comment's content) as [`SafeHtml`] does and checks that it
+/// is 1 to `max` characters once cleaned; the refusal's message otherwise.
+pub(super) fn clean_content(raw: &str, max: usize) -> Result<String, String> {
+    if raw
+        .chars()
+        .any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+    {
+        return Err("内容不能包含控制字符 (content must not contain control characters)".into());
+    }
+    let content = SafeHtml::clean(raw).into_string();
+    if content.trim().is_empty() {
+        return Err("内容不能为空 (content must not be empty)".into());
+    }
+    if content.chars().count() > max {
+        return Err(format!(
+            "内容过长 (content must be at most {max} characters after cleaning)"
+        ));
+    }
+    Ok(content)
 }
 
 /// A photo reference the pages can put in `<img src>`: a path on this site or an http(s)
@@ -223,6 +227,31 @@ impl Social {
         .await?;
         self.distribute(author, id, score).await;
         Ok(id)
+    }
+
+    /// Deletes `author`'s note: its row, comments, likes (rows and set) and feed entries; the
+    /// photos it listed (comma-separated, as stored), for the caller to hand back to the
+    /// upload clean-up.
+    ///
+    /// The rows and the like set go under the note's row lock, so a like toggled at the same
+    /// time either comes before (and goes with the note) or finds no note. The feeds are
+    /// cleaned after the commit (the followers' inboxes and the author's outbox); an entry
+    /// that stays behind (a follower who has unfollowed since, a failed clean-up) names a
+    /// note that is no more, which a scroll leaves out.
+    pub async fn delete_blog(&self, id: BlogId, author: UserId) -> Result<String, SocialError> {
+        let key = self.keys.blog_liked(id.get());
+        let del_likes = || async move {
+            redis::AsyncCommands::del::<_, ()>(&mut self.conn(), key).await?;
+            Ok::<_, SocialError>(())
+        };
+        match blogs::delete_locked(&self.db, id, author, del_likes).await? {
+            blogs::Deleted::NoNote => Err(SocialError::BlogNotFound),
+            blogs::Deleted::NotAuthor => Err(SocialError::NotYourBlog),
+            blogs::Deleted::Done { images } => {
+                self.withdraw(author, id).await;
+                Ok(images)
+            }
+        }
     }
 
     /// One note with its author and whether `viewer` likes it.

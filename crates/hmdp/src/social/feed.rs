@@ -22,6 +22,10 @@
 //! notes) at once, and stops seeing them at unfollow; pushed notes stay in an inbox after an
 //! unfollow, as in the original.
 //!
+//! **Deleted notes** leave the inboxes of the author's followers and the author's outbox
+//! ([`Social::withdraw`]); an entry that stays (in an ex-follower's inbox) names no note and
+//! the scroll's read of the notes leaves it out.
+//!
 //! **Scroll** (`/blog/of/follow?lastId=&offset=`): the original's `ZREVRANGEBYSCORE feed:{me}
 //! lastId 0 WITHSCORES LIMIT offset 2`, two notes per page, newest first. The reply's `minTime`
 //! is the smallest score on the page and `offset` the number of notes on the page with that
@@ -107,6 +111,40 @@ impl Social {
                     tracing::warn!(error = %e, %author, %blog, "cannot add the note to the outbox");
                 }
             }
+        }
+    }
+
+    /// Takes a deleted note out of the feeds: the inbox of every follower of its author and
+    /// the author's outbox. Like a fan-out, a large one runs in the background, and failures
+    /// are logged (a scroll leaves out entries of notes that are gone).
+    pub(super) async fn withdraw(&self, author: UserId, blog: BlogId) {
+        let followers = match follows::followers(&self.db, author, u64::MAX).await {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(error = %e, %author, %blog, "cannot read the followers: a deleted note stays in their inboxes");
+                Vec::new()
+            }
+        };
+        let mut keys: Vec<String> = followers.iter().map(|f| self.keys.feed(*f)).collect();
+        keys.push(self.keys.feed_outbox(author.get()));
+        let me = self.clone();
+        let remove = async move {
+            let cmds = keys
+                .iter()
+                .map(|k| {
+                    let mut c = redis::cmd("ZREM");
+                    c.arg(k).arg(blog.get());
+                    c
+                })
+                .collect();
+            if let Err(e) = me.query_each::<i64>(cmds).await {
+                tracing::warn!(error = %e, %author, %blog, "cannot take a deleted note out of the feeds");
+            }
+        };
+        if followers.len() < BATCH {
+            remove.await;
+        } else {
+            self.background.spawn(remove);
         }
     }
 

@@ -1,7 +1,10 @@
 //! Notes, likes, follows and the followers' feed (the course's ZSET and SET chapters).
 //!
 //! - [`blogs`]: notes are sanitised on write (the pages render `content` as raw HTML) and shown
-//!   with their author and whether the viewer likes them.
+//!   with their author and whether the viewer likes them; deleting one takes its comments,
+//!   likes and feed entries with it and hands its photos back to the upload clean-up.
+//! - [`comments`]: comments on a note, sanitised like notes, counted in `tb_blog.comments`
+//!   under the note's row lock.
 //! - [`likes`]: `hmdp_blog_like` is the truth, `blog:liked:{id}` its copy with a marker
 //!   member (rebuilt when lost); one Lua script decides a toggle, and the row and
 //!   `tb_blog.liked` follow it under the note's row lock, so racing clicks never double-count.
@@ -15,6 +18,7 @@
 //! waits for the fan-outs and stops the adoption between two notes.
 
 pub(crate) mod blogs;
+pub(crate) mod comments;
 pub(crate) mod feed;
 pub(crate) mod follows;
 pub(crate) mod likes;
@@ -30,6 +34,7 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisResult};
 use tokio::sync::Notify;
 
 pub(crate) use blogs::{Blog, BlogInput};
+pub(crate) use comments::{Comment, CommentInput};
 pub(crate) use feed::ScrollResult;
 pub(crate) use likes::LikeState;
 
@@ -55,6 +60,18 @@ pub enum SocialError {
     /// A note that breaks a rule; the message says which.
     #[error("{0}")]
     InvalidBlog(String),
+    /// Deleting someone else's note.
+    #[error("只能删除自己的笔记 (only the author may delete a note)")]
+    NotYourBlog,
+    /// No such comment.
+    #[error("评论不存在 (no such comment)")]
+    CommentNotFound,
+    /// A comment that breaks a rule; the message says which.
+    #[error("{0}")]
+    InvalidComment(String),
+    /// Deleting someone else's comment.
+    #[error("只能删除自己的评论 (only the author may delete a comment)")]
+    NotYourComment,
     /// No such user.
     #[error("用户不存在 (no such user)")]
     UserNotFound,

@@ -1,4 +1,4 @@
-//! Notes (`tb_blog`): reads and writes.
+//! Notes (`tb_blog`): reads and writes, and deleting a note with what hangs on it.
 //!
 //! A note row comes with its author's `nick_name` and `icon` (a `LEFT JOIN tb_user`), which is
 //! what every page that lists notes shows. `liked` is the number of the note's likers, written
@@ -6,7 +6,7 @@
 
 use chrono::NaiveDateTime;
 
-use super::{Db, Result, StorageError, impl_from_row, last_id};
+use super::{BeginWrite, Db, Result, StorageError, impl_from_row, last_id};
 use crate::domain::{BlogId, ShopId, UserId};
 
 /// A `tb_blog` row with its author's name and icon.
@@ -147,4 +147,72 @@ pub(crate) async fn of_user(
             .fetch_all(pool)
             .await?
     }))
+}
+
+/// Whether a note exists.
+pub(crate) async fn exists(db: &Db, id: BlogId) -> Result<bool> {
+    Ok(crate::storage::on_pool!(db, pool => {
+        sqlx::query_scalar::<_, i64>("SELECT 1 FROM tb_blog WHERE id = ?")
+            .bind(id.get())
+            .fetch_optional(pool)
+            .await?
+            .is_some()
+    }))
+}
+
+/// What deleting a note did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Deleted {
+    /// The note, its comments and its like rows are gone; its `images` as they were.
+    Done {
+        images: String,
+    },
+    NoNote,
+    /// Someone else wrote the note: nothing was changed.
+    NotAuthor,
+}
+
+/// Deletes `author`'s note with its comments and like rows under the note's lock; `redis` (the
+/// note's Redis keys) runs after the rows are deleted and before the commit, so a toggle of a
+/// like waiting for the lock finds no note, and a failed Redis step deletes nothing.
+pub(crate) async fn delete_locked<E, F, Fut>(
+    db: &Db,
+    id: BlogId,
+    author: UserId,
+    redis: F,
+) -> Result<Deleted, E>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<(), E>>,
+    E: From<StorageError>,
+{
+    crate::storage::on_pool!(db, pool => {
+        let mut tx = pool.begin_write().await.map_err(StorageError::from)?;
+        if !super::lock_note!(db, tx, id) {
+            return Ok(Deleted::NoNote);
+        }
+        let (user, images): (i64, String) =
+            sqlx::query_as("SELECT CAST(user_id AS SIGNED), images FROM tb_blog WHERE id = ?")
+                .bind(id.get())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(StorageError::from)?;
+        if user != author.get() {
+            return Ok(Deleted::NotAuthor);
+        }
+        for sql in [
+            "DELETE FROM tb_blog_comments WHERE blog_id = ?",
+            "DELETE FROM hmdp_blog_like WHERE blog_id = ?",
+            "DELETE FROM tb_blog WHERE id = ?",
+        ] {
+            sqlx::query(sql)
+                .bind(id.get())
+                .execute(&mut *tx)
+                .await
+                .map_err(StorageError::from)?;
+        }
+        redis().await?;
+        tx.commit().await.map_err(StorageError::from)?;
+        Ok(Deleted::Done { images })
+    })
 }

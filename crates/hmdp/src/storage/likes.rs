@@ -7,7 +7,7 @@
 //! Redis and the table in the same order, and a rebuild never interleaves with a toggle.
 //! `social::likes` says what a failure between the two writes leaves behind.
 
-use super::{BeginWrite, Db, Result, StorageError};
+use super::{BeginWrite, Db, Result, StorageError, lock_note};
 use crate::domain::{BlogId, UserId};
 
 /// One like: who, and when (ms since the epoch, the score of the like in Redis).
@@ -28,22 +28,6 @@ pub(crate) enum Toggled {
 
 /// How many rows one multi-row insert writes (3 parameters each).
 const INSERT_CHUNK: usize = 300;
-
-/// Takes the note's lock inside `tx`; false when there is no such note.
-macro_rules! lock_note {
-    ($db:expr, $tx:expr, $blog:expr) => {{
-        let found: Option<i64> = sqlx::query_scalar(if matches!($db, Db::MySql(_)) {
-            "SELECT 1 FROM tb_blog WHERE id = ? FOR UPDATE"
-        } else {
-            "SELECT 1 FROM tb_blog WHERE id = ?"
-        })
-        .bind($blog.get())
-        .fetch_optional(&mut *$tx)
-        .await
-        .map_err(StorageError::from)?;
-        found.is_some()
-    }};
-}
 
 /// Reads the note's likers (inside `tx`).
 macro_rules! read_likes {

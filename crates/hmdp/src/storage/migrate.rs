@@ -422,6 +422,17 @@ const MIGRATIONS: &[Migration] = &[
         // it; what hmdp wrote is clean already and is left as it is.
         steps: &[Step::SanitizeNotes],
     },
+    Migration {
+        version: 9,
+        name: "comments found by note",
+        // The original's table has only its primary key: listing a note's comments, and
+        // deleting them with the note, would read every comment of every note.
+        steps: &[Step::Index {
+            table: "tb_blog_comments",
+            name: "idx_blog_comments_blog",
+            columns: "blog_id",
+        }],
+    },
 ];
 
 /// Brings the schema up to date. Safe to run any number of times, on an empty database or on

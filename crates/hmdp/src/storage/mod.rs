@@ -13,6 +13,7 @@
 
 pub(crate) mod blogs;
 pub(crate) mod catalogue;
+pub(crate) mod comments;
 pub(crate) mod follows;
 pub(crate) mod likes;
 mod migrate;
@@ -196,6 +197,27 @@ macro_rules! impl_from_row {
     };
 }
 pub(crate) use impl_from_row;
+
+/// Takes a note's row lock inside the write transaction `tx` (on SQLite the transaction holds
+/// the database's write lock already; on MySQL `SELECT … FOR UPDATE`); false when there is no
+/// such note. Every write that must not interleave with another on the same note (likes,
+/// comments, deleting the note) takes it first.
+macro_rules! lock_note {
+    ($db:expr, $tx:expr, $blog:expr) => {{
+        let found: Option<i64> =
+            sqlx::query_scalar(if matches!($db, $crate::storage::Db::MySql(_)) {
+                "SELECT 1 FROM tb_blog WHERE id = ? FOR UPDATE"
+            } else {
+                "SELECT 1 FROM tb_blog WHERE id = ?"
+            })
+            .bind($blog.get())
+            .fetch_optional(&mut *$tx)
+            .await
+            .map_err($crate::storage::StorageError::from)?;
+        found.is_some()
+    }};
+}
+pub(crate) use lock_note;
 
 impl Db {
     /// The SQLite pool, if this is one (for `on_pool!`).

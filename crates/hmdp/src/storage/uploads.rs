@@ -1,4 +1,4 @@
-//! The two questions the photo clean-up asks `tb_blog`.
+//! The questions the photo clean-up asks `tb_blog` and `tb_user`.
 //!
 //! A note can only use a photo uploaded before it was posted, so the upload records the newest
 //! note id of that moment and the clean-up looks only at notes after it: an index range on the
@@ -32,6 +32,16 @@ pub(crate) async fn is_referenced(db: &Db, name: &str, after: i64) -> Result<boo
             .fetch_optional(pool)
             .await?
             .is_some()
+    });
+    Ok(found)
+}
+
+/// True when some user has `name` (`/blogs/…`) as their icon (stored as `/imgs/blogs/…`).
+pub(crate) async fn is_an_icon(db: &Db, name: &str) -> Result<bool> {
+    let sql = "SELECT 1 FROM tb_user WHERE icon = ? LIMIT 1";
+    let icon = format!("/imgs{name}");
+    let found = crate::storage::on_pool!(db, pool => {
+        sqlx::query(sql).bind(&icon).fetch_optional(pool).await?.is_some()
     });
     Ok(found)
 }

@@ -9,8 +9,9 @@
 //! time (`upload:pending`): only the uploader may delete it, and only until a note lists it (a
 //! published note keeps its photos); a background task deletes the
 //! queued photos that no note lists once `HMDP_UPLOAD_GRACE_SECS` have passed
-//! ([`Uploads::sweep_once`]). A photo a note uses leaves the queue for good, so a sweep only
-//! looks at the photos uploaded since the one before. A photo its uploader makes their icon
+//! ([`Uploads::sweep_once`]). A photo a note uses leaves the queue, so a sweep only looks at
+//! the photos uploaded since the one before; deleting the note queues its photos again
+//! ([`Uploads::release`]), unless one is somebody's icon. A photo its uploader makes their icon
 //! ([`Uploads::adopt`]) leaves the queue and its record the same way: kept, and nobody's to
 //! delete.
 //!
@@ -294,6 +295,30 @@ impl Uploads {
         }
         self.forget(&name).await?;
         Ok(name)
+    }
+
+    /// Hands the photos of a deleted note back to the clean-up; how many were queued.
+    ///
+    /// Each of this service's photos that `images` lists (comma-separated, as a note stores
+    /// them) and whose file is here is queued again as if `owner` had uploaded it now, with
+    /// every note to be looked at (another note may list it too): the sweep deletes it once
+    /// the grace period has passed unless a note uses it then. Other paths, and photos that are
+    /// somebody's icon, are left alone.
+    pub async fn release(&self, owner: UserId, images: &str) -> Result<usize, UploadError> {
+        let mut queued = 0;
+        for path in images.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let Ok(name) = PhotoName::parse(path) else {
+                continue;
+            };
+            // A photo somebody made their icon stays theirs for good, whatever note listed it.
+            if self.locate(&name).await?.is_some()
+                && !storage::uploads::is_an_icon(&self.inner.db, name.as_str()).await?
+            {
+                self.record(owner, &name, 0).await?;
+                queued += 1;
+            }
+        }
+        Ok(queued)
     }
 
     /// The file of a photo, when it is a regular file below real folders (no symbolic link

@@ -141,7 +141,7 @@ async fn migrations_adopt(dump: &SchemaDump) {
 
     let blogs = count(&db, "SELECT COUNT(*) FROM tb_blog").await;
     let first = hmdp::testing::storage::migrate(&pool).await.unwrap();
-    assert_eq!(first.applied, vec![1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(first.applied, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
     assert!(!first.seeded_demo, "an existing catalogue is never seeded");
     assert!(!first.seeded_demo_people, "nor are demo people added");
     assert_eq!(count(&db, "SELECT COUNT(*) FROM tb_blog").await, blogs);
@@ -177,7 +177,7 @@ async fn migrations_are_idempotent_on_sqlite_too() {
     let url = format!("sqlite://{}/x.db", dir.path().display());
     let db = hmdp::testing::storage::Db::connect(&url, 1).await.unwrap();
     let first = hmdp::testing::storage::migrate(&db).await.unwrap();
-    assert_eq!(first.applied, vec![1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(first.applied, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
     assert!(first.seeded_demo);
     assert!(first.seeded_demo_people);
     assert!(
@@ -195,7 +195,7 @@ async fn migrations_are_idempotent_on_sqlite_too() {
             .unwrap();
     }
     let again = hmdp::testing::storage::migrate(&db).await.unwrap();
-    assert_eq!(again.applied, vec![1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(again.applied, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
     assert!(!again.seeded_demo, "the catalogue is not seeded twice");
     assert!(!again.seeded_demo_people, "nor the people");
     if let hmdp::testing::storage::Db::Sqlite(pool) = &db {

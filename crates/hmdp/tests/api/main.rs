@@ -14,6 +14,7 @@ mod abuse;
 mod activity;
 mod admin;
 mod cluster;
+mod comments;
 mod compat;
 mod connections;
 mod costly;

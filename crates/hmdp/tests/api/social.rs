@@ -31,7 +31,7 @@ both_backends!(
 
 // ---- helpers ----
 
-async fn put(app: &TestApp, path: &str, token: Option<&str>) -> crate::helpers::Resp {
+pub(crate) async fn put(app: &TestApp, path: &str, token: Option<&str>) -> crate::helpers::Resp {
     let mut req = app.client.request(Method::PUT, app.url(path));
     if let Some(t) = token {
         req = req.header("authorization", t);
@@ -39,14 +39,14 @@ async fn put(app: &TestApp, path: &str, token: Option<&str>) -> crate::helpers::
     app.send(req).await
 }
 
-async fn me(app: &TestApp, token: &str) -> i64 {
+pub(crate) async fn me(app: &TestApp, token: &str) -> i64 {
     app.get("/api/user/me", Some(token)).await.body["data"]["id"]
         .as_i64()
         .unwrap()
 }
 
 /// Publishes a note on shop 1; its id.
-async fn publish(app: &TestApp, token: &str, title: &str) -> i64 {
+pub(crate) async fn publish(app: &TestApp, token: &str, title: &str) -> i64 {
     let r = app
         .post_json(
             "/api/blog",
@@ -60,7 +60,7 @@ async fn publish(app: &TestApp, token: &str, title: &str) -> i64 {
 }
 
 /// One integer from the database (`?` bound to `args` in order).
-async fn scalar(app: &TestApp, sql: &str, args: &[i64]) -> i64 {
+pub(crate) async fn scalar(app: &TestApp, sql: &str, args: &[i64]) -> i64 {
     hmdp::on_pool!(&app.state.db, pool => {
         let mut q = sqlx::query_scalar::<_, i64>(sql);
         for a in args {
@@ -80,7 +80,7 @@ async fn column(app: &TestApp, sql: &str, args: &[i64]) -> Vec<i64> {
     })
 }
 
-async fn exec(app: &TestApp, sql: &str, args: &[i64]) {
+pub(crate) async fn exec(app: &TestApp, sql: &str, args: &[i64]) {
     hmdp::on_pool!(&app.state.db, pool => {
         let mut q = sqlx::query(sql);
         for a in args {
@@ -91,7 +91,7 @@ async fn exec(app: &TestApp, sql: &str, args: &[i64]) {
 }
 
 /// Removes the demo notes a new database starts with, for tests that read whole lists.
-async fn without_demo_notes(app: &TestApp) {
+pub(crate) async fn without_demo_notes(app: &TestApp) {
     exec(app, "DELETE FROM tb_blog", &[]).await;
 }
 

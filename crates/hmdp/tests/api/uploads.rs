@@ -80,7 +80,7 @@ async fn upload(app: &TestApp, token: &str, file_name: &str, data: &[u8]) -> Res
 }
 
 /// Uploads and returns the answered name.
-async fn uploaded(app: &TestApp, token: &str, data: &[u8]) -> String {
+pub(crate) async fn uploaded(app: &TestApp, token: &str, data: &[u8]) -> String {
     let r = upload(app, token, "photo.png", data).await;
     assert!(r.success(), "upload: {r:?}");
     r.body["data"].as_str().unwrap().to_owned()
