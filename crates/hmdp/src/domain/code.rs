@@ -26,12 +26,6 @@ impl LoginCode {
     }
 
     /// Parses what a user typed: exactly six ASCII digits.
-    ///
-    /// ```
-    /// use hmdp::domain::LoginCode;
-    /// assert!(LoginCode::parse("012345").is_ok());
-    /// assert!(LoginCode::parse("12345").is_err());
-    /// ```
     pub fn parse(s: &str) -> Result<Self, LoginCodeError> {
         if s.len() == 6 && s.bytes().all(|b| b.is_ascii_digit()) {
             Ok(Self(s.to_owned()))
@@ -54,6 +48,12 @@ impl fmt::Debug for LoginCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn six_digits_parse_and_five_do_not() {
+        assert!(LoginCode::parse("012345").is_ok());
+        assert!(LoginCode::parse("12345").is_err());
+    }
 
     #[test]
     fn generated_codes_are_six_digits_and_vary() {

@@ -412,13 +412,6 @@ fn glob_escape(s: &str) -> String {
 ///
 /// A key without a hash tag hashes as a whole, so wrapping it in braces (`{key}:suffix`) makes
 /// the new key hash exactly like `key`. A key that already has a hash tag keeps it.
-///
-/// ```
-/// use hmdp::kv::{key_slot, slot_mate};
-/// let mate = slot_mate("login:code:13812345678", "wrong");
-/// assert_eq!(mate, "{login:code:13812345678}:wrong");
-/// assert_eq!(key_slot(&mate), key_slot("login:code:13812345678"));
-/// ```
 pub(crate) fn slot_mate(key: &str, suffix: &str) -> String {
     if hash_tag(key).is_some() {
         format!("{key}:{suffix}")
@@ -459,6 +452,13 @@ fn crc16_xmodem(data: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slot_mate_hashes_like_its_key() {
+        let mate = slot_mate("login:code:13812345678", "wrong");
+        assert_eq!(mate, "{login:code:13812345678}:wrong");
+        assert_eq!(key_slot(&mate), key_slot("login:code:13812345678"));
+    }
 
     #[test]
     fn key_slot_matches_the_cluster_specification() {
