@@ -126,13 +126,27 @@ async fn run_named(names: &[String], options: LabOptions, json: bool) -> anyhow:
             .collect::<anyhow::Result<_>>()?
     };
     let lab = Lab::open(options).await?;
+    let result = run_on(&lab, &chosen, json).await;
+    // Clean up on every path: an error in one version still removes the run's keys.
+    let cleaned = lab.clean_up().await;
+    let as_taught = result?;
+    cleaned?;
+    Ok(as_taught)
+}
+
+/// Runs `chosen` on `lab`, printing as asked; whether every version behaved as taught.
+async fn run_on(
+    lab: &Lab,
+    chosen: &[&experiments::Experiment],
+    json: bool,
+) -> anyhow::Result<bool> {
     lab.progress(format_args!("database: {}", lab.database_url));
     let mut as_taught = true;
-    for e in chosen {
+    for e in chosen.iter().copied() {
         let mut rows: Vec<(&str, bool, bool, Outcome)> = Vec::new();
         for v in e.versions {
             lab.progress(format_args!("{} / {} …", e.name, v.name));
-            let outcome = (v.run)(&lab)
+            let outcome = (v.run)(lab)
                 .await
                 .map_err(|err| err.context(format!("experiment {} version {}", e.name, v.name)))?;
             as_taught &= outcome.held == v.holds;
@@ -161,6 +175,5 @@ async fn run_named(names: &[String], options: LabOptions, json: bool) -> anyhow:
     if !json {
         println!("\ndatabase: {}", lab.database_url);
     }
-    lab.clean_up().await?;
     Ok(as_taught)
 }

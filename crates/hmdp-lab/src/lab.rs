@@ -1,6 +1,7 @@
-//! What a version runs against. Every version gets the same Redis and database as the service
-//! would use, a key prefix and vouchers of its own, so versions never see each other's state
-//! and their rows can be counted afterwards.
+//! What a version runs against: the same Redis and database as the service would use. Each
+//! run (one `Lab`) has a key prefix of its own, and within it every version uses keys named
+//! after itself and vouchers of its own, so versions never see each other's state and their
+//! rows can be counted afterwards.
 
 use std::{path::PathBuf, time::Duration};
 
@@ -30,19 +31,18 @@ pub struct LabOptions {
 
 /// Which database the lab writes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
+enum Backend {
     Sqlite,
     MySql,
 }
 
-/// An open lab: Redis, the database with the original's tables, a key prefix of its own.
+/// An open lab: Redis, the database with the original's tables, a key prefix of the run's own.
 pub struct Lab {
     pub redis: ConnectionManager,
     pub redis_url: String,
     pub amqp_url: String,
     pub db: AnyPool,
     pub database_url: String,
-    pub backend: Backend,
     pub exe: PathBuf,
     prefix: String,
     progress: bool,
@@ -104,7 +104,6 @@ impl Lab {
             amqp_url: options.amqp_url,
             db,
             database_url,
-            backend,
             exe: options.exe,
             prefix,
             progress: options.progress,

@@ -71,17 +71,44 @@ impl SetNx {
     }
 
     /// The second unlock: `GET`, and only if it is still ours, `DEL` — after `pause` (a GC
-    /// pause, say) between the two, which nothing prevents.
-    pub(crate) async fn check_then_del(&self, pause: Duration) -> anyhow::Result<()> {
-        let holder: Option<String> = redis::cmd("GET")
+    /// pause, say) between the two, which nothing prevents. Whether the check passed.
+    pub(crate) async fn check_then_del(
+        &self,
+        pause: impl std::future::Future<Output = anyhow::Result<()>>,
+    ) -> anyhow::Result<bool> {
+        if self.holder().await?.as_deref() != Some(self.owner.as_str()) {
+            return Ok(false);
+        }
+        pause.await?;
+        self.del().await?;
+        Ok(true)
+    }
+
+    /// The owner value the key holds now (`GET`).
+    pub(crate) async fn holder(&self) -> anyhow::Result<Option<String>> {
+        Ok(redis::cmd("GET")
             .arg(&self.key)
             .query_async(&mut self.conn.clone())
-            .await?;
-        if holder.as_deref() == Some(self.owner.as_str()) {
-            tokio::time::sleep(pause).await;
-            self.del().await?;
+            .await?)
+    }
+
+    /// Polls the key every `retry`, for at most `wait`, until another owner's value is in it:
+    /// our lock expired and someone else took it.
+    pub(crate) async fn taken_by_another(
+        &self,
+        wait: Duration,
+        retry: Duration,
+    ) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            match self.holder().await? {
+                Some(h) if h != self.owner => return Ok(()),
+                _ if tokio::time::Instant::now() >= deadline => {
+                    anyhow::bail!("nobody else took the lock {} within {wait:?}", self.key)
+                }
+                _ => tokio::time::sleep(retry).await,
+            }
         }
-        Ok(())
     }
 
     /// The third unlock: compare and delete in one Lua script.

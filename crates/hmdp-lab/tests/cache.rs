@@ -5,48 +5,48 @@ mod support;
 
 use support::{Backend, as_taught};
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cache_penetration_on_sqlite() {
     as_taught("cache-penetration", Backend::Sqlite).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cache_penetration_on_mysql() {
     as_taught("cache-penetration", Backend::MySql).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cache_breakdown_on_sqlite() {
     as_taught("cache-breakdown", Backend::Sqlite).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cache_breakdown_on_mysql() {
     as_taught("cache-breakdown", Backend::MySql).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cache_avalanche_on_sqlite() {
     as_taught("cache-avalanche", Backend::Sqlite).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cache_avalanche_on_mysql() {
     as_taught("cache-avalanche", Backend::MySql).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cache_consistency_on_sqlite() {
     as_taught("cache-consistency", Backend::Sqlite).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cache_consistency_on_mysql() {
     as_taught("cache-consistency", Backend::MySql).await;
 }
 
 /// Sessions touch no database: one backend is enough.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session() {
     as_taught("session", Backend::Sqlite).await;
 }

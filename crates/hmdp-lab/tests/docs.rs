@@ -187,7 +187,7 @@ fn lab_runs(text: &str) -> Vec<(usize, Vec<String>)> {
             let mut tokens = args.split_whitespace();
             while let Some(token) = tokens.next() {
                 if token.starts_with('-') {
-                    if matches!(token, "--redis-url" | "--database-url") {
+                    if matches!(token, "--redis-url" | "--database-url" | "--amqp-url") {
                         tokens.next();
                     }
                     continue;

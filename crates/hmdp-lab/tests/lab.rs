@@ -30,12 +30,12 @@ fn every_experiment_is_listed_once_with_broken_and_fixed_versions() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversell_on_sqlite() {
     as_taught("oversell", Backend::Sqlite).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversell_on_mysql() {
     as_taught("oversell", Backend::MySql).await;
 }

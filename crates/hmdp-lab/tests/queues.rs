@@ -5,13 +5,13 @@
 mod support;
 
 use hmdp_testkit::AmqpVhost;
-use support::{Backend, TestLab};
+use support::{Backend, TestLab, assert_then_close, one_at_a_time};
 
 async fn as_taught(backend: Backend) {
+    let _alone = one_at_a_time().await;
     let vhost = AmqpVhost::create().await;
     let lab = TestLab::open_with_amqp(backend, &vhost.url()).await;
-    lab.assert_as_taught("queues").await;
-    lab.close().await;
+    assert_then_close(lab, "queues").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,6 +14,10 @@
 //! write and stores what it read after that write's delete. The workload rules it out: a
 //! reader's miss (its query and its store) and a database write of the same shop never
 //! overlap, as if reads were always far quicker than a write's pause.
+//!
+//! The writers are ordered by events, not timers, so the interleaving happens on every run:
+//! the second writer starts when the first has done its first step, and the first's pause
+//! lasts until the second is done and a reader has cached the shop again.
 
 use std::{
     sync::{
@@ -25,7 +29,7 @@ use std::{
 
 use redis::aio::ConnectionManager;
 use sqlx::AnyPool;
-use tokio::sync::RwLock;
+use tokio::sync::{Notify, RwLock};
 
 use super::{Experiment, shops::new_shops, version};
 use crate::{Lab, Outcome};
@@ -36,8 +40,8 @@ const SHOPS: i64 = 5;
 const READERS: usize = 4;
 /// How often each reader reads: many times within any pause.
 const BETWEEN_READS: Duration = Duration::from_millis(1);
-/// The first writer's pause between its two steps; the second writer starts halfway through.
-const PAUSE: Duration = Duration::from_millis(200);
+/// How long the first writer's pause waits for the second writer and a reader, at most.
+const PAUSE_PATIENCE: Duration = Duration::from_secs(5);
 
 pub static EXPERIMENT: Experiment = Experiment {
     name: "cache-consistency",
@@ -150,31 +154,47 @@ impl Entry {
         Ok(name)
     }
 
-    /// A writer's two steps in `order`, with `pause` between them.
-    async fn write(&self, order: Order, name: &str, pause: Duration) -> anyhow::Result<()> {
+    /// A writer's two steps in `order`: `between` runs after the first step (and tells the
+    /// other writer), `pause` before the second.
+    async fn write(
+        &self,
+        order: Order,
+        name: &str,
+        between: impl FnOnce(),
+        pause: impl std::future::Future<Output = anyhow::Result<()>>,
+    ) -> anyhow::Result<()> {
         match order {
-            Order::UpdateCacheThenDb => {
-                self.set_cache(name).await?;
-                tokio::time::sleep(pause).await;
-                self.update_db(name).await
-            }
-            Order::DeleteCacheThenDb => {
-                self.delete_cache().await?;
-                tokio::time::sleep(pause).await;
-                self.update_db(name).await
-            }
-            Order::DbThenDeleteCache => {
-                self.update_db(name).await?;
-                tokio::time::sleep(pause).await;
-                self.delete_cache().await
-            }
+            Order::UpdateCacheThenDb => self.set_cache(name).await?,
+            Order::DeleteCacheThenDb => self.delete_cache().await?,
+            Order::DbThenDeleteCache => self.update_db(name).await?,
         }
+        between();
+        pause.await?;
+        match order {
+            Order::UpdateCacheThenDb | Order::DeleteCacheThenDb => self.update_db(name).await,
+            Order::DbThenDeleteCache => self.delete_cache().await,
+        }
+    }
+
+    /// Polls the entry until it is cached, for at most `wait`.
+    async fn until_cached(&self, wait: Duration) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + wait;
+        while self.cached().await?.is_none() {
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "no reader cached {} within {wait:?}",
+                self.key
+            );
+            tokio::time::sleep(BETWEEN_READS).await;
+        }
+        Ok(())
     }
 }
 
 /// For each of `SHOPS` shops, cached and read all along by `READERS` readers: a first writer
-/// that pauses `PAUSE` between its steps, and a second that starts `PAUSE / 2` later and does
-/// not pause. Once all are done, the entries that differ from their rows are counted.
+/// that pauses between its steps until the second is done and a reader has cached the shop
+/// again, and a second that starts once the first has done its first step and does not pause.
+/// Once all are done, the entries that differ from their rows are counted.
 async fn writes(lab: &Lab, name: &str, order: Order) -> anyhow::Result<Outcome> {
     let ids = new_shops(lab, SHOPS, name).await?;
     let entries: Vec<Entry> = ids
@@ -206,20 +226,43 @@ async fn writes(lab: &Lab, name: &str, order: Order) -> anyhow::Result<Outcome> 
             }));
         }
     }
+    let longest_pause = Arc::new(AtomicU64::new(0));
     let mut writers = Vec::new();
     for e in &entries {
-        let first = e.clone();
+        let (first_stepped, second_done) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let (first, stepped, done) = (e.clone(), first_stepped.clone(), second_done.clone());
+        let longest = longest_pause.clone();
         writers.push(tokio::spawn(async move {
+            let pause = async {
+                let started = std::time::Instant::now();
+                tokio::time::timeout(PAUSE_PATIENCE, done.notified())
+                    .await
+                    .map_err(|_| anyhow::anyhow!("the second writer did not finish"))?;
+                first.until_cached(PAUSE_PATIENCE).await?;
+                longest.fetch_max(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+                anyhow::Ok(())
+            };
             first
-                .write(order, &format!("first-{}", first.id), PAUSE)
+                .write(
+                    order,
+                    &format!("first-{}", first.id),
+                    || stepped.notify_one(),
+                    pause,
+                )
                 .await
         }));
         let second = e.clone();
         writers.push(tokio::spawn(async move {
-            tokio::time::sleep(PAUSE / 2).await;
-            second
-                .write(order, &format!("second-{}", second.id), Duration::ZERO)
+            tokio::time::timeout(PAUSE_PATIENCE, first_stepped.notified())
                 .await
+                .map_err(|_| anyhow::anyhow!("the first writer did not do its first step"))?;
+            second
+                .write(order, &format!("second-{}", second.id), || {}, async {
+                    Ok(())
+                })
+                .await?;
+            second_done.notify_one();
+            anyhow::Ok(())
         }));
     }
     for w in writers {
@@ -252,7 +295,7 @@ async fn writes(lab: &Lab, name: &str, order: Order) -> anyhow::Result<Outcome> 
         .metric("shops", SHOPS)
         .metric("writes", SHOPS * 2)
         .metric("reads", reads.load(Ordering::Relaxed))
-        .metric("pause_ms", PAUSE.as_millis() as u64)
+        .metric("pause_ms", longest_pause.load(Ordering::Relaxed))
         .metric("stale_entries", stale)
         .metric("uncached", missing))
 }

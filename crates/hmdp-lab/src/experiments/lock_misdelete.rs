@@ -1,10 +1,16 @@
 //! 分布式锁: a lock deleted by someone who no longer holds it. Three holders take one Redis
 //! lock in turn. The first does its work, then stalls (a GC pause, say) at its version's weak
-//! point before the delete, for longer than the lock's TTL: the lock expires and the second
-//! holder takes it. When the first wakes, `DEL` deletes the second's lock, and so does the
-//! `GET`-compare-`DEL` whose check passed before the stall; the third then gets in beside the
-//! second. The compare-and-delete script deletes nothing that is not its own; hmdp-lock's
-//! watchdog does not even let the lock expire under a stalled holder.
+//! point before the delete, until its lock has expired and the second holder has taken it.
+//! When the first wakes, `DEL` deletes the second's lock, and so does the `GET`-compare-`DEL`
+//! whose check passed before the stall; the third then gets in beside the second. The
+//! compare-and-delete script deletes nothing that is not its own. hmdp-lock's first holder
+//! stalls inside the critical section, past its lease: only the watchdog's renewals keep the
+//! others out.
+//!
+//! Every step is ordered by events, not timers: the stall lasts until another owner's value is
+//! in the key, and the second holder stays inside until the first's delete has landed and the
+//! third has got in (or, when the delete deleted nothing, for [`LINGER`]), so the broken
+//! versions overlap on every run however loaded the machine.
 //!
 //! Redis only: the critical section is a counter of holders inside it, and each entry that
 //! finds someone already inside is an overlap.
@@ -14,27 +20,31 @@ use std::{
         Arc,
         atomic::{AtomicI64, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use hmdp_lock::{LockClient, LockGuard};
 use redis::aio::ConnectionManager;
+use tokio::sync::watch;
 
 use super::{Experiment, version};
 use crate::{Lab, Outcome, setnx::SetNx};
 
-/// The lock's TTL (the hand-written versions).
+/// The lock's TTL (the hand-written versions), and hmdp-lock's watchdog lease.
 const TTL: Duration = Duration::from_millis(400);
 /// The first holder's work, well inside the TTL.
 const FIRST_WORK: Duration = Duration::from_millis(10);
-/// The first holder's stall before its delete: longer than the TTL, so the lock expires.
-const STALL: Duration = Duration::from_millis(500);
-/// The later holders' work: long enough to still be inside when the first one's delete lands
-/// (about `STALL - TTL` after they got in), short enough to end well within their own TTL.
-const WORK: Duration = Duration::from_millis(250);
-/// How often a waiting holder tries again.
+/// hmdp-lock's first holder's stall inside the critical section: several leases, so only the
+/// watchdog's renewals keep the lock.
+const HELD_STALL: Duration = Duration::from_millis(1000);
+/// How long a holder whose lock nobody deleted stays inside after the first one's unlock, for
+/// another to (wrongly) get in; well inside its TTL.
+const LINGER: Duration = Duration::from_millis(100);
+/// hmdp-lock's later holders' work.
+const WORK: Duration = Duration::from_millis(10);
+/// How often a waiting holder tries again, and the stalled one looks at the key.
 const RETRY: Duration = Duration::from_millis(5);
-/// How long a later holder waits for the lock at most.
+/// How long a later holder waits for the lock, and the stalled one for it to be taken, at most.
 const WAIT: Duration = Duration::from_secs(5);
 /// The holders who wait while the first one holds it.
 const LATER_HOLDERS: usize = 2;
@@ -65,7 +75,7 @@ pub static EXPERIMENT: Experiment = Experiment {
         version!(
             "hmdp-lock",
             true,
-            "hmdp-lock without a lease: the watchdog renews it while its holder stalls",
+            "hmdp-lock without a lease: the watchdog renews it while its holder stalls inside",
             hmdp_lock
         ),
     ],
@@ -91,29 +101,54 @@ async fn lua_unlock(lab: &Lab) -> anyhow::Result<Outcome> {
     by_hand(lab, "lua-unlock", Unlock::Script).await
 }
 
-/// Who is inside the critical section, and how often someone entered beside another.
-#[derive(Clone, Default)]
+/// Who is inside the critical section, how often someone entered beside another, and how
+/// many have entered so far (watched by a holder waiting for another to get in).
+#[derive(Clone)]
 struct Section {
     inside: Arc<AtomicI64>,
     overlaps: Arc<AtomicI64>,
+    entered: watch::Sender<usize>,
 }
 
 impl Section {
-    /// Enters, works for `work`, leaves.
-    async fn work(&self, work: Duration) {
+    fn new() -> Self {
+        Self {
+            inside: Arc::default(),
+            overlaps: Arc::default(),
+            entered: watch::Sender::new(0),
+        }
+    }
+
+    fn enter(&self) {
         if self.inside.fetch_add(1, Ordering::SeqCst) > 0 {
             self.overlaps.fetch_add(1, Ordering::SeqCst);
         }
-        tokio::time::sleep(work).await;
+        self.entered.send_modify(|n| *n += 1);
+    }
+
+    fn leave(&self) {
         self.inside.fetch_sub(1, Ordering::SeqCst);
     }
 
-    fn outcome(&self, entered: i64) -> Outcome {
+    /// Enters, works for `work`, leaves.
+    async fn work(&self, work: Duration) {
+        self.enter();
+        tokio::time::sleep(work).await;
+        self.leave();
+    }
+
+    /// Waits, for at most `bound`, until `n` holders have entered.
+    async fn until_entered(&self, n: usize, bound: Duration) {
+        let mut entered = self.entered.subscribe();
+        let _ = tokio::time::timeout(bound, entered.wait_for(|e| *e >= n)).await;
+    }
+
+    fn outcome(&self, entered: i64, stall: Duration) -> Outcome {
         let overlaps = self.overlaps.load(Ordering::SeqCst);
         Outcome::new(overlaps == 0)
             .metric("holders", entered)
             .metric("ttl_ms", TTL.as_millis() as u64)
-            .metric("stall_ms", STALL.as_millis() as u64)
+            .metric("stall_ms", stall.as_millis() as u64)
             .metric("overlaps", overlaps)
     }
 }
@@ -121,7 +156,9 @@ impl Section {
 /// The course's hand-written lock, unlocked the version's way.
 async fn by_hand(lab: &Lab, name: &str, unlock: Unlock) -> anyhow::Result<Outcome> {
     let key = lab.key(&format!("lock:misdelete:{name}"));
-    let section = Section::default();
+    let section = Section::new();
+    // Set once the first holder's unlock has landed (whatever it deleted).
+    let (unlocked, _) = watch::channel(false);
     let first = SetNx::new(lab.redis.clone(), key.clone(), TTL);
     anyhow::ensure!(
         first.try_acquire().await?,
@@ -130,50 +167,77 @@ async fn by_hand(lab: &Lab, name: &str, unlock: Unlock) -> anyhow::Result<Outcom
     let later: Vec<_> = (0..LATER_HOLDERS)
         .map(|_| {
             let (section, conn, key) = (section.clone(), lab.redis.clone(), key.clone());
-            tokio::spawn(async move { later_by_hand(section, conn, key, unlock).await })
+            let unlocked = unlocked.subscribe();
+            tokio::spawn(async move { later_by_hand(section, conn, key, unlock, unlocked).await })
         })
         .collect();
     section.work(FIRST_WORK).await;
-    match unlock {
+    let stalled = Instant::now();
+    let stall = first.taken_by_another(WAIT, RETRY);
+    let stall_ms = match unlock {
         Unlock::Del => {
-            tokio::time::sleep(STALL).await;
+            stall.await?;
+            let stall = stalled.elapsed();
             first.del().await?;
+            stall
         }
-        Unlock::CheckThenDel => first.check_then_del(STALL).await?,
+        Unlock::CheckThenDel => {
+            anyhow::ensure!(
+                first.check_then_del(stall).await?,
+                "the first holder's check sees its own lock"
+            );
+            stalled.elapsed()
+        }
         Unlock::Script => {
-            tokio::time::sleep(STALL).await;
+            stall.await?;
+            let stall = stalled.elapsed();
             first.unlock().await?;
+            stall
         }
-    }
+    };
+    unlocked.send_replace(true);
     let mut entered = 1;
     for l in later {
         entered += i64::from(l.await??);
     }
-    Ok(section.outcome(entered))
+    Ok(section.outcome(entered, stall_ms))
 }
 
-/// A later holder: waits for the lock, works, unlocks the version's way without stalling.
+/// A later holder: waits for the lock; inside, waits until the first holder's unlock has
+/// landed, then until every later holder has entered (for at most [`LINGER`]); leaves and
+/// unlocks the version's way without stalling.
 async fn later_by_hand(
     section: Section,
     conn: ConnectionManager,
     key: String,
     unlock: Unlock,
+    mut unlocked: watch::Receiver<bool>,
 ) -> anyhow::Result<bool> {
     let lock = SetNx::new(conn, key, TTL);
     if !lock.acquire_within(WAIT, RETRY).await? {
         return Ok(false);
     }
-    section.work(WORK).await;
+    section.enter();
+    let landed = tokio::time::timeout(WAIT, unlocked.wait_for(|u| *u))
+        .await
+        .is_ok_and(|r| r.is_ok());
+    if landed {
+        section.until_entered(1 + LATER_HOLDERS, LINGER).await;
+    }
+    section.leave();
     match unlock {
         Unlock::Del => lock.del().await?,
-        Unlock::CheckThenDel => lock.check_then_del(Duration::ZERO).await?,
+        Unlock::CheckThenDel => {
+            lock.check_then_del(async { Ok(()) }).await?;
+        }
         Unlock::Script => lock.unlock().await?,
     }
     Ok(true)
 }
 
-/// The same three holders on hmdp-lock, taken without a lease: the watchdog's lease is the
-/// hand-written versions' TTL, so only its renewals keep the lock through the stall.
+/// The same three holders on hmdp-lock, taken without a lease (the watchdog's lease is the
+/// hand-written versions' TTL). The first stalls inside the critical section for several
+/// leases: only the watchdog's renewals keep the others out until it leaves and unlocks.
 async fn hmdp_lock(lab: &Lab) -> anyhow::Result<Outcome> {
     let locks = LockClient::builder(lab.redis.clone())
         .subscriber(redis::Client::open(lab.redis_url.as_str())?)
@@ -181,7 +245,7 @@ async fn hmdp_lock(lab: &Lab) -> anyhow::Result<Outcome> {
         .watchdog_timeout(TTL)
         .build()?;
     let lock = locks.lock("misdelete:hmdp-lock")?;
-    let section = Section::default();
+    let section = Section::new();
     let first: LockGuard<ConnectionManager> = lock
         .try_lock(Duration::ZERO, None)
         .await?
@@ -199,12 +263,11 @@ async fn hmdp_lock(lab: &Lab) -> anyhow::Result<Outcome> {
             })
         })
         .collect();
-    section.work(FIRST_WORK).await;
-    tokio::time::sleep(STALL).await;
+    section.work(FIRST_WORK + HELD_STALL).await;
     first.unlock().await?;
     let mut entered = 1;
     for l in later {
         entered += i64::from(l.await??);
     }
-    Ok(section.outcome(entered))
+    Ok(section.outcome(entered, HELD_STALL))
 }

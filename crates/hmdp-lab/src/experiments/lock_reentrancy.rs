@@ -28,7 +28,7 @@ pub static EXPERIMENT: Experiment = Experiment {
         version!(
             "setnx",
             false,
-            "SET NX EX: the inner call waits for its own caller's lock",
+            "SET NX PX: the inner call waits for its own caller's lock",
             setnx
         ),
         version!(

@@ -5,6 +5,10 @@
 //! real OS process); a Redis lock fixes it across processes; the service decides in one Lua
 //! script with the voucher's buyer set.
 //!
+//! In the two-process run of the local lock, each process's request that counted no order yet
+//! then waits at a Redis barrier (a per-user counter) until the other process's has counted
+//! too, so the two checks overlap on every run, not only when both land inside [`WINDOW`].
+//!
 //! Each step is one statement committed at once, as in `oversell`: the lock versions thus
 //! commit their order before the lock is released, which is what the course's "transaction
 //! inside the lock" is for. (A transaction around the steps would let SQLite serialize the
@@ -40,6 +44,12 @@ const LOCK_TTL: Duration = Duration::from_secs(10);
 const START_PATIENCE: Duration = Duration::from_secs(30);
 /// The two processes of the versions that run as two instances.
 const INSTANCES: i64 = 2;
+/// How long a process may take to buy once started.
+const RUN_PATIENCE: Duration = Duration::from_secs(60);
+/// How long a request waits at the barrier for the other process's, at most.
+const BARRIER_PATIENCE: Duration = Duration::from_secs(5);
+/// How often a request at the barrier reads the counter.
+const BARRIER_POLL: Duration = Duration::from_millis(2);
 
 pub static EXPERIMENT: Experiment = Experiment {
     name: "one-per-user",
@@ -67,7 +77,7 @@ pub static EXPERIMENT: Experiment = Experiment {
         version!(
             "v5-redis-lock",
             true,
-            "SET lock:order:<user> NX EX, unlocked by a compare-and-delete script, two processes",
+            "SET lock:order:<user> NX PX, unlocked by a compare-and-delete script, two processes",
             redis_lock
         ),
         version!(
@@ -86,7 +96,7 @@ pub enum Guard {
     None,
     /// A mutex per user in this process (`synchronized (userId.toString().intern())`).
     Local,
-    /// `SET NX EX` per user in Redis, failing at once when taken.
+    /// `SET NX PX` per user in Redis, failing at once when taken.
     Redis,
 }
 
@@ -110,6 +120,10 @@ pub struct InstanceArgs {
     /// The Redis lock's key, less the user id (a key of the parent lab's).
     #[arg(long)]
     lock_prefix: String,
+    /// The barrier's key, less the user id (a key of the parent lab's), where a request that
+    /// counted no order waits for the other process's; none: no barrier.
+    #[arg(long)]
+    barrier_prefix: Option<String>,
 }
 
 async fn check_then_insert(lab: &Lab) -> anyhow::Result<Outcome> {
@@ -135,6 +149,7 @@ async fn in_process(lab: &Lab, guard: Guard) -> anyhow::Result<Outcome> {
         db: lab.db.clone(),
         redis: lab.redis.clone(),
         lock_prefix: lab.key("lock:order:"),
+        barrier_prefix: None,
         guard,
         voucher,
     };
@@ -145,9 +160,13 @@ async fn in_process(lab: &Lab, guard: Guard) -> anyhow::Result<Outcome> {
 /// Half of each user's requests in each of two processes of this binary, started together.
 async fn two_processes(lab: &Lab, guard: Guard) -> anyhow::Result<Outcome> {
     let voucher = lab.new_voucher(STOCK).await?;
+    // The local locks let one request per user and process through at a time: the barrier
+    // holds each process's first one until the other's has counted too.
+    let barrier = (guard == Guard::Local).then(|| lab.key(&format!("barrier:{voucher}:")));
     let mut children = Vec::new();
     for _ in 0..INSTANCES {
-        let mut child = tokio::process::Command::new(&lab.exe)
+        let mut command = tokio::process::Command::new(&lab.exe);
+        command
             .arg("instance")
             .arg("one-per-user")
             .args(["--guard", guard_name(guard)])
@@ -156,7 +175,11 @@ async fn two_processes(lab: &Lab, guard: Guard) -> anyhow::Result<Outcome> {
             .args(["--requests", &(REQUESTS / INSTANCES).to_string()])
             .args(["--database-url", &lab.database_url])
             .args(["--redis-url", &lab.redis_url])
-            .args(["--lock-prefix", &lab.key("lock:order:")])
+            .args(["--lock-prefix", &lab.key("lock:order:")]);
+        if let Some(barrier) = &barrier {
+            command.args(["--barrier-prefix", barrier]);
+        }
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
@@ -181,7 +204,9 @@ async fn two_processes(lab: &Lab, guard: Guard) -> anyhow::Result<Outcome> {
         stdin.flush().await?;
     }
     for (mut child, _, _) in children {
-        let status = child.wait().await?;
+        let status = tokio::time::timeout(RUN_PATIENCE, child.wait())
+            .await
+            .with_context(|| format!("an instance did not finish within {RUN_PATIENCE:?}"))??;
         anyhow::ensure!(status.success(), "an instance failed: {status}");
     }
     counted(lab, voucher, INSTANCES).await
@@ -227,6 +252,7 @@ async fn run_instance(args: InstanceArgs) -> anyhow::Result<()> {
         db: lab.db.clone(),
         redis: lab.redis.clone(),
         lock_prefix: args.lock_prefix,
+        barrier_prefix: args.barrier_prefix,
         guard: args.guard,
         voucher: args.voucher,
     };
@@ -281,6 +307,7 @@ struct Buying {
     db: AnyPool,
     redis: ConnectionManager,
     lock_prefix: String,
+    barrier_prefix: Option<String>,
     guard: Guard,
     voucher: i64,
 }
@@ -341,6 +368,9 @@ impl Buying {
         if mine > 0 {
             return Ok(false);
         }
+        if let Some(prefix) = &self.barrier_prefix {
+            self.meet(&format!("{prefix}{user}")).await?;
+        }
         tokio::time::sleep(WINDOW).await;
         let taken = sqlx::query(
             "UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = ? AND stock > 0",
@@ -362,5 +392,18 @@ impl Buying {
             .execute(&self.db)
             .await?;
         Ok(true)
+    }
+
+    /// Counts this request in at `key` and waits, for at most [`BARRIER_PATIENCE`], until
+    /// every process's has.
+    async fn meet(&self, key: &str) -> anyhow::Result<()> {
+        let mut conn = self.redis.clone();
+        let mut here: i64 = redis::cmd("INCR").arg(key).query_async(&mut conn).await?;
+        let deadline = tokio::time::Instant::now() + BARRIER_PATIENCE;
+        while here < INSTANCES && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(BARRIER_POLL).await;
+            here = redis::cmd("GET").arg(key).query_async(&mut conn).await?;
+        }
+        Ok(())
     }
 }

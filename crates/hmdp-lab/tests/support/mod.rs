@@ -1,7 +1,12 @@
 //! The lab's test harness: a lab on a database of its own, and the one assertion every
-//! experiment's test makes.
+//! experiment's test makes. The experiments measure races and timings, so the tests of one
+//! binary run one at a time ([`one_at_a_time`]): two at once on a loaded 2-core machine would
+//! starve each other's windows.
 #![allow(dead_code)]
 
+use std::sync::LazyLock;
+
+use futures_util::FutureExt;
 use hmdp_lab::{Lab, LabOptions, experiments};
 use hmdp_testkit::{amqp_url, mysql_server_url, redis_url};
 
@@ -102,9 +107,29 @@ impl TestLab {
     }
 }
 
-/// Runs `name` on a fresh lab of `backend`, then cleans up.
-pub async fn as_taught(name: &str, backend: Backend) {
-    let lab = TestLab::open(backend).await;
-    lab.assert_as_taught(name).await;
+/// Held by each lab test for its whole run.
+static ONE_AT_A_TIME: LazyLock<tokio::sync::Mutex<()>> =
+    LazyLock::new(|| tokio::sync::Mutex::new(()));
+
+/// Waits until no other lab test of this binary runs; the guard lets the next one in.
+pub async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().await
+}
+
+/// Asserts `name` as taught on `lab`, then closes it, also when the assertion panics (the
+/// panic is raised again after the clean-up).
+pub async fn assert_then_close(lab: TestLab, name: &str) {
+    let result = std::panic::AssertUnwindSafe(lab.assert_as_taught(name))
+        .catch_unwind()
+        .await;
     lab.close().await;
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// Runs `name` on a fresh lab of `backend`, alone, then cleans up.
+pub async fn as_taught(name: &str, backend: Backend) {
+    let _alone = one_at_a_time().await;
+    assert_then_close(TestLab::open(backend).await, name).await;
 }
