@@ -87,11 +87,11 @@ pub struct Report {
     pub summary: Vec<String>,
     /// Invariant checks (a failed one makes the run exit non-zero).
     pub checks: Vec<crate::check::Check>,
-    /// Issue 6's goals with the measured value.
+    /// The performance goals (throughput, latency, memory) with the measured value.
     pub goals: Vec<Goal>,
 }
 
-/// A goal of issue 6, measured in this run.
+/// A performance goal set for the service, measured in this run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Goal {
     pub goal: String,
@@ -207,7 +207,7 @@ impl Report {
             }
         }
         if !self.goals.is_empty() {
-            println!("\ngoals (issue 6):");
+            println!("\ngoals:");
             for g in &self.goals {
                 println!(
                     "  [{}] {} — measured {}",

@@ -1,4 +1,4 @@
-//! `conns`: memory with many open keep-alive connections (issue 6: server RSS < 150 MB with
+//! `conns`: memory with many open keep-alive connections (the goal: server RSS < 150 MB with
 //! 10,000 open connections).
 //!
 //! Opens `count` connections, sends one `GET /health` on each (so the server has really

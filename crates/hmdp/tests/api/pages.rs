@@ -1,6 +1,6 @@
 //! The ten original front-end pages, replayed call for call against hmdp.
 //!
-//! Issue #14's bar is "the original pages work unchanged, with no error toast". The pages are
+//! The bar: "the original pages work unchanged, with no error toast". The pages are
 //! not in this repository, so these tests replay what each page's script sends, the way its
 //! `js/common.js` sends it: through `/api`, the token in the `authorization` header, query
 //! params built by its serializer (falsy values dropped, the rest appended unencoded as

@@ -1,4 +1,4 @@
-//! Redis replicas and failover (issue 16, item 7): `HMDP_REDIS_WAIT_REPLICAS` and
+//! Redis replicas and failover: `HMDP_REDIS_WAIT_REPLICAS` and
 //! `hmdp reconcile`, on a real primary and replica pair with a promotion. The replica follows
 //! the primary through a [`CuttableProxy`], so a test can make it fall behind at will.
 
