@@ -190,13 +190,7 @@ impl SessionStore {
                 .await?;
             updated += live;
             // After the write, as for a logout: a read racing it cannot keep the old values.
-            if let Some(recent) = &self.recent
-                && let Err(e) = recent
-                    .invalidate_everywhere(&mut self.redis.clone(), token)
-                    .await
-            {
-                tracing::warn!(error = %e, "a session change not published to the other instances");
-            }
+            self.forget_everywhere(token, "a session change").await;
         }
         Ok(updated)
     }
@@ -323,15 +317,21 @@ impl SessionStore {
         let deleted: u64 = self.redis.clone().del(self.keys.login_token(token)).await?;
         // After the DEL, not before: a request of this session could otherwise read it back in
         // while the DEL is on its way.
+        self.forget_everywhere(token, "a logout").await;
+        Ok(deleted)
+    }
+
+    /// Drops `token` from every instance's recent-sessions cache, after its Redis record
+    /// changed. A failed publish is logged: this instance has forgotten it, the others do
+    /// within their window.
+    async fn forget_everywhere(&self, token: &str, what: &str) {
         if let Some(recent) = &self.recent
             && let Err(e) = recent
                 .invalidate_everywhere(&mut self.redis.clone(), token)
                 .await
         {
-            // Gone here and in Redis; other instances forget it within their window.
-            tracing::warn!(error = %e, "logout not published to the other instances");
+            tracing::warn!(error = %e, "{what} not published to the other instances");
         }
-        Ok(deleted)
     }
 }
 
