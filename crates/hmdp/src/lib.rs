@@ -45,6 +45,7 @@ mod domain;
 mod http;
 mod kv;
 mod metrics;
+mod order_life;
 mod order_stream;
 mod seckill;
 mod secret_files;

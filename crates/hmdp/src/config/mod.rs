@@ -298,6 +298,16 @@ settings! {
         /// refused as a duplicate naming the order while the primary lives)
         HMDP_REDIS_WAIT_TIMEOUT_MS wait_timeout: Duration as Millis = Duration::from_millis(200),
             check between(1, 10_000);
+        /// an order still unpaid this long after its grab is closed (status 4) and its unit
+        /// returns to the sale. The deadline is the second in the order's id plus this; on
+        /// the stream transport it waits in a Redis sorted set per shard, on RabbitMQ in a
+        /// delay queue named after it (per-queue TTL, dead-lettered into the close queue)
+        HMDP_ORDER_PAY_TIMEOUT_SECS pay_timeout: Duration as Secs = Duration::from_secs(900),
+            check between(1, 7 * 24 * 3600);
+        /// the secret the payment gateway signs its notices with (`x-pay-signature`, lower-case
+        /// hex HMAC-SHA256 of the raw body); at least 16 characters
+        HMDP_PAY_SECRET pay_secret: Option<Secret> = None,
+            unset "generated into $HMDP_DATA_DIR/pay-secret", check min_len(16);
     }
 }
 

@@ -6,6 +6,7 @@
 mod code;
 mod html;
 mod ids;
+mod order_status;
 mod phone;
 mod profile;
 mod token;
@@ -15,6 +16,7 @@ pub(crate) use code::{LoginCode, LoginCodeError};
 pub(crate) use html::SafeHtml;
 pub(crate) use ids::{BlogId, CommentId, OrderId};
 pub use ids::{ShopId, UserId, VoucherId};
+pub(crate) use order_status::{VoucherOrderStatus, pay_deadline_ms};
 pub(crate) use phone::{Phone, PhoneError, mask_phones};
 pub(crate) use profile::{Birthday, ProfileError, ProfileText};
 pub use token::SessionToken;

@@ -27,7 +27,8 @@ use crate::{
     activity::ActivityError,
     auth::{CodeError, CodeVerdict},
     catalogue::CatalogueError,
-    domain::{LoginCodeError, NickNameError, PhoneError, ProfileError},
+    domain::{LoginCodeError, NickNameError, PhoneError, ProfileError, VoucherOrderStatus},
+    order_life::{Action, LifeError},
     seckill::{Refusal, SeckillError},
     social::SocialError,
     storage::StorageError,
@@ -172,6 +173,28 @@ error_codes! {
     VoucherNotFound => ("voucher_not_found", OK),
     /// No such order of this user.
     OrderNotFound => ("order_not_found", OK),
+    /// The order was accepted but is not written yet: ask again in a moment (`Retry-After`).
+    OrderPending => ("order_pending", OK),
+    /// Paying an order that is not unpaid (`data` has its `status` and `statusName`).
+    OrderNotPayable => ("order_not_payable", OK),
+    /// Paying an order whose pay deadline has passed (it is being closed).
+    PayExpired => ("pay_expired", OK),
+    /// Cancelling an order that is neither unpaid nor cancelled (`data`: its status).
+    OrderNotCancellable => ("order_not_cancellable", OK),
+    /// Using an order that is neither paid nor used (`data`: its status).
+    OrderNotUsable => ("order_not_usable", OK),
+    /// Refunding an order that is neither paid nor refunding (`data`: its status).
+    OrderNotRefundable => ("order_not_refundable", OK),
+    /// A payment notice without a valid `x-pay-signature`.
+    BadSignature => ("bad_signature", UNAUTHORIZED),
+    /// A payment notice for an order that does not exist.
+    UnknownOrder => ("unknown_order", NOT_FOUND),
+    /// A payment notice whose `tradeNo` is not the order's payment.
+    UnknownTrade => ("unknown_trade", CONFLICT),
+    /// A payment notice whose `amount` is not the payment's (`data.expected`).
+    WrongAmount => ("wrong_amount", CONFLICT),
+    /// A payment notice that does not fit the payment (a refund nobody asked for; `data.payment`).
+    UnexpectedNotice => ("unexpected_notice", CONFLICT),
     /// No such note ("笔记不存在").
     BlogNotFound => ("blog_not_found", OK),
     /// A note that breaks a rule: empty or too long title or content, too many photos, an
@@ -421,6 +444,77 @@ impl From<SeckillError> for ApiError {
         match away(&e) {
             Some(what) => ApiError::unavailable(what, e),
             None => ApiError::internal(e),
+        }
+    }
+}
+
+impl From<LifeError> for ApiError {
+    fn from(e: LifeError) -> Self {
+        use LifeError as E;
+        let status_data = |s: VoucherOrderStatus| {
+            Some(serde_json::json!({"status": s.code(), "statusName": s.name()}))
+        };
+        match e {
+            E::Storage(s) => s.into(),
+            E::Seckill(s) => s.into(),
+            E::Redis(r) => r.into(),
+            E::NotFound => ApiError::new(
+                ErrorCode::OrderNotFound,
+                "订单不存在 (no such order of yours)",
+            ),
+            E::Pending => ApiError::new(
+                ErrorCode::OrderPending,
+                "订单处理中，请稍后再试 (the order is being written: retry in a moment)",
+            )
+            .with_retry_after(Duration::from_secs(1)),
+            E::Refused { action, status } => {
+                let (code, what) = match action {
+                    Action::Pay => (
+                        ErrorCode::OrderNotPayable,
+                        "订单无法支付 (only an unpaid order can be paid)",
+                    ),
+                    Action::Cancel => (
+                        ErrorCode::OrderNotCancellable,
+                        "订单无法取消 (only an unpaid order can be cancelled)",
+                    ),
+                    Action::Use => (
+                        ErrorCode::OrderNotUsable,
+                        "订单无法核销 (only a paid order can be used)",
+                    ),
+                    Action::Refund => (
+                        ErrorCode::OrderNotRefundable,
+                        "订单无法退款 (only a paid order can be refunded)",
+                    ),
+                };
+                ApiError::new(code, what).with_data(status_data(status))
+            }
+            E::Expired => ApiError::new(
+                ErrorCode::PayExpired,
+                "订单已超时，无法支付 (the pay deadline has passed; the order is being closed)",
+            ),
+            E::BadSignature => ApiError::new(
+                ErrorCode::BadSignature,
+                "签名错误 (missing or wrong x-pay-signature)",
+            ),
+            E::InvalidNotice(m) => ApiError::invalid(m),
+            E::UnknownOrder => ApiError::new(ErrorCode::UnknownOrder, "no such order"),
+            E::UnknownTrade => ApiError::new(
+                ErrorCode::UnknownTrade,
+                "tradeNo is not this order's payment",
+            ),
+            E::WrongAmount(expected) => ApiError::new(
+                ErrorCode::WrongAmount,
+                format!("amount is not the payment's ({expected})"),
+            )
+            .with_data(Some(serde_json::json!({"expected": expected}))),
+            E::UnexpectedNotice(state) => ApiError::new(
+                ErrorCode::UnexpectedNotice,
+                format!(
+                    "the notice does not fit the payment, which is {}",
+                    state.as_str()
+                ),
+            )
+            .with_data(Some(serde_json::json!({"payment": state.as_str()}))),
         }
     }
 }

@@ -100,6 +100,8 @@ pub struct AppStateInner {
     #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
     pub locks: hmdp_lock::LockClient<RedisConn>,
     pub seckill: crate::seckill::Seckill,
+    /// Pay, cancel, use, refund, and the gateway's notices.
+    pub orders: crate::order_life::OrderLife,
     /// Notes, likes, follows and the feed.
     pub social: crate::social::Social,
     /// Sign-in and unique visitors.

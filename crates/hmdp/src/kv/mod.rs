@@ -318,6 +318,20 @@ impl Keys {
         slot_mate(&self.seckill_voucher(shard, voucher_id), "gen")
     }
 
+    /// `seckill:{s<k>}:voucher:<id>:released`: the closed orders whose unit the voucher hash
+    /// got back (or the load that wrote it counted), so that giving a unit back is one
+    /// idempotent step (`seckill::release`); a slot mate of the voucher hash.
+    pub fn seckill_released(&self, shard: u32, voucher_id: i64) -> String {
+        slot_mate(&self.seckill_voucher(shard, voucher_id), "released")
+    }
+
+    /// `seckill:{s<k>}:deadlines`: the shard's unpaid orders by pay deadline (a sorted set of
+    /// order ids scored in ms), added by the grab script, claimed by the closer
+    /// (`orders::deadlines`).
+    pub fn seckill_deadlines(&self, shard: u32) -> String {
+        format!("{}seckill:{{s{shard}}}:deadlines", self.prefix)
+    }
+
     /// The pub/sub channel on which a voucher about to be (re)loaded into Redis is announced,
     /// so that every instance forgets what it remembers of the sale (`seckill::memory`).
     pub fn seckill_clear_channel(&self) -> String {

@@ -10,10 +10,11 @@ use super::{
     scripts::{self, GrabAnswer},
 };
 use crate::{
-    domain::{UserId, VoucherId},
+    domain::{UserId, VoucherId, pay_deadline_ms},
     kv::Keys,
     order_stream::{self, PendingRecord},
     storage::orders::{self, NewOrder, SyncOutcome},
+    worker::OrderTransport,
 };
 
 /// How long a grab keeps warming a voucher that Redis keeps losing before it gives up (with a
@@ -94,6 +95,13 @@ impl Seckill {
         let shard = self.shard(voucher);
         let mut redis = self.redis.clone();
         let started = Instant::now();
+        // On the RabbitMQ transport the relay's delay message keeps the deadline instead.
+        let deadline = match self.settings.transport {
+            OrderTransport::Stream => {
+                pay_deadline_ms(order_id, self.settings.pay_timeout).to_string()
+            }
+            OrderTransport::RabbitMq => String::new(),
+        };
         for attempt in 1.. {
             // Before the script runs: its answer is remembered only if no announcement can
             // have been missed since.
@@ -102,9 +110,11 @@ impl Seckill {
             grab.key(self.keys.seckill_voucher(shard, voucher.get()))
                 .key(self.keys.seckill_buyers(shard, voucher.get()))
                 .key(self.keys.seckill_stream(shard))
+                .key(self.keys.seckill_deadlines(shard))
                 .arg(voucher.get())
                 .arg(user.get())
-                .arg(order_id);
+                .arg(order_id)
+                .arg(&deadline);
             // An accepted grab waits for the replicas on a connection of its own (`kv::replicas`).
             let (answer, replicated): (GrabAnswer, _) = match &self.replicas {
                 None => (grab.invoke_async(&mut redis).await?, None),
@@ -212,11 +222,30 @@ impl Seckill {
         };
         let _ = guard.unlock().await;
         Ok(match outcome? {
-            (id, SyncOutcome::Created) => Ok(id),
+            (id, SyncOutcome::Created) => {
+                self.schedule_close_sync(voucher, id).await;
+                Ok(id)
+            }
             (_, SyncOutcome::SoldOut) => Err(Refusal::SoldOut),
             (_, SyncOutcome::Duplicate) => Err(Refusal::Duplicate(
                 orders::order_id_of(&self.db, user, voucher).await?,
             )),
         })
+    }
+
+    /// The pay deadline of an order the database just took (`sync` mode has no grab script to
+    /// add it atomically): added after the commit, so a Redis failure here leaves the order
+    /// open past its deadline, which the log says.
+    async fn schedule_close_sync(&self, voucher: VoucherId, order_id: i64) {
+        let deadline = pay_deadline_ms(order_id, self.settings.pay_timeout);
+        let added: redis::RedisResult<i64> = redis::cmd("ZADD")
+            .arg(self.keys.seckill_deadlines(self.shard(voucher)))
+            .arg(deadline)
+            .arg(order_id)
+            .query_async(&mut self.redis.clone())
+            .await;
+        if let Err(e) = added {
+            tracing::error!(order = order_id, error = %e, "could not record the pay deadline of an order; it stays open until cancelled");
+        }
     }
 }

@@ -10,6 +10,7 @@
 mod grab;
 mod memory;
 mod reconcile;
+mod release;
 pub(crate) mod scripts;
 mod stats;
 mod status;

@@ -16,10 +16,13 @@ use crate::order_stream;
 
 /// Decides one order.
 ///
-/// KEYS: voucher hash, buyers hash (user id → order id), order stream.
-/// ARGV: voucher id, user id, order id.
+/// KEYS: voucher hash, buyers hash (user id → order id), order stream, the shard's pay
+/// deadlines (sorted set).
+/// ARGV: voucher id, user id, order id, the order's pay deadline in ms (empty: none here, the
+/// RabbitMQ transport's delay queue keeps it).
 /// Answers `{code, …}`, decoded by [`GrabAnswer`]: accepted (stock taken, buyer recorded with
-/// the order, order appended to the stream with the [`order_stream`] fields), sold out,
+/// the order, order appended to the stream with the [`order_stream`] fields and its deadline
+/// to the deadlines, in the one atomic step: no accepted order lacks a deadline), sold out,
 /// already bought (with the buyer's order), not started, ended, not loaded, no such voucher.
 ///
 /// "Not loaded" (the caller warms the voucher and retries) also covers a hash missing any of
@@ -47,6 +50,7 @@ redis.call('HINCRBY', KEYS[1], '{FIELD_STOCK}', -1)
 redis.call('HINCRBY', KEYS[1], '{FIELD_SOLD}', 1)
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('XADD', KEYS[3], '*', '{order}', ARGV[3], '{user}', ARGV[2], '{voucher}', ARGV[1])
+if ARGV[4] ~= '' then redis.call('ZADD', KEYS[4], ARGV[4], ARGV[3]) end
 return {{{accepted}, gen}}
 ",
         accepted = GrabAnswer::ACCEPTED,
@@ -143,17 +147,68 @@ impl FromRedisValue for GrabAnswer {
 /// Loads a voucher's sale fields unless it is already (completely) loaded; a missing marker
 /// or a partial hash is replaced. Called through [`super::voucher_hash::Sale::load`].
 ///
-/// KEYS: voucher hash. ARGV: stock, begin ms, end ms, sold (buyers recorded in the buyers hash),
-/// generation (announced to every instance before: `Seckill::announce_load`).
+/// KEYS: voucher hash, and optionally the voucher's released set. ARGV: stock, begin ms, end ms,
+/// sold (buyers recorded in the buyers hash), generation (announced to every instance before:
+/// `Seckill::announce_load`), then the closed orders the stock counts as returned.
 /// Returns 1 if written, 0 if it was there.
+///
+/// With the released set: an order in it but not among the closed orders given was closed
+/// after the database snapshot the stock comes from (its [`RELEASE`] found no hash to give the
+/// unit to), so the stock written is one higher for each; the closed orders given join the set,
+/// so a [`RELEASE`] of one of them, late, gives nothing twice.
 pub(crate) static LOAD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r"
 local v = redis.call('HMGET', KEYS[1], '{FIELD_STOCK}', '{FIELD_BEGIN}', '{FIELD_END}')
 if v[1] and v[2] and v[3] then return 0 end
+local stock = tonumber(ARGV[1])
+if KEYS[2] then
+  local counted = {{}}
+  for i = 6, #ARGV do counted[ARGV[i]] = true end
+  for _, o in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+    if not counted[o] then stock = stock + 1 end
+  end
+  for i = 6, #ARGV, 500 do
+    redis.call('SADD', KEYS[2], unpack(ARGV, i, math.min(i + 499, #ARGV)))
+  end
+end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], '{FIELD_STOCK}', ARGV[1], '{FIELD_BEGIN}', ARGV[2], '{FIELD_END}', ARGV[3], '{FIELD_SOLD}', ARGV[4],
+redis.call('HSET', KEYS[1], '{FIELD_STOCK}', stock, '{FIELD_BEGIN}', ARGV[2], '{FIELD_END}', ARGV[3], '{FIELD_SOLD}', ARGV[4],
   '{FIELD_GENERATION}', ARGV[5])
+return 1
+",
+    ))
+});
+
+/// Gives the units of closed orders back to a sale, once each: an order already in the
+/// released set (given back before, or counted by the load that wrote the hash) gives nothing.
+/// Without a loaded hash the orders only join the set; the next [`LOAD`] counts them.
+///
+/// KEYS: voucher hash, released set. ARGV: order ids.
+/// Returns `{units given back now, the stock before (-1: not loaded)}`.
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r"
+local added = 0
+for i = 1, #ARGV do added = added + redis.call('SADD', KEYS[2], ARGV[i]) end
+local stock = redis.call('HGET', KEYS[1], '{FIELD_STOCK}')
+if not stock then return {{added, -1}} end
+if added > 0 then redis.call('HINCRBY', KEYS[1], '{FIELD_STOCK}', added) end
+return {{added, tonumber(stock)}}
+",
+    ))
+});
+
+/// Raises a loaded sale's generation to ARGV[1] (never lowers it): after units came back to a
+/// sale that was sold out, answers remembered from before are ignored and new ones honoured.
+///
+/// KEYS: voucher hash.
+pub(crate) static RAISE_GENERATION: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r"
+if redis.call('HEXISTS', KEYS[1], '{FIELD_STOCK}') == 0 then return 0 end
+local g = tonumber(redis.call('HGET', KEYS[1], '{FIELD_GENERATION}')) or 0
+if tonumber(ARGV[1]) > g then redis.call('HSET', KEYS[1], '{FIELD_GENERATION}', ARGV[1]) end
 return 1
 ",
     ))

@@ -45,15 +45,28 @@ impl Sale {
     /// Writes the sale into the voucher hash at `key` unless a complete one is there already
     /// ([`scripts::LOAD`]; a missing marker or a partial hash is replaced): whether it wrote.
     pub async fn load(&self, key: &str, conn: &mut impl ConnectionLike) -> RedisResult<bool> {
-        let written: i64 = scripts::LOAD
-            .key(key)
-            .arg(self.stock)
+        self.load_counting(key, None, conn).await
+    }
+
+    /// [`Sale::load`] for a sale whose orders can be closed: `released` is the voucher's
+    /// released set and the closed orders whose units `stock` already holds, so that units
+    /// given back after the snapshot are counted once (see [`scripts::LOAD`]).
+    pub(crate) async fn load_counting(
+        &self,
+        key: &str,
+        released: Option<(&str, &[i64])>,
+        conn: &mut impl ConnectionLike,
+    ) -> RedisResult<bool> {
+        let mut load = scripts::LOAD.key(key);
+        load.arg(self.stock)
             .arg(self.begin_ms)
             .arg(self.end_ms)
             .arg(self.sold)
-            .arg(self.generation)
-            .invoke_async(conn)
-            .await?;
+            .arg(self.generation);
+        if let Some((set, closed)) = released {
+            load.key(set).arg(closed);
+        }
+        let written: i64 = load.invoke_async(conn).await?;
         Ok(written == 1)
     }
 }

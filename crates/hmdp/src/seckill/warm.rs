@@ -140,7 +140,10 @@ impl Seckill {
             sold: load.buyers.len() as i64,
             generation,
         };
-        let loaded = sale.load(&hash, &mut redis).await?;
+        let released = self.keys.seckill_released(shard, voucher.get());
+        let loaded = sale
+            .load_counting(&hash, Some((&released, &snapshot.closed)), &mut redis)
+            .await?;
         tracing::info!(
             voucher = voucher.get(),
             stock = load.stock,
@@ -254,6 +257,7 @@ mod tests {
             },
             // Orders 1 and 2 are written.
             orders: vec![(1, 100), (2, 200)],
+            closed: vec![],
         };
         let queued = [
             order(1, 100), // written, not yet trimmed: counted by the snapshot

@@ -25,6 +25,25 @@ pub(super) fn settle_admin_token(config: &Config) -> anyhow::Result<Secret> {
     Ok(token)
 }
 
+/// The secret of the payment gateway's signatures: configured (`HMDP_PAY_SECRET`), or read
+/// from / generated into `$HMDP_DATA_DIR/pay-secret`, for the gateway to be given.
+pub(super) fn settle_pay_secret(config: &Config) -> anyhow::Result<Secret> {
+    if let Some(s) = &config.seckill.pay_secret {
+        return Ok(s.clone());
+    }
+    let path = config.data_dir.join("pay-secret");
+    let (secret, generated) = crate::secret_files::settle(&path, "payment secret")?;
+    if generated {
+        let file = std::fs::canonicalize(&path).unwrap_or(path);
+        tracing::warn!(
+            file = %file.display(),
+            "HMDP_PAY_SECRET is unset: generated the payment gateway's signing secret into this \
+             file (mode 600); give it to the gateway"
+        );
+    }
+    Ok(secret)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,8 +13,9 @@ use super::connect::{Redis, worker_database};
 use crate::{
     auth::SessionStore,
     catalogue::Catalogue,
-    config::{Config, redact_url},
+    config::{Config, Secret, redact_url},
     kv::{RedisConn, ReplicaWait},
+    order_life::OrderLife,
     seckill::{IdMode, Seckill, SeckillMode},
     storage::Db,
     worker::OrderWorker,
@@ -166,8 +167,29 @@ async fn replica_wait(
     Ok(replicas)
 }
 
-/// The order worker (`HMDP_WORKER*`, `HMDP_ORDER_TRANSPORT`, `HMDP_AMQP_*`) writing with `db`.
-pub(super) fn order_worker(config: &Config, db: Db, redis: &Redis) -> OrderWorker {
+/// The order life cycle after the grab (`HMDP_ORDER_PAY_TIMEOUT_SECS`, `HMDP_PAY_SECRET`),
+/// giving units back through `seckill`.
+pub(super) fn order_life(
+    config: &Config,
+    db: &Db,
+    redis: &Redis,
+    seckill: Seckill,
+    pay_secret: Secret,
+) -> OrderLife {
+    OrderLife::new(
+        db.clone(),
+        redis.conn.clone(),
+        redis.keys.clone(),
+        seckill,
+        config.seckill.pay_timeout,
+        config.seckill.shards,
+        pay_secret,
+    )
+}
+
+/// The order worker (`HMDP_WORKER*`, `HMDP_ORDER_TRANSPORT`, `HMDP_AMQP_*`) writing with `db`,
+/// closing unpaid orders through `life`.
+pub(super) fn order_worker(config: &Config, db: Db, redis: &Redis, life: OrderLife) -> OrderWorker {
     OrderWorker::new(
         db,
         redis.conn.clone(),
@@ -176,6 +198,7 @@ pub(super) fn order_worker(config: &Config, db: Db, redis: &Redis) -> OrderWorke
         config.seckill.clone(),
         config.seckill.consumer.clone(),
     )
+    .with_life(life)
 }
 
 /// The order worker inside `hmdp serve` (`HMDP_WORKER`), on a pool of its own, its broker
@@ -183,11 +206,12 @@ pub(super) fn order_worker(config: &Config, db: Db, redis: &Redis) -> OrderWorke
 pub(super) async fn embedded_worker(
     config: &Config,
     redis: &Redis,
+    life: OrderLife,
 ) -> anyhow::Result<Option<OrderWorker>> {
     if !config.seckill.worker {
         return Ok(None);
     }
-    let worker = order_worker(config, worker_database(config).await?, redis);
+    let worker = order_worker(config, worker_database(config).await?, redis, life);
     check_broker(&worker, config).await?;
     Ok(Some(worker))
 }

@@ -13,6 +13,7 @@ use crate::{
     http::{ConnectionStats, HttpMetrics},
     kv::RedisConn,
     metrics::{CacheCollector, LockCollector, Registry},
+    order_life::OrderStats,
     order_stream::StreamMetrics,
     seckill::SeckillStats,
     worker::OrderWorker,
@@ -26,6 +27,8 @@ pub(super) struct Exposed<'a> {
     pub connections: &'a ConnectionStats,
     /// The order worker of this process, if it runs one.
     pub worker: Option<&'a OrderWorker>,
+    /// The order life cycle's moves (the service's and its closer's).
+    pub orders: Option<&'a OrderStats>,
     pub streams: &'a StreamMetrics,
 }
 
@@ -57,6 +60,9 @@ impl Exposed<'_> {
             if worker.uses_rabbitmq() {
                 worker.amqp_stats().register(r);
             }
+        }
+        if let Some(orders) = self.orders {
+            orders.register(r);
         }
         self.streams.register(r);
         if let Some(service) = &self.service {

@@ -6,7 +6,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 
 use super::{
-    admin_token::settle_admin_token,
+    admin_token::{settle_admin_token, settle_pay_secret},
     components,
     connect::{Redis, connect_database},
     limits::check_open_files_limit,
@@ -73,7 +73,14 @@ impl Application {
         let seckill =
             components::serving_seckill(&config, &db, &redis, &locks, managed_redis.is_some())
                 .await?;
-        let worker = components::embedded_worker(&config, &redis).await?;
+        let life = components::order_life(
+            &config,
+            &db,
+            &redis,
+            seckill.clone(),
+            settle_pay_secret(&config)?,
+        );
+        let worker = components::embedded_worker(&config, &redis, life.clone()).await?;
         let sessions = components::sessions(&config, &redis).await?;
         let social = Social::new(
             db.clone(),
@@ -110,6 +117,7 @@ impl Application {
             }),
             connections: &connections,
             worker: worker.as_ref(),
+            orders: Some(life.stats()),
             streams: &stream_metrics,
         }
         .registry();
@@ -117,6 +125,7 @@ impl Application {
         let state = AppState::new(AppStateInner {
             catalogue,
             seckill,
+            orders: life,
             social,
             activity,
             uploads,

@@ -7,6 +7,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 
 use super::{
+    admin_token::settle_pay_secret,
     components,
     connect::{Redis, connect_database},
     metrics::Exposed,
@@ -40,7 +41,10 @@ pub async fn run_worker_with(
 ) -> anyhow::Result<()> {
     let db = connect_database(&config).await?;
     let redis = Redis::configured(&config).await?;
-    let worker = components::order_worker(&config, db.clone(), &redis);
+    let locks = redis.locks()?;
+    let seckill = components::seckill(&config, &db, &redis, &locks)?;
+    let life = components::order_life(&config, &db, &redis, seckill, settle_pay_secret(&config)?);
+    let worker = components::order_worker(&config, db.clone(), &redis, life.clone());
     // Refuse to start on another shard count than the one recorded: the streams of the other
     // shards would never be drained (ARCHITECTURE.md, "Changing HMDP_SECKILL_SHARDS").
     worker
@@ -55,6 +59,7 @@ pub async fn run_worker_with(
             service: None,
             connections: &connections,
             worker: Some(&worker),
+            orders: Some(life.stats()),
             streams: &stream_metrics,
         }
         .registry();

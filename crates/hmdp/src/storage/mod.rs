@@ -17,6 +17,7 @@ pub(crate) mod comments;
 pub(crate) mod follows;
 pub(crate) mod likes;
 mod migrate;
+pub(crate) mod order_life;
 pub mod orders;
 mod seed;
 pub(crate) mod uploads;

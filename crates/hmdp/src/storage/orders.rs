@@ -63,6 +63,11 @@ pub async fn insert_seckill_voucher(db: &Db, v: &NewSeckillVoucher) -> Result<Vo
             .bind(v.end_time)
             .execute(&mut *tx)
             .await?;
+        sqlx::query("INSERT INTO hmdp_voucher_initial_stock (voucher_id, initial_stock) VALUES (?, ?)")
+            .bind(id)
+            .bind(v.stock)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         id
     });
@@ -101,6 +106,9 @@ pub struct SaleSnapshot {
     pub voucher: SeckillVoucher,
     /// `(order id, user id)` of every persisted order of the voucher.
     pub orders: Vec<(i64, i64)>,
+    /// The orders among them that were closed (cancelled or timed out): the stock holds their
+    /// units again.
+    pub closed: Vec<i64>,
 }
 
 pub async fn sale_snapshot(db: &Db, id: VoucherId) -> Result<Option<SaleSnapshot>> {
@@ -116,13 +124,17 @@ pub async fn sale_snapshot(db: &Db, id: VoucherId) -> Result<Option<SaleSnapshot
         let snapshot = match voucher {
             None => None,
             Some(voucher) => {
-                let orders: Vec<(i64, i64)> = sqlx::query_as::<_, (i64, i64)>(
-                    "SELECT id, CAST(user_id AS SIGNED) FROM tb_voucher_order WHERE voucher_id = ?",
+                let rows: Vec<(i64, i64, i64)> = sqlx::query_as::<_, (i64, i64, i64)>(
+                    "SELECT id, CAST(user_id AS SIGNED), CAST(status AS SIGNED) FROM tb_voucher_order \
+                     WHERE voucher_id = ?",
                 )
                 .bind(id.get())
                 .fetch_all(&mut *tx)
                 .await?;
-                Some(SaleSnapshot { voucher, orders })
+                let cancelled = crate::domain::VoucherOrderStatus::Cancelled.code();
+                let closed = rows.iter().filter(|r| r.2 == cancelled).map(|r| r.0).collect();
+                let orders = rows.into_iter().map(|(o, u, _)| (o, u)).collect();
+                Some(SaleSnapshot { voucher, orders, closed })
             }
         };
         tx.commit().await?;
@@ -379,6 +391,24 @@ pub struct VoucherOrder {
     )]
     #[schema(value_type = Option<datetime_format::Schema>)]
     pub create_time: Option<NaiveDateTime>,
+    #[serde(
+        with = "datetime_format::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<datetime_format::Schema>)]
+    pub pay_time: Option<NaiveDateTime>,
+    #[serde(
+        with = "datetime_format::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<datetime_format::Schema>)]
+    pub use_time: Option<NaiveDateTime>,
+    #[serde(
+        with = "datetime_format::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<datetime_format::Schema>)]
+    pub refund_time: Option<NaiveDateTime>,
 }
 
 impl_from_row!(VoucherOrder, |row| {
@@ -391,11 +421,14 @@ impl_from_row!(VoucherOrder, |row| {
         pay_type: row.try_get_unchecked("pay_type")?,
         status: row.try_get_unchecked("status")?,
         create_time: row.try_get_unchecked("create_time")?,
+        pay_time: row.try_get_unchecked("pay_time")?,
+        use_time: row.try_get_unchecked("use_time")?,
+        refund_time: row.try_get_unchecked("refund_time")?,
     })
 });
 
-const ORDER_COLUMNS: &str =
-    "SELECT id, user_id, voucher_id, pay_type, status, create_time FROM tb_voucher_order";
+const ORDER_COLUMNS: &str = "SELECT id, user_id, voucher_id, pay_type, status, create_time, \
+     pay_time, use_time, refund_time FROM tb_voucher_order";
 
 /// The id of `user`'s order of `voucher`, if there is one (the unique key allows one).
 pub async fn order_id_of(db: &Db, user: UserId, voucher: VoucherId) -> Result<Option<i64>> {

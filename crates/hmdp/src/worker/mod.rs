@@ -36,6 +36,7 @@ use crate::{
     amqp::{AmqpStats, PublishError, Publisher},
     config::{Choice, SeckillSettings},
     kv::{Keys, RedisConn},
+    order_life::OrderLife,
     order_stream::{self, ShardCountMismatch},
     storage::{Db, StorageError},
 };
@@ -97,6 +98,8 @@ pub struct OrderWorker {
     /// With `HMDP_ORDER_TRANSPORT=rabbitmq`: the shard loops publish here instead of writing.
     publisher: Option<Arc<Publisher>>,
     amqp: Arc<AmqpStats>,
+    /// Closes unpaid orders when their pay deadline passes.
+    life: Option<OrderLife>,
 }
 
 /// What one step of a shard loop did.
@@ -195,7 +198,14 @@ impl OrderWorker {
             consumer_expiry: DEFAULT_CONSUMER_EXPIRY,
             status_refresh_every: DEFAULT_STATUS_REFRESH_EVERY,
             claim_cursors: Arc::default(),
+            life: None,
         }
+    }
+
+    /// Runs the closer of unpaid orders beside the shard loops.
+    pub(crate) fn with_life(mut self, life: OrderLife) -> Self {
+        self.life = Some(life);
+        self
     }
 
     /// An entry goes to the dead letters only once it has been failing (for reasons other
@@ -281,6 +291,12 @@ impl OrderWorker {
                 let me = self.clone();
                 let rx = rx.clone();
                 tasks.push(tokio::spawn(async move { me.run_shard(shard, rx).await }));
+            }
+            // The deadlines the grab script (and `sync` mode) records; on the RabbitMQ
+            // transport there are none but `sync` mode's, which this closes too.
+            if let Some(life) = self.life.clone() {
+                let rx = rx.clone();
+                tasks.push(tokio::spawn(async move { life.run_closer(rx).await }));
             }
             if rabbitmq && role.consumes() {
                 let me = self.clone();

@@ -1,0 +1,139 @@
+//! The closer of the stream transport: pay deadlines wait in one Redis sorted set per shard
+//! (`seckill:{s<k>}:deadlines`, order ids scored by deadline in ms), added by the grab script
+//! in the step that accepts the order.
+//!
+//! A closer claims the due ones with one script that also pushes each a lease ahead, so
+//! several closers (workers) never take the same deadline twice at once, and one that dies
+//! mid-batch leaves its deadlines to be claimed again when the lease runs out: nothing is
+//! removed before the order is closed (or found paid) in the database and its unit is back in
+//! Redis. A deadline whose order is not written yet waits for the row; one whose order is
+//! neither written nor on its way (given up on by the worker) is dropped with a log line.
+
+use std::{sync::LazyLock, time::Duration};
+
+use redis::Script;
+use tokio::sync::watch;
+
+use super::{LifeError, OrderLife};
+
+/// Deadlines claimed per shard and round.
+pub(crate) const CLAIM_BATCH: usize = 500;
+/// How long a claim holds its deadlines: a closer that died is replaced after this.
+const LEASE: Duration = Duration::from_secs(5);
+/// How soon a deadline whose order is not written yet is looked at again.
+const ROW_WAIT: Duration = Duration::from_millis(500);
+/// How often an idle closer looks for due deadlines.
+const POLL: Duration = Duration::from_millis(200);
+
+/// Claims due deadlines.
+///
+/// KEYS: the shard's deadlines. ARGV: how many at most, the lease in ms.
+/// Returns the claimed order ids (now scored at Redis's now + lease).
+static CLAIM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+for _, m in ipairs(due) do redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), m) end
+return due
+",
+    )
+});
+
+/// What one round of a shard did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Round {
+    pub claimed: usize,
+    /// Orders closed now (their units given back).
+    pub closed: usize,
+    /// Deadlines left to wait for their order's row.
+    pub waiting: usize,
+}
+
+impl OrderLife {
+    /// Claims and handles one batch of due deadlines of `shard`.
+    pub(crate) async fn close_due(&self, shard: u32) -> Result<Round, LifeError> {
+        let key = self.keys().seckill_deadlines(shard);
+        let mut redis = self.redis().clone();
+        let claimed: Vec<String> = CLAIM
+            .key(&key)
+            .arg(CLAIM_BATCH)
+            .arg(LEASE.as_millis() as u64)
+            .invoke_async(&mut redis)
+            .await?;
+        let mut round = Round {
+            claimed: claimed.len(),
+            ..Round::default()
+        };
+        if claimed.is_empty() {
+            return Ok(round);
+        }
+        let ids: Vec<i64> = claimed.iter().filter_map(|m| m.parse().ok()).collect();
+        let closings = self.close(&ids).await?;
+        round.closed = closings.iter().filter(|c| c.closed_now).count();
+        let found: std::collections::HashSet<i64> = closings.iter().map(|c| c.order.id).collect();
+        let mut done: Vec<&str> = Vec::with_capacity(claimed.len());
+        let mut wait: Vec<&str> = Vec::new();
+        for member in &claimed {
+            match member.parse::<i64>() {
+                Ok(id) if found.contains(&id) => done.push(member),
+                Ok(id) if self.is_pending(id).await? => wait.push(member),
+                _ => {
+                    self.stats().deadlines_dropped.inc();
+                    tracing::warn!(
+                        order = %member,
+                        "pay deadline of an order that is neither written nor on its way \
+                         (given up on by the worker, or unknown): dropped"
+                    );
+                    done.push(member);
+                }
+            }
+        }
+        self.stats().deadlines_handled.inc_by(done.len() as u64);
+        if !done.is_empty() {
+            let _: i64 = redis::cmd("ZREM")
+                .arg(&key)
+                .arg(&done)
+                .query_async(&mut redis)
+                .await?;
+        }
+        if !wait.is_empty() {
+            round.waiting = wait.len();
+            let at = chrono::Utc::now().timestamp_millis() + ROW_WAIT.as_millis() as i64;
+            let mut zadd = redis::cmd("ZADD");
+            zadd.arg(&key).arg("XX");
+            for m in &wait {
+                zadd.arg(at).arg(*m);
+            }
+            let _: i64 = zadd.query_async(&mut redis).await?;
+        }
+        Ok(round)
+    }
+
+    /// Closes due orders of every shard until `stop` turns true.
+    pub(crate) async fn run_closer(&self, mut stop: watch::Receiver<bool>) {
+        tracing::info!(shards = self.shards(), "pay deadline closer started");
+        while !*stop.borrow() {
+            let mut busy = false;
+            for shard in 0..self.shards() {
+                match self.close_due(shard).await {
+                    Ok(r) => busy |= r.claimed == CLAIM_BATCH,
+                    Err(e) => {
+                        // Redis or the database away: the claims' leases run out and they are
+                        // taken again.
+                        tracing::warn!(shard, error = %e, "closing due orders failed; retrying");
+                    }
+                }
+            }
+            if busy {
+                continue;
+            }
+            tokio::select! {
+                _ = stop.changed() => {}
+                _ = tokio::time::sleep(POLL) => {}
+            }
+        }
+        tracing::info!("pay deadline closer stopped");
+    }
+}
