@@ -58,6 +58,11 @@ pub mod metrics {
     pub use crate::metrics::{Registry, encode};
 }
 
+/// The order's life after the grab: the gateway's signature, as the gateway computes it.
+pub mod order_life {
+    pub use crate::order_life::gateway::{SIGNATURE_HEADER, sign};
+}
+
 /// The contract between the flash sale and the worker.
 pub mod order_stream {
     pub use crate::order_stream::{PendingRecord, create_pending};

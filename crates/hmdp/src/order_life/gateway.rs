@@ -12,7 +12,7 @@ use super::LifeError;
 use crate::{config::Secret, storage::order_life::Notice};
 
 /// The header carrying the signature.
-pub(crate) const SIGNATURE_HEADER: &str = "x-pay-signature";
+pub const SIGNATURE_HEADER: &str = "x-pay-signature";
 
 /// Whether `signature` (hex) is the HMAC-SHA256 of `body` under `secret`, compared in
 /// constant time.
@@ -27,7 +27,7 @@ pub(crate) fn signed(secret: &Secret, body: &[u8], signature: &str) -> bool {
 }
 
 /// The signature of `body` under `secret`, as the gateway sends it (tests, the lab, the demo).
-pub(crate) fn sign(secret: &Secret, body: &[u8]) -> String {
+pub fn sign(secret: &Secret, body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.expose().as_bytes())
         .expect("HMAC takes a key of any length");
     mac.update(body);

@@ -111,7 +111,7 @@ pub(crate) struct NoticeAnswer {
 
 /// The life cycle's service. Cheap to clone.
 #[derive(Clone)]
-pub(crate) struct OrderLife {
+pub struct OrderLife {
     db: Db,
     redis: RedisConn,
     keys: Keys,

@@ -300,7 +300,7 @@ async fn move_order(
         let changed = q.bind(order_id).bind(from.code()).execute(&mut *tx).await?.rows_affected();
         if changed == 0 {
             let status: Option<i64> =
-                sqlx::query_scalar("SELECT status FROM tb_voucher_order WHERE id = ?")
+                sqlx::query_scalar("SELECT CAST(status AS SIGNED) FROM tb_voucher_order WHERE id = ?")
                     .bind(order_id)
                     .fetch_optional(&mut *tx)
                     .await?;
@@ -396,7 +396,7 @@ pub(crate) async fn apply_notice(
     use VoucherOrderStatus as S;
     let read = format!("{PAYMENT_COLUMNS} WHERE order_id = ?{}", for_update(db));
     let status_sql = format!(
-        "SELECT status FROM tb_voucher_order WHERE id = ?{}",
+        "SELECT CAST(status AS SIGNED) FROM tb_voucher_order WHERE id = ?{}",
         for_update(db)
     );
     crate::storage::on_pool!(db, pool => {

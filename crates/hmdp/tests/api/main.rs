@@ -23,6 +23,7 @@ mod failures;
 mod login;
 mod metrics;
 mod openapi;
+mod order_life;
 mod order_pipeline;
 mod pages;
 mod profile;

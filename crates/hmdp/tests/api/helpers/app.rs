@@ -21,6 +21,8 @@ use serde_json::Value;
 use super::TestDatabase;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+/// The payment gateway's signing secret in tests (`HMDP_PAY_SECRET`).
+pub const PAY_SECRET: &str = "test-pay-secret-0123456789";
 
 /// Which database a test runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +82,7 @@ pub fn test_config(database_url: String, dir: &std::path::Path) -> Config {
     // and the hourly SMS budget have their own tests.
     config.code.ip_per_min = 0;
     config.sms.hourly_limit = 0;
+    config.seckill.pay_secret = Some(Secret::new(PAY_SECRET));
     config
 }
 

@@ -8,12 +8,13 @@
 mod app;
 mod database;
 mod images;
+mod orders;
 mod seckill;
 
 pub use app::{
-    ADMIN_TOKEN, Backend, ChildGuard, Resp, TestApp, assert_nothing_outside, client_from, raw_get,
-    spawn_app, spawn_app_with, spawn_app_with_configured_sms, spawn_app_with_rabbitmq,
-    spawn_with_config, test_config, wait_until_up,
+    ADMIN_TOKEN, Backend, ChildGuard, PAY_SECRET, Resp, TestApp, assert_nothing_outside,
+    client_from, raw_get, spawn_app, spawn_app_with, spawn_app_with_configured_sms,
+    spawn_app_with_rabbitmq, spawn_with_config, test_config, wait_until_up,
 };
 pub use database::{DatabaseUser, ReadOnlyServer, SchemaDump, TestDatabase, mysql_via_proxy};
 pub use hmdp_testkit::{
@@ -21,6 +22,10 @@ pub use hmdp_testkit::{
     unique_prefix, wait_until,
 };
 pub use images::{multipart, square_png};
+pub use orders::{
+    db_orders_in, db_statuses, notice, open_payment, order_status, order_view, post_notice,
+    signature, signed_notice,
+};
 pub use seckill::{
     assert_same_orders, code_of, create_sale, db_buyers, db_count, db_order_ids, db_stock, drain,
     grab_raw, kill_a_worker_process_mid_drain, login_many, lose_voucher, order_id_of,
