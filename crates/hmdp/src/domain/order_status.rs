@@ -49,11 +49,6 @@ impl VoucherOrderStatus {
             Self::Refunded => "refunded",
         }
     }
-
-    /// Whether the order holds a unit of the voucher's stock (every status but cancelled).
-    pub(crate) fn holds_stock(self) -> bool {
-        self != Self::Cancelled
-    }
 }
 
 /// When an unpaid order closes, in ms since the epoch: the second its id was issued (ids carry
@@ -84,7 +79,5 @@ mod tests {
         }
         assert_eq!(VoucherOrderStatus::from_code(0), None);
         assert_eq!(VoucherOrderStatus::from_code(7), None);
-        assert!(!VoucherOrderStatus::Cancelled.holds_stock());
-        assert!(VoucherOrderStatus::Refunded.holds_stock());
     }
 }

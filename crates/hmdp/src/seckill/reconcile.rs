@@ -16,7 +16,10 @@ use crate::{
     domain::VoucherId,
     kv::Keys,
     order_stream::{self, PendingRecord},
-    storage::orders::{self, NewOrder},
+    storage::{
+        order_life,
+        orders::{self, NewOrder},
+    },
 };
 
 /// What the check found for one sale.
@@ -40,16 +43,59 @@ pub struct SaleCheck {
     pub other_order: Vec<(i64, i64, i64)>,
     /// `--repair` rebuilt the sale (after queueing again the orders only Redis held).
     pub repaired: bool,
+    /// The database's books: every unit is in the stock or held by an order that was not
+    /// cancelled (`initial = stock + holding`). `None` for a voucher without a recorded
+    /// initial stock (created by another program).
+    pub initial_stock: Option<i64>,
+    pub db_stock: i64,
+    /// Orders in statuses 1, 2, 3, 5 and 6.
+    pub holding: i64,
+    /// Cancelled orders whose payment was kept (neither owed back nor refunded): must be 0.
+    pub paid_and_closed: i64,
 }
 
 impl SaleCheck {
-    /// Whether Redis disagrees with the database and the streams.
+    /// Whether Redis disagrees with the database and the streams, or the database's books do
+    /// not add up.
     pub fn drift(&self) -> bool {
+        self.redis_drift() || self.books_drift()
+    }
+
+    /// Whether Redis disagrees with the database and the streams (what `--repair` mends).
+    pub fn redis_drift(&self) -> bool {
         self.marked_unknown
             || (self.loaded && self.redis_stock != self.expected_stock)
             || !self.unknown_to_redis.is_empty()
             || !self.only_in_redis.is_empty()
             || !self.other_order.is_empty()
+    }
+
+    /// Whether a unit is missing or counted twice in the database, or a closed order kept a
+    /// payment: no repair by this command, a bug to look into.
+    pub fn books_drift(&self) -> bool {
+        self.initial_stock
+            .is_some_and(|i| i != self.db_stock + self.holding)
+            || self.paid_and_closed > 0
+    }
+
+    fn write_books(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(initial) = self.initial_stock
+            && initial != self.db_stock + self.holding
+        {
+            write!(
+                f,
+                "\n  books: initial stock {initial} != stock left {} + orders not cancelled {}",
+                self.db_stock, self.holding
+            )?;
+        }
+        if self.paid_and_closed > 0 {
+            write!(
+                f,
+                "\n  books: {} cancelled orders kept their payment (neither owed back nor refunded)",
+                self.paid_and_closed
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -62,6 +108,10 @@ impl fmt::Display for SaleCheck {
                 "voucher {v}: DRIFT: Redis refuses it as unknown, the database sells it"
             )?;
         } else if !self.loaded {
+            if self.books_drift() {
+                write!(f, "voucher {v}: DRIFT (not in Redis)")?;
+                return self.write_books(f);
+            }
             return write!(
                 f,
                 "voucher {v}: not in Redis (loaded from the database on first use)"
@@ -124,6 +174,7 @@ impl fmt::Display for SaleCheck {
                 "\n  user {user} has order {in_redis} in Redis but order {elsewhere} in the database or a stream"
             )?;
         }
+        self.write_books(f)?;
         if self.repaired {
             write!(
                 f,
@@ -171,7 +222,7 @@ impl Seckill {
         };
         let result = self.compare(voucher).await;
         let result = match result {
-            Ok(Some(mut check)) if repair && check.drift() => {
+            Ok(Some(mut check)) if repair && check.redis_drift() => {
                 self.repair(voucher, &check).await.map(|()| {
                     check.repaired = true;
                     Some(check)
@@ -205,6 +256,12 @@ impl Seckill {
             marked_unknown: hash.marked_unknown(),
             ..SaleCheck::default()
         };
+        if let Some(books) = order_life::books(&self.db, voucher.get()).await? {
+            check.initial_stock = books.initial;
+            check.db_stock = books.stock;
+            check.holding = books.holding;
+            check.paid_and_closed = books.paid_and_closed;
+        }
         let Some(sale) = hash.sale() else {
             return Ok(Some(check));
         };

@@ -29,6 +29,9 @@ async fn the_service_runs_on_a_redis_cluster() {
         spawn_app_with(Backend::Sqlite, move |c| {
             c.redis_url = Some(url);
             c.seckill.shards = 4;
+            // Unpaid orders close during the test: the deadlines and the returned units on
+            // each shard's slot.
+            c.seckill.pay_timeout = Duration::from_secs(4);
         })
         .await,
     );
@@ -71,6 +74,7 @@ async fn the_service_runs_on_a_redis_cluster() {
     }
     let tokens = login_many(&app, 15).await;
     let mut wins = 0;
+    let mut losers = Vec::new();
     for v in &vouchers {
         for t in &tokens {
             let r = app
@@ -80,6 +84,7 @@ async fn the_service_runs_on_a_redis_cluster() {
                 wins += 1;
             } else {
                 assert_eq!(r.code(), "sold_out", "{r:?}");
+                losers.push((*v, t.clone()));
             }
         }
     }
@@ -102,6 +107,30 @@ async fn the_service_runs_on_a_redis_cluster() {
         }
     })
     .await;
+    // Nobody pays: every order closes and each unit is back, in Redis and the database.
+    let patience = Patience::new(Duration::from_secs(30)).every(Duration::from_millis(100));
+    wait_until(patience, "the 40 units back on sale", async || {
+        for v in &vouchers {
+            let stats = app
+                .get(&format!("/api/voucher/seckill/{v}/stats"), None)
+                .await;
+            let (redis, db) = (
+                &stats.body["data"]["redisStock"],
+                &stats.body["data"]["dbStock"],
+            );
+            if (redis.as_i64(), db.as_i64()) != (Some(10), Some(10)) {
+                return Err(format!("voucher {v}: Redis {redis}, database {db}"));
+            }
+        }
+        Ok(())
+    })
+    .await;
+    for (v, t) in &losers {
+        let r = app
+            .post(&format!("/api/voucher-order/seckill/{v}"), Some(t))
+            .await;
+        assert!(r.success(), "a returned unit sells to someone else: {r:?}");
+    }
     let spread = keys_per_node(&cluster).await;
     assert!(
         spread.iter().filter(|n| **n > 0).count() >= 2,

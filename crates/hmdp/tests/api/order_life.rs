@@ -31,6 +31,10 @@ both_backends!(
     a_killed_worker_leaves_no_deadline_behind,
 );
 
+fn voucher_id(id: i64) -> hmdp::testing::domain::VoucherId {
+    hmdp::testing::domain::VoucherId::new(id).unwrap()
+}
+
 /// A grab that is accepted: the order's id.
 async fn grab(app: &TestApp, voucher: i64, token: &str) -> i64 {
     let (status, body) = grab_raw(app, voucher, token).await;
@@ -337,6 +341,47 @@ async fn a_cancelled_unit_comes_back_once_and_sells_to_someone_else(backend: Bac
     })
     .await;
     assert_eq!(stock, 0);
+
+    // `hmdp reconcile` agrees, and sees a unit counted twice in the database.
+    let check = &app
+        .state
+        .seckill
+        .reconcile(Some(voucher_id(voucher)), false)
+        .await
+        .unwrap()[0];
+    assert!(!check.drift(), "{check}");
+    assert_eq!(
+        (check.initial_stock, check.db_stock, check.holding),
+        (Some(1), 0, 1)
+    );
+    exec(
+        &app,
+        "UPDATE tb_seckill_voucher SET stock = stock + 1 WHERE voucher_id = ?",
+        voucher,
+    )
+    .await;
+    let check = &app
+        .state
+        .seckill
+        .reconcile(Some(voucher_id(voucher)), false)
+        .await
+        .unwrap()[0];
+    assert!(check.books_drift(), "{check}");
+    assert!(
+        check.to_string().contains("books: initial stock 1"),
+        "{check}"
+    );
+}
+
+async fn exec(app: &TestApp, sql: &str, voucher: i64) {
+    match &app.state.db {
+        hmdp::testing::storage::Db::Sqlite(p) => {
+            sqlx::query(sql).bind(voucher).execute(p).await.unwrap();
+        }
+        hmdp::testing::storage::Db::MySql(p) => {
+            sqlx::query(sql).bind(voucher).execute(p).await.unwrap();
+        }
+    }
 }
 
 async fn unpaid_orders_close_at_their_deadline_and_their_units_sell_again(backend: Backend) {
@@ -465,6 +510,17 @@ async fn payments_racing_the_close_end_paid_or_owed_back(backend: Backend) {
         "each closed unit came back once"
     );
     assert_eq!(redis_stock(&app, voucher).await, Some(closed));
+    let check = &app
+        .state
+        .seckill
+        .reconcile(Some(voucher_id(voucher)), false)
+        .await
+        .unwrap()[0];
+    assert!(!check.drift(), "{check}");
+    assert_eq!(
+        (check.initial_stock, check.holding, check.paid_and_closed),
+        (Some(N as i64), paid, 0)
+    );
     // Owed payments are settled by the gateway's refund.
     if let Some((t, id)) = orders
         .iter()

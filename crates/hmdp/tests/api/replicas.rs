@@ -333,6 +333,10 @@ async fn reconcile_queues_again_what_only_redis_holds(backend: Backend) {
             only_in_redis: vec![(ghost_user, ghost_order)],
             other_order: vec![],
             repaired: false,
+            initial_stock: Some(10),
+            db_stock: 10 - 3,
+            holding: 3,
+            paid_and_closed: 0,
         }]
     );
     let repaired = seckill.reconcile(Some(id), true).await.unwrap();
