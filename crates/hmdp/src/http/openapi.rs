@@ -103,6 +103,11 @@ fn envelope(op: &mut Value) {
     let upload = op["requestBody"]["content"]
         .get("multipart/form-data")
         .is_some();
+    // The payment gateway's notice: its own refusals, on it alone.
+    let signed = op["parameters"].as_array().is_some_and(|ps| {
+        ps.iter()
+            .any(|p| p["in"] == "header" && p["name"] == "x-pay-signature")
+    });
     let mut errors: BTreeMap<u16, Vec<&str>> = BTreeMap::new();
     for &code in ErrorCode::ALL {
         let applies = match code {
@@ -110,6 +115,11 @@ fn envelope(op: &mut Value) {
             ErrorCode::AdminRequired => admin,
             ErrorCode::PayloadTooLarge => body,
             ErrorCode::UploadQuota | ErrorCode::DiskFull => upload,
+            ErrorCode::BadSignature
+            | ErrorCode::UnknownOrder
+            | ErrorCode::UnknownTrade
+            | ErrorCode::WrongAmount
+            | ErrorCode::UnexpectedNotice => signed,
             _ => code.status().as_u16() != 200,
         };
         if applies {
