@@ -17,7 +17,10 @@
 //! notes, a like and a follow, the feed, writing a note with an uploaded photo, the daily
 //! check-in and a shop's visitors; then the same pages with the social routes answering 404
 //! (the page's `fetch` stands in for such a server), whose sections must stay hidden without
-//! an error. Waits have deadlines and follow the `data-state` the page sets. Screenshots land in
+//! an error. A third, an order's life in "my orders": paid (the test plays the payment
+//! gateway, signing its notice), cancelled, refunded, and closed on its own when its short pay
+//! time runs out while the page watches; the sales' dashboards count them. Waits have
+//! deadlines and follow the `data-state` the page sets. Screenshots land in
 //! `$CARGO_TARGET_DIR/ui-screenshots/` (or `target/ui-screenshots/`), also when a step fails.
 
 #[allow(dead_code, unused_imports)]
@@ -33,12 +36,13 @@ use std::{
 
 use chrono::TimeZone;
 use fantoccini::Locator;
-use hmdp::{Config, testing::FlashSale};
+use hmdp::{Config, config::Secret, testing::FlashSale};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{Value, json};
 
 use helpers::{
-    ADMIN_TOKEN, Backend, Patience, TestApp, free_port, spawn_app_with, square_png, wait_until,
+    ADMIN_TOKEN, Backend, Patience, TestApp, free_port, gateway_notice, spawn_app_with, square_png,
+    wait_until,
 };
 
 // ------------------------------------------------------------------------------ the service
@@ -727,6 +731,244 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
     assert!(errors.is_empty(), "the page reported errors: {errors:?}");
     drop(b);
     stop(app).await;
+}
+
+/// The pay secret of [`an_order_is_paid_cancelled_refunded_and_closes_on_its_own`]'s gateway.
+const PAY_SECRET: &str = "browser-test-pay-secret";
+
+/// Clicks `css` once it is in the middle of the window (not under the tab bar).
+async fn press(b: &Browser, css: &str) {
+    b.element(css).await;
+    b.js(
+        "document.querySelector(arguments[0]).scrollIntoView({ block: 'center' });",
+        json!([css]),
+    )
+    .await;
+    b.click(css).await;
+}
+
+/// Grabs `voucher` on the shop page that shows it; the order id the page shows, once written.
+async fn grab_in_page(b: &Browser, voucher: i64) -> String {
+    let card = format!(".voucher[data-voucher-id=\"{voucher}\"]");
+    b.wait_contains(&format!("{card} .grab"), "立即抢购").await;
+    press(b, &format!("{card} .grab")).await;
+    b.wait_contains(&format!("{card} .result"), "抢购成功")
+        .await;
+    let id = b.text(&format!("{card} .result .order-id")).await.unwrap();
+    b.wait_contains(&format!("{card} .result .state"), "已创建")
+        .await;
+    id
+}
+
+/// The order's part of "my orders" (its rows), as a selector.
+fn order_rows(id: &str) -> String {
+    format!("#orders tbody.order[data-order-id=\"{id}\"]")
+}
+
+/// The names of the buttons an order offers.
+async fn buttons(b: &Browser, id: &str) -> Value {
+    b.js(
+        "return Array.from(document.querySelectorAll(arguments[0] + ' button'))
+           .filter(e => !e.disabled).map(e => e.innerText.trim());",
+        json!([order_rows(id)]),
+    )
+    .await
+}
+
+/// An order's life in "my orders". One order is paid: 支付 shows the trade number and amount
+/// and waits; the gateway's signed notice (posted by the test with what the page showed)
+/// turns it 已支付, and 退款 asks for the money back. Another is cancelled and its unit goes
+/// back on sale; the sales' dashboards count paid, unpaid and released orders. Last, with a
+/// pay timeout of a few seconds, an unpaid order's countdown runs out and the page, left
+/// alone, shows it 已取消 once the service closed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_order_is_paid_cancelled_refunded_and_closes_on_its_own() {
+    let app = spawn(|c| c.seckill.pay_secret = Some(Secret::new(PAY_SECRET))).await;
+    let b = Browser::launch(browser_zone()).await;
+    let base = app.url("");
+    log_in(&b, &app, &base, "13800000021").await;
+    let token = b
+        .js("return localStorage.getItem('hmdp.token');", json!([]))
+        .await
+        .as_str()
+        .expect("the page keeps its session")
+        .to_owned();
+    let to_pay = create_on(
+        &app,
+        FlashSale::new(5)
+            .shop(2)
+            .title("支付测试券")
+            .values(990, 2000),
+    )
+    .await;
+    let to_cancel = create_on(&app, FlashSale::new(5).shop(2).title("取消测试券")).await;
+    b.open(&base, "#/shop/2").await;
+    let paid = grab_in_page(&b, to_pay).await;
+    let cancelled = grab_in_page(&b, to_cancel).await;
+
+    // Both unpaid, each with its countdown to the close and its two buttons.
+    b.open(&base, "#/orders").await;
+    for id in [&paid, &cancelled] {
+        let rows = order_rows(id);
+        b.wait_text(&format!("{rows} .status-name"), "未支付", |t| {
+            t == "未支付"
+        })
+        .await;
+        b.wait_contains(&format!("{rows} .countdown"), "后自动关闭")
+            .await;
+        assert_eq!(buttons(&b, id).await, json!(["支付", "取消"]), "{id}");
+    }
+    b.screenshot("o01-unpaid").await;
+
+    // Pay: the page shows where and how much, and waits for the gateway.
+    press(&b, &format!("{} .pay", order_rows(&paid))).await;
+    b.wait_contains(&format!("{} .pay-info", order_rows(&paid)), "等待支付…")
+        .await;
+    let trade_no = b
+        .text(&format!("{} .pay-info .trade-no", order_rows(&paid)))
+        .await
+        .unwrap();
+    let amount = b
+        .text(&format!("{} .pay-info .amount", order_rows(&paid)))
+        .await
+        .unwrap();
+    assert_eq!(amount, "¥9.90");
+    let order = app
+        .get(&format!("/api/voucher-order/{paid}"), Some(&token))
+        .await;
+    assert_eq!(order.body["data"]["status"], 1, "{order:?}");
+    assert_eq!(
+        order.body["data"]["payment"]["tradeNo"], trade_no,
+        "the page shows the order's trade number: {order:?}"
+    );
+    assert_eq!(order.body["data"]["payment"]["amount"], 990, "{order:?}");
+    b.screenshot("o02-waiting-for-payment").await;
+    let notice = gateway_notice(&app, PAY_SECRET, &paid, &trade_no, 990, "paid").await;
+    assert!(notice.success(), "{notice:?}");
+    assert_eq!(notice.body["data"]["statusName"], "paid", "{notice:?}");
+    // The page sees it on its own: no reload, no click.
+    b.wait_text(
+        &format!("{} .status-name", order_rows(&paid)),
+        "已支付",
+        |t| t == "已支付",
+    )
+    .await;
+    let waiting = b
+        .js(
+            "return document.querySelector(arguments[0]) !== null;",
+            json!([format!("{} .pay-info", order_rows(&paid))]),
+        )
+        .await;
+    assert_eq!(waiting, false, "a paid order waits for nothing");
+    assert_eq!(buttons(&b, &paid).await, json!(["退款"]));
+    b.screenshot("o03-paid").await;
+
+    // Cancel the other: 已取消, nothing left to do with it.
+    press(&b, &format!("{} .cancel", order_rows(&cancelled))).await;
+    b.wait_text(
+        &format!("{} .status-name", order_rows(&cancelled)),
+        "已取消",
+        |t| t == "已取消",
+    )
+    .await;
+    assert_eq!(buttons(&b, &cancelled).await, json!([]));
+    let countdowns = b
+        .js(
+            "return document.querySelectorAll(arguments[0] + ' .countdown').length;",
+            json!([order_rows(&cancelled)]),
+        )
+        .await;
+    assert_eq!(countdowns, 0, "a cancelled order has no countdown");
+
+    // Refund the paid one: 退款中 until the gateway confirms.
+    press(&b, &format!("{} .refund", order_rows(&paid))).await;
+    b.wait_text(
+        &format!("{} .status-name", order_rows(&paid)),
+        "退款中",
+        |t| t == "退款中",
+    )
+    .await;
+    assert_eq!(buttons(&b, &paid).await, json!([]));
+    let table = b.text("#orders").await.unwrap_or_default();
+    assert!(
+        !table.contains("null") && !table.contains("undefined"),
+        "{table}"
+    );
+    b.screenshot("o04-cancelled-and-refunding").await;
+
+    // The dashboards: the paid sale counts one paid order (now refunding); the cancelled
+    // one, a released order whose unit is back in stock.
+    b.open(&base, &format!("#/dash/{to_pay}")).await;
+    b.wait_text("#stat-paid .v", "paid 1", |t| t == "1").await;
+    b.wait_contains("#stat-paid .small", "退款中 1").await;
+    b.wait_text("#stat-unpaid .v", "unpaid 0", |t| t == "0")
+        .await;
+    b.wait_text("#stat-released .v", "released 0", |t| t == "0")
+        .await;
+    b.wait_text("#stat-stock .v", "stock 4", |t| t == "4").await;
+    b.open(&base, &format!("#/dash/{to_cancel}")).await;
+    b.wait_text("#stat-released .v", "released 1", |t| t == "1")
+        .await;
+    b.wait_text("#stat-paid .v", "paid 0", |t| t == "0").await;
+    b.wait_text("#stat-unpaid .v", "unpaid 0", |t| t == "0")
+        .await;
+    b.wait_text("#stat-stock .v", "stock 5", |t| t == "5").await;
+    b.screenshot("o05-dashboard-released").await;
+    let errors = b.page_errors().await;
+    assert!(errors.is_empty(), "the page reported errors: {errors:?}");
+    stop(app).await;
+
+    // A service whose orders close a few seconds after the grab: the countdown runs out on
+    // the page, which then shows the order closed without being reloaded.
+    let app = spawn(|c| c.seckill.pay_timeout = Duration::from_secs(5)).await;
+    let base = app.url("");
+    log_in(&b, &app, &base, "13800000022").await;
+    let sale = create_on(&app, FlashSale::new(5).shop(2).title("超时测试券")).await;
+    b.open(&base, "#/shop/2").await;
+    let closing = grab_in_page(&b, sale).await;
+    b.open(&base, "#/orders").await;
+    b.js("window.__sameDocument = true;", json!([])).await;
+    let rows = order_rows(&closing);
+    b.wait_text(&format!("{rows} .status-name"), "未支付", |t| {
+        t == "未支付"
+    })
+    .await;
+    let countdown = b
+        .wait_contains(&format!("{rows} .countdown"), "后自动关闭")
+        .await;
+    assert!(countdown.starts_with("00:00:0"), "{countdown}");
+    b.screenshot("o06-counting-down").await;
+    b.wait_text(&format!("{rows} .status-name"), "已取消", |t| {
+        t == "已取消"
+    })
+    .await;
+    assert_eq!(buttons(&b, &closing).await, json!([]));
+    let same = b
+        .js("return window.__sameDocument === true;", json!([]))
+        .await;
+    assert_eq!(same, true, "the page was not reloaded");
+    let token = b
+        .js("return localStorage.getItem('hmdp.token');", json!([]))
+        .await
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let order = app
+        .get(&format!("/api/voucher-order/{closing}"), Some(&token))
+        .await;
+    assert_eq!(order.body["data"]["status"], 4, "{order:?}");
+    b.screenshot("o07-closed").await;
+    let errors = b.page_errors().await;
+    assert!(errors.is_empty(), "the page reported errors: {errors:?}");
+    drop(b);
+    stop(app).await;
+}
+
+/// Creates `sale` on `app` through the admin route; its id.
+async fn create_on(app: &TestApp, sale: FlashSale) -> i64 {
+    sale.create(&app.client, &app.url(""), ADMIN_TOKEN)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Logs in through the login page with the code from the captured SMS; lands on the home page.

@@ -76,6 +76,14 @@
       'orders.note': '刚抢到的订单写入数据库后才会出现在这里。',
       'orders.id': '订单号', 'orders.voucher': '券', 'orders.status': '状态', 'orders.time': '下单时间',
       'status.1': '未支付', 'status.2': '已支付', 'status.3': '已核销', 'status.4': '已取消', 'status.5': '退款中', 'status.6': '已退款',
+      'order.pay': '支付',
+      'order.cancel': '取消',
+      'order.refund': '退款',
+      'order.closesIn': '{0} 后自动关闭',
+      'order.closing': '已到支付期限，正在关闭…',
+      'order.waiting': '等待支付…',
+      'order.tradeNo': '交易号',
+      'order.amount': '金额',
       'me.title': '我的',
       'me.logout': '退出登录',
       'me.login': '去登录',
@@ -116,6 +124,11 @@
       'dash.accepted': '已抢到',
       'dash.persisted': '已落库',
       'dash.backlog': '待写入',
+      'dash.paid': '已支付',
+      'dash.paidNote': '含已核销 {0} · 退款中 {1} · 已退款 {2}',
+      'dash.unpaid': '待支付',
+      'dash.released': '已释放',
+      'dash.releasedNote': '取消或超时关闭，库存已退回',
       'dash.stream': '队列长度',
       'dash.rate': '抢到/秒',
       'dash.wrate': '落库/秒',
@@ -226,6 +239,14 @@
       'orders.note': 'A new order shows up here once it is written to the database.',
       'orders.id': 'Order', 'orders.voucher': 'Voucher', 'orders.status': 'Status', 'orders.time': 'Created',
       'status.1': 'unpaid', 'status.2': 'paid', 'status.3': 'used', 'status.4': 'cancelled', 'status.5': 'refunding', 'status.6': 'refunded',
+      'order.pay': 'Pay',
+      'order.cancel': 'Cancel',
+      'order.refund': 'Refund',
+      'order.closesIn': 'closes in {0}',
+      'order.closing': 'payment time is up; closing…',
+      'order.waiting': 'waiting for the payment…',
+      'order.tradeNo': 'Trade no.',
+      'order.amount': 'Amount',
       'me.title': 'Me',
       'me.logout': 'Log out',
       'me.login': 'Log in',
@@ -266,6 +287,11 @@
       'dash.accepted': 'Accepted',
       'dash.persisted': 'Persisted',
       'dash.backlog': 'Backlog',
+      'dash.paid': 'Paid',
+      'dash.paidNote': 'incl. used {0} · refunding {1} · refunded {2}',
+      'dash.unpaid': 'Unpaid',
+      'dash.released': 'Released',
+      'dash.releasedNote': 'cancelled or closed unpaid; units back on sale',
       'dash.stream': 'Stream length',
       'dash.rate': 'Accepted/s',
       'dash.wrate': 'Persisted/s',
@@ -414,7 +440,18 @@
       me = null;
       renderWho();
     }
+    noteServerClock(resp.headers.get('date'));
     return { status: resp.status, text, json, ok: json.success === true };
+  }
+
+  // The server's clock minus ours, from the Date header of its answers (whole seconds, so
+  // only a gap above 1.5 s counts): a pay deadline is an instant on the server's clock.
+  let serverSkew = 0;
+  function noteServerClock(date) {
+    const at = Date.parse(date || '');
+    if (!Number.isFinite(at)) return;
+    const skew = at + 500 - Date.now();
+    serverSkew = Math.abs(skew) > 1500 ? skew : 0;
   }
 
   /** A route this server does not have (yet): its section stays hidden, no error shown. */
@@ -1110,7 +1147,7 @@
     }
   }
 
-  async function viewOrders(root) {
+  async function viewOrders(root, _parts, _params, ctx) {
     if (!token()) {
       needLogin();
       return;
@@ -1126,18 +1163,150 @@
       return;
     }
     const orders = r.json.data || [];
-    // Ids above 2^53 lose digits in JSON.parse; idStr carries them intact.
-    const rows = orders.map((o) => h('tr', { 'data-order-id': o.idStr || '' },
-      h('td', { class: 'mono' }, o.idStr || String(o.id)),
-      h('td', {}, h('a', { href: '#/dash/' + Number(o.voucherId) }, '#' + o.voucherId)),
-      h('td', {}, t('status.' + o.status)),
-      h('td', { class: 'small' }, String(o.createTime || '').replace('T', ' '))));
+    const rows = orders.map((o) => orderRows(o, ctx));
     root.append(h('div', { class: 'card' }, orders.length === 0
       ? h('div', { class: 'empty' }, t('orders.none'))
       : h('table', { id: 'orders' },
         h('thead', {}, h('tr', {}, h('th', {}, t('orders.id')), h('th', {}, t('orders.voucher')), h('th', {}, t('orders.status')), h('th', {}, t('orders.time')))),
-        h('tbody', {}, rows))),
+        rows.map((x) => x.el))),
     h('p', { class: 'muted small' }, t('orders.note')));
+    ctx.every(() => rows.forEach((x) => x.tick()), 250);
+  }
+
+  const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
+
+  /**
+   * One order of "my orders" (a tbody): its row, and under it what its owner can do with it:
+   * pay or cancel while unpaid (with the countdown to its close), ask for a refund once paid.
+   * After paying, and when the countdown runs out, the order is read again every second until
+   * the server moved it (paid by the gateway's notice, or closed).
+   */
+  function orderRows(first, ctx) {
+    const el = h('tbody', { class: 'order' });
+    let o = first;
+    let countdown = null;
+    let watching = false;
+    let busy = false;
+    // Ids above 2^53 lose digits in JSON.parse; idStr carries them intact.
+    const id = () => o.idStr || String(o.id);
+
+    function button(cls, key, onclick, ghost) {
+      return h('button', { class: 'btn small ' + (ghost ? 'ghost ' : '') + cls, type: 'button', onclick }, t(key));
+    }
+
+    function payInfo(pm) {
+      return h('div', { class: 'notice info pay-info' },
+        h('div', { class: 'waiting' }, t('order.waiting')),
+        h('div', { class: 'small' },
+          t('order.tradeNo'), ' ', h('span', { class: 'mono trade-no' }, pm.tradeNo),
+          ' · ', t('order.amount'), ' ', h('span', { class: 'amount', 'data-fen': pm.amount }, yuan(pm.amount))));
+    }
+
+    function render(msg) {
+      const status = Number(o.status);
+      const unpaid = status === 1;
+      const deadline = Number(o.payDeadlineMillis);
+      countdown = unpaid && Number.isFinite(deadline) && o.payDeadlineMillis != null
+        ? h('span', { class: 'countdown muted small' }) : null;
+      const actions = [];
+      if (unpaid) actions.push(button('pay', 'order.pay', pay), ' ', button('cancel', 'order.cancel', cancel, true));
+      if (status === 2) actions.push(button('refund', 'order.refund', refund, true));
+      const info = unpaid && o.payment && o.payment.state === 'open' ? payInfo(o.payment) : null;
+      el.dataset.orderId = id();
+      el.dataset.status = String(status);
+      el.replaceChildren(...[
+        h('tr', { 'data-order-id': id() },
+          h('td', { class: 'mono' }, id()),
+          h('td', {}, h('a', { href: '#/dash/' + Number(o.voucherId) }, '#' + o.voucherId)),
+          h('td', {}, h('span', { class: 'status-name s' + status, 'data-status': status }, t('status.' + status))),
+          h('td', { class: 'small' }, String(o.createTime || '').replace('T', ' '))),
+        actions.length || countdown || info || msg
+          ? h('tr', { class: 'order-actions' }, h('td', { colspan: 4 },
+            h('div', { class: 'row' }, h('div', { class: 'grow' }, countdown), actions), info, msg))
+          : null,
+      ].filter(Boolean));
+      tick();
+      if (info) watch();
+    }
+
+    /** Reads the order again (GET /voucher-order/{id}: the order sits under `order`). */
+    async function refresh(msg) {
+      const r = await api('GET', '/voucher-order/' + id());
+      const d = r.ok ? r.json.data : null;
+      if (d && d.order) {
+        o = Object.assign({}, d.order, { idStr: d.idStr, payDeadlineMillis: d.payDeadlineMillis, payment: d.payment });
+      }
+      render(msg);
+    }
+
+    /** Polls until the order is no longer unpaid (or the user went elsewhere). */
+    async function watch() {
+      if (watching) return;
+      watching = true;
+      try {
+        for (let i = 0; i < 600 && ctx.alive() && el.isConnected; i += 1) {
+          await sleep(1000);
+          if (!ctx.alive() || !el.isConnected) return;
+          if (busy) continue;
+          await refresh();
+          if (Number(o.status) !== 1) return;
+        }
+      } finally {
+        watching = false;
+      }
+    }
+
+    /** POSTs a move; `after` gets the answer's data. A refusal is shown under the order. */
+    async function act(path, after) {
+      if (busy) return;
+      busy = true;
+      for (const b of el.querySelectorAll('button')) b.disabled = true;
+      const r = await api('POST', '/voucher-order/' + id() + path);
+      busy = false;
+      if (r.status === 401) {
+        needLogin();
+        return;
+      }
+      if (!r.ok) {
+        await refresh(notice('bad', errorText(r)));
+        return;
+      }
+      after(r.json.data || {});
+    }
+
+    function pay() {
+      return act('/pay', (ticket) => {
+        o = Object.assign({}, o, {
+          payment: { tradeNo: ticket.tradeNo, state: 'open', amount: ticket.amount },
+          payDeadlineMillis: ticket.expiresAtMillis ?? o.payDeadlineMillis,
+        });
+        render();
+      });
+    }
+
+    // Both answer the order as it is now.
+    const moved = (d) => {
+      if (d.idStr) o = d;
+      render();
+    };
+    const cancel = () => act('/cancel', moved);
+    const refund = () => act('/refund', moved);
+
+    function tick() {
+      if (!countdown) return;
+      const left = Number(o.payDeadlineMillis) - (Date.now() + serverSkew);
+      if (left > 0) {
+        countdown.textContent = t('order.closesIn', duration(left + 999));
+        return;
+      }
+      countdown.textContent = t('order.closing');
+      const payBtn = el.querySelector('button.pay');
+      if (payBtn) payBtn.disabled = true;
+      watch();
+    }
+
+    render();
+    return { el, tick };
   }
 
   async function viewMe(root) {
@@ -1671,6 +1840,9 @@
       wrate: stat('stat-wrate', 'dash.wrate'),
       db: stat('stat-db', 'dash.db'),
       backlog: stat('stat-backlog', 'dash.backlog'),
+      paid: stat('stat-paid', 'dash.paid'),
+      unpaid: stat('stat-unpaid', 'dash.unpaid'),
+      released: stat('stat-released', 'dash.released'),
     };
     const status = h('div', { id: 'dash-status', class: 'countdown' }, t('loading'));
     const bar = h('span');
@@ -1764,6 +1936,12 @@
       show(st.persisted, d.persisted);
       show(st.db, d.dbStock);
       show(st.backlog, Number(d.pending) + Number(d.lag ?? 0));
+      show(st.paid, d.paid);
+      const by = d.byStatus || {};
+      st.paid.sub.textContent = t('dash.paidNote', by.used ?? 0, by.refunding ?? 0, by.refunded ?? 0);
+      show(st.unpaid, d.unpaid);
+      show(st.released, d.released);
+      st.released.sub.textContent = t('dash.releasedNote');
       st.backlog.sub.textContent = 'pending ' + d.pending + ' · lag ' + (d.lag ?? '–') + ' · ' + t('dash.stream') + ' ' + d.streamLength;
       if (reqRate == null) {
         st.req.sub.textContent = t('dash.noMetrics');

@@ -254,7 +254,8 @@ struct SaleStatsView {
 /// A sale's live state.
 ///
 /// Stock in Redis and in the database, accepted vs written orders, the order stream's
-/// backlog: what the dashboard shows.
+/// backlog, and the written orders by status (`paid`, `unpaid`, `released`, `byStatus`): what
+/// the dashboard shows.
 #[utoipa::path(get, path = "/voucher/seckill/{id}/stats", tag = TAG,
     params(("id" = inline(VoucherId), Path, description = "a positive id")),
     responses((status = OK, body = SaleStatsView)))]

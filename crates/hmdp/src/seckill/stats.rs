@@ -4,10 +4,10 @@ use chrono::{Local, NaiveDateTime};
 
 use super::{Seckill, SeckillError, SeckillMode, voucher_hash::VoucherHash};
 use crate::{
-    domain::VoucherId,
+    domain::{VoucherId, VoucherOrderStatus},
     metrics::{Counter, Family, Registry},
     order_stream,
-    storage::orders,
+    storage::{order_life, orders},
 };
 
 /// Flash-sale requests decided by this instance, by outcome, and warm-ups (`hmdp_seckill_*`).
@@ -136,6 +136,14 @@ pub struct SaleStats {
     pub accepted: i64,
     /// Orders written to the database.
     pub persisted: i64,
+    /// Written orders waiting to be paid (status 1).
+    pub unpaid: i64,
+    /// Written orders that were paid (statuses 2 paid, 3 used, 5 refunding, 6 refunded).
+    pub paid: i64,
+    /// Written orders cancelled or closed unpaid (status 4): their units went back on sale.
+    pub released: i64,
+    /// Written orders by status, each status present.
+    pub by_status: StatusCounts,
     /// Entries in the shard's order stream (written ones are trimmed away over time).
     pub stream_length: i64,
     /// Entries delivered to a worker and not yet acknowledged.
@@ -150,6 +158,40 @@ pub struct SaleStats {
     pub end_time: NaiveDateTime,
     /// The server's clock in milliseconds, so a page can count down without trusting its own.
     pub now_millis: i64,
+}
+
+/// How many written orders of a sale are in each status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusCounts {
+    pub unpaid: i64,
+    pub paid: i64,
+    pub used: i64,
+    pub cancelled: i64,
+    pub refunding: i64,
+    pub refunded: i64,
+}
+
+impl StatusCounts {
+    fn from_counts(counts: &[(VoucherOrderStatus, i64)]) -> Self {
+        let mut c = Self::default();
+        for &(status, n) in counts {
+            *match status {
+                VoucherOrderStatus::Unpaid => &mut c.unpaid,
+                VoucherOrderStatus::Paid => &mut c.paid,
+                VoucherOrderStatus::Used => &mut c.used,
+                VoucherOrderStatus::Cancelled => &mut c.cancelled,
+                VoucherOrderStatus::Refunding => &mut c.refunding,
+                VoucherOrderStatus::Refunded => &mut c.refunded,
+            } += n;
+        }
+        c
+    }
+
+    /// Orders that were paid at some point, whatever came after.
+    fn ever_paid(&self) -> i64 {
+        self.paid + self.used + self.refunding + self.refunded
+    }
 }
 
 impl Seckill {
@@ -176,6 +218,8 @@ impl Seckill {
             return Ok(None);
         };
         let persisted = orders::count_orders_of_voucher(&self.db, voucher).await?;
+        let by_status =
+            StatusCounts::from_counts(&order_life::status_counts(&self.db, voucher.get()).await?);
         let shard = self.shard(voucher);
         let (hash, accepted): (VoucherHash, i64) = redis::pipe()
             .cmd("HGETALL")
@@ -196,6 +240,10 @@ impl Seckill {
                 accepted
             },
             persisted,
+            unpaid: by_status.unpaid,
+            paid: by_status.ever_paid(),
+            released: by_status.cancelled,
+            by_status,
             stream_length: stream.length as i64,
             pending: stream.group.as_ref().map_or(0, |g| g.pending as i64),
             lag: stream.group.and_then(|g| g.lag).map(|l| l as i64),
@@ -203,5 +251,26 @@ impl Seckill {
             end_time: v.end_time,
             now_millis: Local::now().timestamp_millis(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paid_counts_every_status_an_order_reaches_only_by_paying() {
+        use VoucherOrderStatus::*;
+        let c = StatusCounts::from_counts(&[
+            (Unpaid, 4),
+            (Paid, 3),
+            (Used, 2),
+            (Cancelled, 7),
+            (Refunding, 1),
+            (Refunded, 5),
+        ]);
+        assert_eq!(c.ever_paid(), 3 + 2 + 1 + 5);
+        assert_eq!((c.unpaid, c.cancelled), (4, 7));
+        assert_eq!(StatusCounts::from_counts(&[]), StatusCounts::default());
     }
 }

@@ -3,13 +3,13 @@
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
-use hmdp::config::SeckillMode;
+use hmdp::config::{SeckillMode, Secret};
 use serde_json::json;
 
 use crate::helpers::{
     ADMIN_TOKEN, Backend, Patience, TestApp, assert_same_orders, code_of, create_sale, db_buyers,
-    db_order_ids, db_stock, drain, grab_raw, kill_a_worker_process_mid_drain, login_many,
-    lose_voucher, order_id_of, prior_order_of, redis_stock, spawn_app_with,
+    db_order_ids, db_stock, drain, gateway_notice, grab_raw, kill_a_worker_process_mid_drain,
+    login_many, lose_voucher, order_id_of, prior_order_of, redis_stock, spawn_app_with,
     spawn_app_with_rabbitmq, wait_for_orders, wait_until, wait_until_up, worker_for,
 };
 
@@ -270,6 +270,9 @@ async fn the_order_status_goes_from_pending_to_created() {
     assert_eq!(stats.body["data"]["persisted"], 1);
     assert_eq!(stats.body["data"]["redisStock"], 4);
     assert_eq!(stats.body["data"]["dbStock"], 4);
+    assert_eq!(stats.body["data"]["unpaid"], 1);
+    assert_eq!(stats.body["data"]["paid"], 0);
+    assert_eq!(stats.body["data"]["released"], 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -463,8 +466,84 @@ pub(crate) async fn database_going_away_while_orders_arrive(app: Arc<TestApp>) {
 
 crate::both_backends!(
     a_killed_worker_process_loses_and_duplicates_nothing,
-    a_repeated_order_id_never_replaces_another_buyers_order
+    a_repeated_order_id_never_replaces_another_buyers_order,
+    the_dashboard_counts_paid_unpaid_and_released_orders
 );
+
+/// The dashboard counts a sale's written orders by where they are, in one query: paid (also
+/// when used or refunded since), unpaid, and released (cancelled or closed unpaid: the unit
+/// went back on sale); and each status on its own.
+async fn the_dashboard_counts_paid_unpaid_and_released_orders(backend: Backend) {
+    const SECRET: &str = "dashboard-test-pay-secret";
+    let app = spawn_app_with(backend, |c| {
+        c.seckill.pay_secret = Some(Secret::new(SECRET));
+    })
+    .await;
+    let voucher = create_sale(&app, 10, -60, 3600).await;
+    let mut orders = Vec::new();
+    for i in 0..5 {
+        let token = app.login(&format!("1380000{i:04}")).await;
+        let id = order_id_of(&grab_raw(&app, voucher, &token).await.1).expect("an order");
+        orders.push((id.to_string(), token));
+    }
+    wait_for_orders(&app, voucher, 5).await;
+    let pay = async |(id, token): &(String, String)| {
+        let ticket = app
+            .post(&format!("/api/voucher-order/{id}/pay"), Some(token))
+            .await;
+        assert!(ticket.success(), "{ticket:?}");
+        let (trade_no, amount) = (
+            ticket.body["data"]["tradeNo"].as_str().unwrap().to_owned(),
+            ticket.body["data"]["amount"].as_i64().unwrap(),
+        );
+        let r = gateway_notice(&app, SECRET, id, &trade_no, amount, "paid").await;
+        assert!(r.success(), "{r:?}");
+    };
+    // Paid; paid and used; paid and refund asked; cancelled; unpaid.
+    pay(&orders[0]).await;
+    pay(&orders[1]).await;
+    let r = app
+        .send(
+            app.client
+                .post(app.url(&format!("/api/voucher-order/{}/use", orders[1].0)))
+                .header("x-admin-token", ADMIN_TOKEN),
+        )
+        .await;
+    assert!(r.success(), "{r:?}");
+    pay(&orders[2]).await;
+    let (id, token) = &orders[2];
+    let r = app
+        .post(&format!("/api/voucher-order/{id}/refund"), Some(token))
+        .await;
+    assert!(r.success(), "{r:?}");
+    let (id, token) = &orders[3];
+    let r = app
+        .post(&format!("/api/voucher-order/{id}/cancel"), Some(token))
+        .await;
+    assert!(r.success(), "{r:?}");
+
+    let path = format!("/api/voucher/seckill/{voucher}/stats");
+    let stats = wait_until(
+        Duration::from_secs(10),
+        "the dashboard counting the moves",
+        async || {
+            let d = app.get(&path, None).await.body["data"].clone();
+            (d["released"] == 1).then_some(d)
+        },
+    )
+    .await;
+    assert_eq!(stats["paid"], 3, "{stats}");
+    assert_eq!(stats["unpaid"], 1, "{stats}");
+    assert_eq!(stats["released"], 1, "{stats}");
+    assert_eq!(stats["persisted"], 5, "{stats}");
+    assert_eq!(
+        stats["byStatus"],
+        json!({ "unpaid": 1, "paid": 1, "used": 1, "cancelled": 1, "refunding": 1, "refunded": 0 }),
+        "{stats}"
+    );
+    // The cancelled order's unit is on sale again.
+    assert_eq!(stats["redisStock"], 6, "{stats}");
+}
 
 /// Order ids repeat only if the id generator's Redis counter is lost (a day counter reset in
 /// segment mode, say). A second buyer's order under a used id never takes the first buyer's
