@@ -36,12 +36,12 @@ use std::{
 
 use chrono::TimeZone;
 use fantoccini::Locator;
-use hmdp::{Config, config::Secret, testing::FlashSale};
+use hmdp::{Config, testing::FlashSale};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{Value, json};
 
 use helpers::{
-    ADMIN_TOKEN, Backend, Patience, TestApp, free_port, gateway_notice, spawn_app_with, square_png,
+    ADMIN_TOKEN, Backend, Patience, TestApp, free_port, signed_notice, spawn_app_with, square_png,
     wait_until,
 };
 
@@ -733,9 +733,6 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
     stop(app).await;
 }
 
-/// The pay secret of [`an_order_is_paid_cancelled_refunded_and_closes_on_its_own`]'s gateway.
-const PAY_SECRET: &str = "browser-test-pay-secret";
-
 /// Clicks `css` once it is in the middle of the window (not under the tab bar).
 async fn press(b: &Browser, css: &str) {
     b.element(css).await;
@@ -783,7 +780,7 @@ async fn buttons(b: &Browser, id: &str) -> Value {
 /// alone, shows it 已取消 once the service closed it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_order_is_paid_cancelled_refunded_and_closes_on_its_own() {
-    let app = spawn(|c| c.seckill.pay_secret = Some(Secret::new(PAY_SECRET))).await;
+    let app = spawn(|_| {}).await;
     let b = Browser::launch(browser_zone()).await;
     let base = app.url("");
     log_in(&b, &app, &base, "13800000021").await;
@@ -843,7 +840,7 @@ async fn an_order_is_paid_cancelled_refunded_and_closes_on_its_own() {
     );
     assert_eq!(order.body["data"]["payment"]["amount"], 990, "{order:?}");
     b.screenshot("o02-waiting-for-payment").await;
-    let notice = gateway_notice(&app, PAY_SECRET, &paid, &trade_no, 990, "paid").await;
+    let notice = signed_notice(&app, paid.parse().unwrap(), &trade_no, 990, "paid").await;
     assert!(notice.success(), "{notice:?}");
     assert_eq!(notice.body["data"]["statusName"], "paid", "{notice:?}");
     // The page sees it on its own: no reload, no click.

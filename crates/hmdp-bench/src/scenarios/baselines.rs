@@ -36,6 +36,7 @@ struct GrabKeys {
     voucher: String,
     buyers: String,
     stream: String,
+    deadlines: String,
 }
 
 impl GrabKeys {
@@ -46,9 +47,13 @@ impl GrabKeys {
             voucher: format!("{base}:voucher"),
             buyers: format!("{base}:bought"),
             stream: format!("{base}:orders"),
+            deadlines: format!("{base}:deadlines"),
         }
     }
 }
+
+/// The pay deadline every raw grab records, as the service's grab does on the stream transport.
+const DEADLINE_MS: i64 = 4_102_444_800_000;
 
 /// Runs the raw script for `duration`: `pipeline` = 1 sends one `EVALSHA` per round trip
 /// over `connections` connections; more sends pipelines of that many over
@@ -91,9 +96,11 @@ pub async fn raw_grab(
                         .key(&keys.voucher)
                         .key(&keys.buyers)
                         .key(&keys.stream)
+                        .key(&keys.deadlines)
                         .arg(1)
                         .arg(pick_user(i, users) + 1)
                         .arg(i as i64 + 1)
+                        .arg(DEADLINE_MS)
                         .invoke_async(&mut conn)
                         .await
                         .map_err(|e| format!("redis: {:?}", e.kind()))?;
@@ -104,13 +111,15 @@ pub async fn raw_grab(
                     let n = i * pipeline as u64 + j;
                     p.cmd("EVALSHA")
                         .arg(hash.as_str())
-                        .arg(3)
+                        .arg(4)
                         .arg(&keys.voucher)
                         .arg(&keys.buyers)
                         .arg(&keys.stream)
+                        .arg(&keys.deadlines)
                         .arg(1)
                         .arg(pick_user(n, users) + 1)
-                        .arg(n as i64 + 1);
+                        .arg(n as i64 + 1)
+                        .arg(DEADLINE_MS);
                 }
                 let _: Vec<redis::Value> = p
                     .query_async(&mut conn)
@@ -130,6 +139,7 @@ pub async fn raw_grab(
         .arg(&keys.voucher)
         .arg(&keys.buyers)
         .arg(&keys.stream)
+        .arg(&keys.deadlines)
         .query_async(&mut setup)
         .await;
     out

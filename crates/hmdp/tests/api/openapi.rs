@@ -3,11 +3,10 @@
 
 use std::collections::BTreeSet;
 
-use hmdp::config::Secret;
 use reqwest::Method;
 use serde_json::Value;
 
-use crate::helpers::{ADMIN_TOKEN, Backend, TestApp, pay_signature, spawn_app, spawn_app_with};
+use crate::helpers::{ADMIN_TOKEN, Backend, TestApp, signature, spawn_app};
 
 /// A documented path with each `{parameter}` replaced by 1.
 fn concrete(path: &str) -> String {
@@ -208,11 +207,7 @@ fn refs<'v>(value: &'v Value, out: &mut Vec<&'v str>) {
 /// added without documentation fails here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_served_route_is_documented() {
-    const PAY_SECRET: &str = "openapi-test-pay-secret";
-    let app = spawn_app_with(Backend::Sqlite, |c| {
-        c.seckill.pay_secret = Some(Secret::new(PAY_SECRET));
-    })
-    .await;
+    let app = spawn_app(Backend::Sqlite).await;
     let token = app.login("13812345679").await;
     let doc = app.get("/openapi.json", None).await.body;
     let paths = doc["paths"].as_object().unwrap();
@@ -302,19 +297,10 @@ async fn every_served_route_is_documented() {
                     .flatten()
                     .any(|p| p["in"] == "header" && p["name"] == "x-pay-signature");
                 if signed {
-                    req = req.header("x-pay-signature", pay_signature(PAY_SECRET, "{"));
+                    req = req.header("x-pay-signature", signature(b"{"));
                 }
                 let r = app.send(req).await;
-                let signed = op["parameters"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|p| p["in"] == "header" && p["name"] == "x-pay-signature");
-                if signed {
-                    // The gateway's notice: the signature is checked on the raw bytes first.
-                    assert!(body.get("$ref").is_some(), "{what}: body {body}");
-                    assert_eq!((r.status, r.code()), (401, "bad_signature"), "{what}");
-                } else if body.is_null() {
+                if body.is_null() {
                     assert_ne!(r.status, 400, "{what} reads a body: {r:?}");
                 } else {
                     assert!(body.get("$ref").is_some(), "{what}: body {body}");

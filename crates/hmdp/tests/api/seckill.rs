@@ -3,14 +3,15 @@
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
-use hmdp::config::{SeckillMode, Secret};
+use hmdp::config::SeckillMode;
 use serde_json::json;
 
 use crate::helpers::{
     ADMIN_TOKEN, Backend, Patience, TestApp, assert_same_orders, code_of, create_sale, db_buyers,
-    db_order_ids, db_stock, drain, gateway_notice, grab_raw, kill_a_worker_process_mid_drain,
-    login_many, lose_voucher, order_id_of, prior_order_of, redis_stock, spawn_app_with,
-    spawn_app_with_rabbitmq, wait_for_orders, wait_until, wait_until_up, worker_for,
+    db_order_ids, db_stock, drain, grab_raw, kill_a_worker_process_mid_drain, login_many,
+    lose_voucher, order_id_of, prior_order_of, redis_stock, signed_notice, spawn_app,
+    spawn_app_with, spawn_app_with_rabbitmq, wait_for_orders, wait_until, wait_until_up,
+    worker_for,
 };
 
 /// How a sale test's service decides and moves orders: the database (`sync`), or the script
@@ -474,11 +475,7 @@ crate::both_backends!(
 /// when used or refunded since), unpaid, and released (cancelled or closed unpaid: the unit
 /// went back on sale); and each status on its own.
 async fn the_dashboard_counts_paid_unpaid_and_released_orders(backend: Backend) {
-    const SECRET: &str = "dashboard-test-pay-secret";
-    let app = spawn_app_with(backend, |c| {
-        c.seckill.pay_secret = Some(Secret::new(SECRET));
-    })
-    .await;
+    let app = spawn_app(backend).await;
     let voucher = create_sale(&app, 10, -60, 3600).await;
     let mut orders = Vec::new();
     for i in 0..5 {
@@ -496,7 +493,7 @@ async fn the_dashboard_counts_paid_unpaid_and_released_orders(backend: Backend) 
             ticket.body["data"]["tradeNo"].as_str().unwrap().to_owned(),
             ticket.body["data"]["amount"].as_i64().unwrap(),
         );
-        let r = gateway_notice(&app, SECRET, id, &trade_no, amount, "paid").await;
+        let r = signed_notice(&app, id.parse().unwrap(), &trade_no, amount, "paid").await;
         assert!(r.success(), "{r:?}");
     };
     // Paid; paid and used; paid and refund asked; cancelled; unpaid.
@@ -565,9 +562,11 @@ async fn a_repeated_order_id_never_replaces_another_buyers_order(backend: Backen
         .key(keys.seckill_voucher(0, voucher))
         .key(keys.seckill_buyers(0, voucher))
         .key(keys.seckill_stream(0))
+        .key(keys.seckill_deadlines(0))
         .arg(voucher)
         .arg(second_id)
         .arg(id)
+        .arg("")
         .invoke_async(&mut app.redis().await)
         .await
         .unwrap();

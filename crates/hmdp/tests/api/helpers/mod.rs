@@ -28,8 +28,8 @@ pub use orders::{
 };
 pub use seckill::{
     assert_same_orders, code_of, create_sale, db_buyers, db_count, db_order_ids, db_stock, drain,
-    gateway_notice, grab_raw, kill_a_worker_process_mid_drain, login_many, lose_voucher,
-    order_id_of, pay_signature, prior_order_of, redis_stock, wait_for_orders, worker_for,
+    grab_raw, kill_a_worker_process_mid_drain, login_many, lose_voucher, order_id_of,
+    prior_order_of, redis_stock, wait_for_orders, worker_for,
 };
 
 /// Generates one `#[tokio::test]` per back end for each `async fn name(backend: Backend)`.

@@ -239,36 +239,3 @@ pub async fn kill_a_worker_process_mid_drain(
     assert_eq!(db_stock(app, voucher).await, 0);
     after_kill
 }
-
-/// The payment gateway's signature of a notice's raw `body` under `secret`: lower-case hex
-/// HMAC-SHA256, sent as `x-pay-signature`.
-pub fn pay_signature(secret: &str, body: &str) -> String {
-    use hmac::Mac;
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes())
-        .expect("HMAC takes a key of any length");
-    mac.update(body.as_bytes());
-    hex::encode(mac.finalize().into_bytes())
-}
-
-/// Posts the gateway's notice that `order` was paid (`status` `paid`) or refunded, signed
-/// with `secret`; the answer.
-pub async fn gateway_notice(
-    app: &TestApp,
-    secret: &str,
-    order: &str,
-    trade_no: &str,
-    amount: i64,
-    status: &str,
-) -> super::Resp {
-    let body = serde_json::json!({
-        "orderId": order, "tradeNo": trade_no, "amount": amount, "status": status,
-    })
-    .to_string();
-    let req = app
-        .client
-        .post(app.url("/api/pay/notify"))
-        .header("content-type", "application/json")
-        .header("x-pay-signature", pay_signature(secret, &body))
-        .body(body);
-    app.send(req).await
-}
