@@ -27,6 +27,7 @@ both_backends!(
     forged_wrong_and_replayed_notices_change_nothing_twice,
     a_cancelled_unit_comes_back_once_and_sells_to_someone_else,
     unpaid_orders_close_at_their_deadline_and_their_units_sell_again,
+    sync_mode_orders_close_at_their_deadline_too,
     payments_racing_the_close_end_paid_or_owed_back,
     a_killed_worker_leaves_no_deadline_behind,
 );
@@ -426,6 +427,28 @@ async fn unpaid_orders_close_at_their_deadline_and_their_units_sell_again(backen
     // The units sell again.
     grab(&app, voucher, &users[3]).await;
     wait_for_orders(&app, voucher, 4).await;
+    assert_eq!(db_stock(&app, voucher).await, 1);
+}
+
+async fn sync_mode_orders_close_at_their_deadline_too(backend: Backend) {
+    let app = Arc::new(
+        spawn_app_with(backend, |c| {
+            c.seckill.mode = hmdp::config::SeckillMode::Sync;
+            c.seckill.pay_timeout = Duration::from_secs(2);
+        })
+        .await,
+    );
+    let voucher = create_sale(&app, 2, -60, 3600).await;
+    let users = login_many(&app, 2).await;
+    let id = grab(&app, voucher, &users[0]).await;
+    assert_eq!(
+        order_status(&app, &users[0], id).await,
+        1,
+        "written at once"
+    );
+    wait_for_status(&app, &users[0], id, 4, Duration::from_secs(2 + 1 + 5)).await;
+    assert_eq!(db_stock(&app, voucher).await, 2);
+    grab(&app, voucher, &users[1]).await;
     assert_eq!(db_stock(&app, voucher).await, 1);
 }
 
