@@ -217,9 +217,9 @@ impl Seckill {
         let Some(v) = orders::seckill_voucher(&self.db, voucher).await? else {
             return Ok(None);
         };
-        let persisted = orders::count_orders_of_voucher(&self.db, voucher).await?;
-        let by_status =
-            StatusCounts::from_counts(&order_life::status_counts(&self.db, voucher.get()).await?);
+        let counts = order_life::status_counts(&self.db, voucher.get()).await?;
+        let persisted = counts.iter().map(|(_, n)| n).sum();
+        let by_status = StatusCounts::from_counts(&counts);
         let shard = self.shard(voucher);
         let (hash, accepted): (VoucherHash, i64) = redis::pipe()
             .cmd("HGETALL")

@@ -477,13 +477,3 @@ pub async fn existing_order_ids(db: &Db, ids: &[i64]) -> Result<Vec<i64>> {
         q.fetch_all(pool).await?
     }))
 }
-
-/// How many orders of a voucher are in the database.
-pub async fn count_orders_of_voucher(db: &Db, voucher: VoucherId) -> Result<i64> {
-    Ok(crate::storage::on_pool!(db, pool => {
-        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?")
-            .bind(voucher.get())
-            .fetch_one(pool)
-            .await?
-    }))
-}
