@@ -220,7 +220,7 @@ impl OrderWorker {
                 Default::default()
             }
         };
-        let mut waiting = Vec::new();
+        let (mut waiting, mut gone) = (Vec::new(), Vec::new());
         for (d, id) in due {
             if found.contains(&id) {
                 sorted.done.push(d);
@@ -228,18 +228,36 @@ impl OrderWorker {
             }
             match life.is_pending(id).await {
                 Ok(true) => waiting.push((d, id)),
-                Ok(false) => {
-                    life.stats().deadlines_dropped.inc();
-                    tracing::warn!(
-                        order = id,
-                        "pay deadline of an order that is neither written nor on its way \
-                         (given up on by the worker, or unknown): dropped"
-                    );
-                    sorted.done.push(d);
-                }
+                Ok(false) => gone.push((d, id)),
                 Err(e) => {
                     tracing::warn!(error = %e, order = id, "cannot tell whether the order is on its way; the close goes back to the queue");
                     sorted.failed.push(d);
+                }
+            }
+        }
+        // The writer deletes the pending record after its commit: an order written between the
+        // close and that look is in the database now, and is closed, not dropped.
+        if !gone.is_empty() {
+            let ids: Vec<i64> = gone.iter().map(|(_, id)| *id).collect();
+            match life.close(&ids).await {
+                Ok(closings) => {
+                    let found: std::collections::HashSet<i64> =
+                        closings.iter().map(|c| c.order.id).collect();
+                    for (d, id) in gone {
+                        if !found.contains(&id) {
+                            life.stats().deadlines_dropped.inc();
+                            tracing::warn!(
+                                order = id,
+                                "pay deadline of an order that is neither written nor on its \
+                                 way (given up on by the worker, or unknown): dropped"
+                            );
+                        }
+                        sorted.done.push(d);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, closes = gone.len(), "closing orders failed; the closes go back to the queue");
+                    sorted.failed.extend(gone.into_iter().map(|(d, _)| d));
                 }
             }
         }

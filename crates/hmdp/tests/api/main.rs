@@ -26,6 +26,7 @@ mod openapi;
 mod order_pipeline;
 mod pages;
 mod profile;
+mod rabbit_close;
 mod rabbitmq;
 mod replicas;
 mod seckill;
