@@ -202,3 +202,28 @@ pub async fn depth(channel: &Channel, queue: &str) -> lapin::Result<u32> {
         .await?;
     Ok(q.message_count())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_delay_queues_are_named_after_their_ttl() {
+        assert_eq!(
+            delay_queue(Duration::from_secs(900)),
+            "hmdp.order.delay.900s"
+        );
+        assert_eq!(close_retry_queue(), "hmdp.order.close.retry.1s");
+        let args = delay_arguments(Duration::from_secs(2));
+        let args = args.inner();
+        assert_eq!(
+            args.get("x-message-ttl"),
+            Some(&AMQPValue::LongLongInt(2000))
+        );
+        assert_eq!(
+            args.get("x-dead-letter-strategy"),
+            Some(&text("at-least-once"))
+        );
+        assert_eq!(args.get("x-overflow"), Some(&text("reject-publish")));
+    }
+}

@@ -92,7 +92,6 @@ impl OrderWorker {
         backoff: &mut Duration,
     ) -> Result<(), AmqpError> {
         let channel = connection.create_channel().await?;
-        topology::declare(&channel).await?;
         topology::declare_deadlines(&channel, self.settings.pay_timeout).await?;
         let prefetch = u16::try_from(self.settings.batch * 2).unwrap_or(u16::MAX);
         channel
@@ -207,9 +206,9 @@ impl OrderWorker {
         };
         let found: std::collections::HashSet<i64> = match closed {
             Ok(closings) => {
-                let now = closings.iter().filter(|c| c.closed_now).count();
-                if now > 0 {
-                    tracing::debug!(closed = now, "unpaid orders closed at their pay deadline");
+                let closed = closings.iter().filter(|c| c.closed_now).count();
+                if closed > 0 {
+                    tracing::debug!(closed, "unpaid orders closed at their pay deadline");
                 }
                 closings.iter().map(|c| c.order.id).collect()
             }
