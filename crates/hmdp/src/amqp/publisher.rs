@@ -6,9 +6,11 @@
 //! idempotent, and other services can drop copies by `message_id`.
 //!
 //! With pay deadlines on ([`Publisher::with_pay_deadlines`]) each order's deadline message goes
-//! to the delay queue in the same batch and under the same confirms, so an order is never
-//! treated as relayed without its deadline: a relay killed between the two publishes the
-//! batch again, and a second deadline message only closes an order already closed.
+//! to the delay queue in the same batch, just before the order's message and under the same
+//! confirms, so an order is never treated as relayed without its deadline: a relay killed
+//! mid-batch publishes the batch again (a second deadline message only closes an order already
+//! closed), and an order message that reached the writer unconfirmed had its deadline reach the
+//! broker first (the writer may delete the outbox entry a retry would need).
 
 use std::{
     sync::{
@@ -121,8 +123,7 @@ impl Publisher {
     }
 
     async fn publish_on(&self, channel: &Channel, orders: &[Outgoing]) -> Result<(), PublishError> {
-        let mut confirms = Vec::with_capacity(orders.len());
-        let mut deadlines = Vec::new();
+        let mut confirms = Vec::with_capacity(orders.len() * 2);
         for Outgoing {
             order,
             accepted_at_ms,
@@ -141,6 +142,24 @@ impl Publisher {
                 );
             }
             let body = OrderMessage::body(order);
+            // The deadline first: once the writer has an order message it may commit the order
+            // and delete its outbox entry, after which no retry of the relay would publish the
+            // deadline. A channel's messages reach the broker in order, so an order message
+            // that got there unconfirmed had its deadline get there before it.
+            if self.pay_timeout.is_some() {
+                confirms.push((
+                    channel
+                        .basic_publish(
+                            "".into(),
+                            self.delay_queue.as_str().into(),
+                            mandatory(),
+                            &body,
+                            order_properties(order.id),
+                        )
+                        .await?,
+                    true,
+                ));
+            }
             let properties = order_properties(order.id).with_headers(headers);
             let confirm = channel
                 .basic_publish(
@@ -153,21 +172,7 @@ impl Publisher {
                 .await?;
             self.stats.published.inc();
             confirms.push((confirm, false));
-            if self.pay_timeout.is_some() {
-                deadlines.push(
-                    channel
-                        .basic_publish(
-                            "".into(),
-                            self.delay_queue.as_str().into(),
-                            mandatory(),
-                            &body,
-                            order_properties(order.id),
-                        )
-                        .await?,
-                );
-            }
         }
-        confirms.extend(deadlines.into_iter().map(|c| (c, true)));
         let (mut returned, mut nacked, mut why) = (0, 0, String::new());
         for (confirm, deadline) in confirms {
             match confirm.await? {
