@@ -2,9 +2,9 @@
 //!
 //! The course's last version of the flash sale hands accepted orders to RabbitMQ; this module
 //! holds what that takes, once: the names the course uses ([`topology`]), the message every
-//! order becomes ([`OrderMessage`]), a [`Publisher`] that reports success only once the
-//! broker has confirmed every message, and the counters and gauges an operator watches
-//! ([`AmqpStats`]). The grab still appends each order to its Redis stream first (the outbox);
+//! order becomes ([`OrderMessage`], also its pay deadline's message in the delay queue), a
+//! [`Publisher`] that reports success only once the broker has confirmed every message, and the
+//! counters and gauges an operator watches ([`AmqpStats`]). The grab still appends each order to its Redis stream first (the outbox);
 //! the worker ([`crate::worker`]) relays stream entries through the publisher and consumes the
 //! queue into the database. Nothing here knows the database or the streams.
 
@@ -17,8 +17,8 @@ use std::time::Duration;
 use lapin::{Connection, ConnectionProperties};
 use serde::{Deserialize, Serialize};
 
-pub(crate) use publisher::PublishError;
 pub use publisher::Publisher;
+pub(crate) use publisher::{PublishError, mandatory, order_properties};
 pub use stats::AmqpStats;
 
 use crate::storage::orders::NewOrder;
@@ -149,13 +149,17 @@ pub async fn connect(url: &str, name: &str) -> Result<Connection, AmqpError> {
         .map_err(AmqpError::from)
 }
 
-/// Connects and declares the topology once: what `hmdp` runs at start-up with
-/// `HMDP_ORDER_TRANSPORT=rabbitmq`, so a wrong URL, bad credentials or a conflicting queue stop
-/// the start with one clear line instead of a worker that retries forever.
-pub(crate) async fn check(url: &str) -> Result<(), AmqpError> {
+/// Connects and declares the topology once, the pay deadlines' of `pay_timeout` included: what
+/// `hmdp` runs at start-up with `HMDP_ORDER_TRANSPORT=rabbitmq`, so a wrong URL, bad
+/// credentials or a conflicting queue stop the start with one clear line instead of a worker
+/// that retries forever.
+pub(crate) async fn check(url: &str, pay_timeout: Duration) -> Result<(), AmqpError> {
     let conn = connect(url, "hmdp start-up check").await?;
     let channel = conn.create_channel().await?;
-    let declared = topology::declare(&channel).await;
+    let declared = match topology::declare(&channel).await {
+        Ok(()) => topology::declare_deadlines(&channel, pay_timeout).await,
+        Err(e) => Err(e),
+    };
     let _ = conn.close(200, "checked".into()).await;
     declared.map_err(AmqpError::from)
 }

@@ -4,6 +4,13 @@
 //! returned message, no answer in time) is an error and the entries stay pending for a retry:
 //! a message may then reach the queue twice, never zero times. The consumer's insert is
 //! idempotent, and other services can drop copies by `message_id`.
+//!
+//! With pay deadlines on ([`Publisher::with_pay_deadlines`]) each order's deadline message goes
+//! to the delay queue in the same batch, just before the order's message and under the same
+//! confirms, so an order is never treated as relayed without its deadline: a relay killed
+//! mid-batch publishes the batch again (a second deadline message only closes an order already
+//! closed), and an order message that reached the writer unconfirmed had its deadline reach the
+//! broker first (the writer may delete the outbox entry a retry would need).
 
 use std::{
     sync::{
@@ -51,6 +58,10 @@ pub struct Publisher {
     stats: Arc<AmqpStats>,
     link: Mutex<Option<Link>>,
     generations: AtomicU64,
+    /// With pay deadlines: the pay timeout, whose delay queue every order also goes to.
+    pay_timeout: Option<Duration>,
+    /// The name of that delay queue.
+    delay_queue: String,
 }
 
 struct Link {
@@ -69,12 +80,27 @@ impl Publisher {
             stats,
             link: Mutex::new(None),
             generations: AtomicU64::new(0),
+            pay_timeout: None,
+            delay_queue: String::new(),
         }
     }
 
-    /// Publishes one persistent, mandatory message per order to `hmdianping.direct` and waits
-    /// for the broker to confirm them all. Each order comes with the time the grab accepted it
-    /// (its [`ACCEPTED_AT_HEADER`]) and maybe its outbox entry ([`OUTBOX_HEADER`]).
+    /// Also publishes every order's pay deadline: a copy of its message (persistent,
+    /// `message_id` the order id) into the delay queue of `pay_timeout`
+    /// ([`topology::delay_queue`]), whence the broker dead-letters it into the close queue once
+    /// `pay_timeout` has passed. Published when the order is relayed, it closes at relay time
+    /// plus the timeout: at or after the deadline, which counts from the order id's second,
+    /// never later than the grab.
+    pub fn with_pay_deadlines(mut self, pay_timeout: Duration) -> Self {
+        self.delay_queue = topology::delay_queue(pay_timeout);
+        self.pay_timeout = Some(pay_timeout);
+        self
+    }
+
+    /// Publishes one persistent, mandatory message per order to `hmdianping.direct` (and, with
+    /// pay deadlines, one to the delay queue) and waits for the broker to confirm them all.
+    /// Each order comes with the time the grab accepted it (its [`ACCEPTED_AT_HEADER`]) and
+    /// maybe its outbox entry ([`OUTBOX_HEADER`]).
     pub async fn publish(&self, orders: &[Outgoing]) -> Result<(), PublishError> {
         if orders.is_empty() {
             return Ok(());
@@ -97,7 +123,7 @@ impl Publisher {
     }
 
     async fn publish_on(&self, channel: &Channel, orders: &[Outgoing]) -> Result<(), PublishError> {
-        let mut confirms = Vec::with_capacity(orders.len());
+        let mut confirms = Vec::with_capacity(orders.len() * 2);
         for Outgoing {
             order,
             accepted_at_ms,
@@ -115,29 +141,44 @@ impl Publisher {
                     AMQPValue::LongString(entry.as_str().into()),
                 );
             }
-            let properties = BasicProperties::default()
-                .with_delivery_mode(2) // persistent
-                .with_content_type(CONTENT_TYPE.into())
-                .with_message_id(order.id.to_string().into())
-                .with_headers(headers);
+            let body = OrderMessage::body(order);
+            // The deadline first: once the writer has an order message it may commit the order
+            // and delete its outbox entry, after which no retry of the relay would publish the
+            // deadline. A channel's messages reach the broker in order, so an order message
+            // that got there unconfirmed had its deadline get there before it.
+            if self.pay_timeout.is_some() {
+                confirms.push((
+                    channel
+                        .basic_publish(
+                            "".into(),
+                            self.delay_queue.as_str().into(),
+                            mandatory(),
+                            &body,
+                            order_properties(order.id),
+                        )
+                        .await?,
+                    true,
+                ));
+            }
+            let properties = order_properties(order.id).with_headers(headers);
             let confirm = channel
                 .basic_publish(
                     topology::EXCHANGE.into(),
                     topology::ROUTING_KEY.into(),
-                    BasicPublishOptions {
-                        mandatory: true,
-                        ..BasicPublishOptions::default()
-                    },
-                    &OrderMessage::body(order),
+                    mandatory(),
+                    &body,
                     properties,
                 )
                 .await?;
             self.stats.published.inc();
-            confirms.push(confirm);
+            confirms.push((confirm, false));
         }
         let (mut returned, mut nacked, mut why) = (0, 0, String::new());
-        for confirm in confirms {
+        for (confirm, deadline) in confirms {
             match confirm.await? {
+                Confirmation::Ack(None) if deadline => {
+                    self.stats.deadlines_confirmed.inc();
+                }
                 Confirmation::Ack(None) => {
                     self.stats.confirmed.inc();
                 }
@@ -178,6 +219,9 @@ impl Publisher {
             .confirm_select(ConfirmSelectOptions::default())
             .await?;
         topology::declare(&channel).await?;
+        if let Some(pay_timeout) = self.pay_timeout {
+            topology::declare_deadlines(&channel, pay_timeout).await?;
+        }
         tracing::info!(name = %self.name, "order relay connected to RabbitMQ");
         self.stats.set_relay_up(true);
         *link = Some(Link {
@@ -207,5 +251,21 @@ impl Publisher {
             let _ = l.connection.close(200, "shutting down".into()).await;
         }
         self.stats.set_relay_up(false);
+    }
+}
+
+/// The properties of an order's messages: persistent JSON whose `message_id` is the order id.
+pub(crate) fn order_properties(order_id: i64) -> BasicProperties {
+    BasicProperties::default()
+        .with_delivery_mode(2) // persistent
+        .with_content_type(CONTENT_TYPE.into())
+        .with_message_id(order_id.to_string().into())
+}
+
+/// Returned by the broker if no queue takes it (the relay then retries, declaring again).
+pub(crate) fn mandatory() -> BasicPublishOptions {
+    BasicPublishOptions {
+        mandatory: true,
+        ..BasicPublishOptions::default()
     }
 }

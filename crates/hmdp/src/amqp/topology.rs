@@ -4,6 +4,16 @@
 //! exists with other arguments (say a classic `direct.seckill.queue` of the original Java
 //! service) is refused by the broker with `PRECONDITION_FAILED`, which the start-up check
 //! reports in one line.
+//!
+//! Pay deadlines travel the broker's way ([`declare_deadlines`]): the relay puts one message per
+//! order into a delay queue whose per-queue TTL is the pay timeout; when it expires the broker
+//! dead-letters it into the close queue, which the worker's closer consumes. All of them are
+//! quorum queues whose dead-lettering is at-least-once (RabbitMQ 3.10 and later): the broker
+//! keeps an expired message in its delay queue until the close queue has confirmed it, so a
+//! broker crash mid-transfer duplicates a deadline at worst (closing is idempotent), never
+//! loses one.
+
+use std::time::Duration;
 
 use lapin::{
     Channel, ExchangeKind,
@@ -26,6 +36,29 @@ pub const DEAD_LETTER_QUEUE: &str = "direct.seckill.dlq";
 /// (`HMDP_WORKER_MAX_DELIVERIES`) on messages that fail without crashing it. Fixed, because a
 /// queue's arguments cannot change once it exists.
 pub const DELIVERY_LIMIT: i32 = 50;
+
+/// The durable direct exchange expired pay deadlines are dead-lettered to.
+pub const CLOSE_EXCHANGE: &str = "hmdp.order.close";
+/// The routing key of close messages, on [`CLOSE_EXCHANGE`] (the delay queues dead-letter with
+/// it, and a close can be asked for by hand with it).
+pub const CLOSE_ROUTING_KEY: &str = "order.close";
+/// The queue the closer consumes: one message per order whose pay deadline has passed.
+pub const CLOSE_QUEUE: &str = "hmdp.order.close";
+/// How long a close waits for an order that is not written yet before it is looked at again.
+pub const CLOSE_RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// The delay queue of pay deadlines for a pay timeout: `hmdp.order.delay.<secs>s`. The timeout
+/// is in the name because a queue's TTL cannot change once it exists: another timeout is
+/// another queue, and what the old one still holds closes after the old timeout.
+pub fn delay_queue(pay_timeout: Duration) -> String {
+    format!("hmdp.order.delay.{}s", pay_timeout.as_secs())
+}
+
+/// The delay queue a close waiting for its order's row goes through
+/// (`hmdp.order.close.retry.<secs>s`), expiring after [`CLOSE_RETRY_DELAY`].
+pub fn close_retry_queue() -> String {
+    format!("hmdp.order.close.retry.{}s", CLOSE_RETRY_DELAY.as_secs())
+}
 
 fn durable_exchange() -> ExchangeDeclareOptions {
     ExchangeDeclareOptions {
@@ -95,6 +128,66 @@ pub async fn declare(channel: &Channel) -> lapin::Result<()> {
         .await
 }
 
+/// Declares what pay deadlines take on the RabbitMQ transport: the close exchange, the close
+/// queue bound to it, the delay queue of `pay_timeout` ([`delay_queue`]) and the retry queue
+/// ([`close_retry_queue`]), both dead-lettering into the close exchange. Messages reach the two
+/// delay queues through the default exchange (routing key: the queue's name), so nothing else
+/// is bound to them.
+pub async fn declare_deadlines(channel: &Channel, pay_timeout: Duration) -> lapin::Result<()> {
+    channel
+        .exchange_declare(
+            CLOSE_EXCHANGE.into(),
+            ExchangeKind::Direct,
+            durable_exchange(),
+            FieldTable::default(),
+        )
+        .await?;
+    let mut args = FieldTable::default();
+    args.insert("x-queue-type".into(), text("quorum"));
+    channel
+        .queue_declare(CLOSE_QUEUE.into(), QueueDeclareOptions::durable(), args)
+        .await?;
+    channel
+        .queue_bind(
+            CLOSE_QUEUE.into(),
+            CLOSE_EXCHANGE.into(),
+            CLOSE_ROUTING_KEY.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    for (queue, ttl) in [
+        (delay_queue(pay_timeout), pay_timeout),
+        (close_retry_queue(), CLOSE_RETRY_DELAY),
+    ] {
+        channel
+            .queue_declare(
+                queue.as_str().into(),
+                QueueDeclareOptions::durable(),
+                delay_arguments(ttl),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// A quorum delay queue: every message expires `ttl` after it arrives and moves, at least once,
+/// to the close exchange. `at-least-once` needs `reject-publish` overflow; without a length
+/// limit nothing is ever rejected.
+fn delay_arguments(ttl: Duration) -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert("x-queue-type".into(), text("quorum"));
+    args.insert(
+        "x-message-ttl".into(),
+        AMQPValue::LongLongInt(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)),
+    );
+    args.insert("x-dead-letter-exchange".into(), text(CLOSE_EXCHANGE));
+    args.insert("x-dead-letter-routing-key".into(), text(CLOSE_ROUTING_KEY));
+    args.insert("x-dead-letter-strategy".into(), text("at-least-once"));
+    args.insert("x-overflow".into(), text("reject-publish"));
+    args
+}
+
 /// Messages ready in `queue` (not counting those delivered and not yet acknowledged).
 pub async fn depth(channel: &Channel, queue: &str) -> lapin::Result<u32> {
     let q = channel
@@ -108,4 +201,29 @@ pub async fn depth(channel: &Channel, queue: &str) -> lapin::Result<u32> {
         )
         .await?;
     Ok(q.message_count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_delay_queues_are_named_after_their_ttl() {
+        assert_eq!(
+            delay_queue(Duration::from_secs(900)),
+            "hmdp.order.delay.900s"
+        );
+        assert_eq!(close_retry_queue(), "hmdp.order.close.retry.1s");
+        let args = delay_arguments(Duration::from_secs(2));
+        let args = args.inner();
+        assert_eq!(
+            args.get("x-message-ttl"),
+            Some(&AMQPValue::LongLongInt(2000))
+        );
+        assert_eq!(
+            args.get("x-dead-letter-strategy"),
+            Some(&text("at-least-once"))
+        );
+        assert_eq!(args.get("x-overflow"), Some(&text("reject-publish")));
+    }
 }

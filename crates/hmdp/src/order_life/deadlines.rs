@@ -75,20 +75,34 @@ impl OrderLife {
         let found: std::collections::HashSet<i64> = closings.iter().map(|c| c.order.id).collect();
         let mut done: Vec<&str> = Vec::with_capacity(claimed.len());
         let mut wait: Vec<&str> = Vec::new();
+        let mut gone: Vec<(&str, Option<i64>)> = Vec::new();
         for member in &claimed {
             match member.parse::<i64>() {
                 Ok(id) if found.contains(&id) => done.push(member),
                 Ok(id) if self.is_pending(id).await? => wait.push(member),
-                _ => {
-                    self.stats().deadlines_dropped.inc();
-                    tracing::warn!(
-                        order = %member,
-                        "pay deadline of an order that is neither written nor on its way \
-                         (given up on by the worker, or unknown): dropped"
-                    );
-                    done.push(member);
-                }
+                id => gone.push((member, id.ok())),
             }
+        }
+        // The writer deletes the pending record after its commit: an order written between the
+        // close and that look is in the database now, and is closed, not dropped.
+        let ids: Vec<i64> = gone.iter().filter_map(|(_, id)| *id).collect();
+        let found: std::collections::HashSet<i64> = if ids.is_empty() {
+            Default::default()
+        } else {
+            let closings = self.close(&ids).await?;
+            round.closed += closings.iter().filter(|c| c.closed_now).count();
+            closings.iter().map(|c| c.order.id).collect()
+        };
+        for (member, id) in gone {
+            if !id.is_some_and(|id| found.contains(&id)) {
+                self.stats().deadlines_dropped.inc();
+                tracing::warn!(
+                    order = %member,
+                    "pay deadline of an order that is neither written nor on its way \
+                     (given up on by the worker, or unknown): dropped"
+                );
+            }
+            done.push(member);
         }
         self.stats().deadlines_handled.inc_by(done.len() as u64);
         if !done.is_empty() {

@@ -221,9 +221,11 @@ pub(super) async fn embedded_worker(
 pub(super) async fn check_broker(worker: &OrderWorker, config: &Config) -> anyhow::Result<()> {
     if worker.uses_rabbitmq() {
         let url = &config.seckill.amqp_url;
-        crate::amqp::check(url).await.with_context(|| {
-            format!("cannot use RabbitMQ at {} (HMDP_AMQP_URL)", redact_url(url))
-        })?;
+        crate::amqp::check(url, config.seckill.pay_timeout)
+            .await
+            .with_context(|| {
+                format!("cannot use RabbitMQ at {} (HMDP_AMQP_URL)", redact_url(url))
+            })?;
     }
     Ok(())
 }

@@ -299,11 +299,13 @@ async fn move_order(
         }
         let changed = q.bind(order_id).bind(from.code()).execute(&mut *tx).await?.rows_affected();
         if changed == 0 {
-            let status: Option<i64> =
-                sqlx::query_scalar("SELECT CAST(status AS SIGNED) FROM tb_voucher_order WHERE id = ?")
-                    .bind(order_id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
+            // `status` is a TINYINT(1) on MySQL, which sqlx reads as a boolean.
+            let status: Option<i64> = sqlx::query_scalar(
+                "SELECT CAST(status AS SIGNED) FROM tb_voucher_order WHERE id = ?",
+            )
+            .bind(order_id)
+            .fetch_optional(&mut *tx)
+            .await?;
             tx.commit().await?;
             return Ok(match status.and_then(VoucherOrderStatus::from_code) {
                 None => Moved::Missing,
@@ -396,6 +398,7 @@ pub(crate) async fn apply_notice(
     use VoucherOrderStatus as S;
     let read = format!("{PAYMENT_COLUMNS} WHERE order_id = ?{}", for_update(db));
     let status_sql = format!(
+        // `status` is a TINYINT(1) on MySQL, which sqlx reads as a boolean.
         "SELECT CAST(status AS SIGNED) FROM tb_voucher_order WHERE id = ?{}",
         for_update(db)
     );

@@ -34,7 +34,7 @@ use crate::{
 
 /// How long a batch waits for more messages after its first: fewer, larger transactions for
 /// at most this much latency.
-const LINGER: Duration = Duration::from_millis(2);
+pub(super) const LINGER: Duration = Duration::from_millis(2);
 
 /// How often the consumer looks at the queue's depth (for `hmdp_amqp_queue_depth`).
 const DEPTH_EVERY: Duration = Duration::from_secs(1);
@@ -272,11 +272,11 @@ impl OrderWorker {
 }
 
 /// Completes when `stop` turns true (its guard never crosses an `await` of the caller).
-async fn stopped(stop: &mut watch::Receiver<bool>) {
+pub(super) async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-fn next_delivery(d: Option<lapin::Result<Delivery>>) -> Result<Delivery, AmqpError> {
+pub(super) fn next_delivery(d: Option<lapin::Result<Delivery>>) -> Result<Delivery, AmqpError> {
     match d {
         Some(Ok(d)) => Ok(d),
         Some(Err(e)) => Err(e.into()),

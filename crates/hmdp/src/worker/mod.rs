@@ -5,9 +5,12 @@
 //! lists the failures it survives and how.
 //!
 //! With `HMDP_ORDER_TRANSPORT=rabbitmq` the same shard loops relay the entries to RabbitMQ
-//! instead (acknowledged after the broker's confirm), and a queue consumer (`consume.rs`)
-//! writes the queue into the database with the same batches, stock guard and order statuses.
+//! instead (acknowledged after the broker's confirm of the order and of its pay deadline), a
+//! queue consumer (`consume.rs`) writes the queue into the database with the same batches,
+//! stock guard and order statuses, and a closer (`close.rs`) closes the orders whose deadline
+//! the broker hands back unpaid.
 
+mod close;
 mod consume;
 mod housekeeping;
 mod read;
@@ -177,12 +180,15 @@ impl OrderWorker {
             rabbitmq && settings.amqp_role.consumes(),
         );
         let publisher = rabbitmq.then(|| {
-            Arc::new(Publisher::new(
-                &settings.amqp_url,
-                &format!("hmdp relay {consumer}"),
-                settings.confirm_timeout,
-                amqp.clone(),
-            ))
+            Arc::new(
+                Publisher::new(
+                    &settings.amqp_url,
+                    &format!("hmdp relay {consumer}"),
+                    settings.confirm_timeout,
+                    amqp.clone(),
+                )
+                .with_pay_deadlines(settings.pay_timeout),
+            )
         });
         Self {
             publisher,
@@ -293,15 +299,21 @@ impl OrderWorker {
                 tasks.push(tokio::spawn(async move { me.run_shard(shard, rx).await }));
             }
             // The deadlines the grab script (and `sync` mode) records; on the RabbitMQ
-            // transport there are none but `sync` mode's, which this closes too.
+            // transport there are none but `sync` mode's (the relay's go to the broker).
             if let Some(life) = self.life.clone() {
                 let rx = rx.clone();
                 tasks.push(tokio::spawn(async move { life.run_closer(rx).await }));
             }
             if rabbitmq && role.consumes() {
                 let me = self.clone();
-                let rx = rx.clone();
-                tasks.push(tokio::spawn(async move { me.consume_until(rx).await }));
+                let stop = rx.clone();
+                tasks.push(tokio::spawn(async move { me.consume_until(stop).await }));
+                // The relay's pay deadlines, dead-lettered into the close queue.
+                if let Some(life) = self.life.clone() {
+                    let me = self.clone();
+                    let rx = rx.clone();
+                    tasks.push(tokio::spawn(async move { me.close_until(life, rx).await }));
+                }
             }
             tracing::info!(consumer = %self.consumer, shards = self.settings.shards, transport = %self.settings.transport, "order worker started");
         }

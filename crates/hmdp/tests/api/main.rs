@@ -27,6 +27,7 @@ mod order_life;
 mod order_pipeline;
 mod pages;
 mod profile;
+mod rabbit_close;
 mod rabbitmq;
 mod replicas;
 mod seckill;
