@@ -36,3 +36,4 @@ run social-mariadb $B social --seconds 5 --connections 64 --database-url mysql:/
    --json $R/social-mariadb.json --svg $R/social-mariadb.svg
 run uv             $B uv --seconds 5 --connections 64 --json $R/uv.json
 run queues $B queues --database-url mysql://root@127.0.0.1:3306 --json $R/queues.json
+"$(dirname "$0")/close.sh"

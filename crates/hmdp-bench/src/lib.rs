@@ -27,6 +27,8 @@
 //!   twice, drain rate.
 //! - `abuse`: cheap requests that cost a lot (sale stats, unknown voucher ids, a deep name
 //!   search), each beside a grab load: what the attacker sustains, what it does to the grab.
+//! - `close`: N unpaid orders whose pay deadlines fall due at once, closed by the service's
+//!   closer: orders closed per second, the lag from deadline to close, stocks back (verified).
 //! - `floor`, `tokens`: the bare server and the logged-in users of `scripts/wrk-floor.sh`, which
 //!   measures hmdp against the floor with wrk (a C client) and a token on every request.
 //! - `publish-cost`: a RabbitMQ publish with a confirm inside each request (the course's
@@ -155,6 +157,9 @@ pub enum Scenario {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Unpaid orders closed at their pay deadline: N deadlines due at once, the closing rate
+    /// and the lag from deadline to close; stocks back to the sale's.
+    Close(scenarios::close::CloseArgs),
     /// The consumer process of `queues` (started and killed by it).
     #[command(hide = true)]
     QueuesConsumer(scenarios::queues::ConsumerArgs),
@@ -177,6 +182,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Scenario::Queues(args) => scenarios::queues::run(&cli, args).await?,
         Scenario::PublishCost(args) => scenarios::publish::run(&cli, args).await?,
         Scenario::Abuse(args) => scenarios::abuse::run(&cli, args).await?,
+        Scenario::Close(args) => scenarios::close::run(&cli, args).await?,
         // The wrk comparison's pieces print no report (the floor runs until killed).
         Scenario::Floor { listen } => return scenarios::floor::serve_floor(*listen).await,
         Scenario::Tokens { users, stock, out } => {

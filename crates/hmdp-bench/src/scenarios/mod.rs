@@ -2,6 +2,7 @@
 
 pub mod abuse;
 pub mod baselines;
+pub mod close;
 pub mod conns;
 pub mod floor;
 pub mod ids;
