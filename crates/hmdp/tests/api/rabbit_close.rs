@@ -7,25 +7,17 @@
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
-use hmac::{Hmac, Mac};
-use hmdp::{
-    config::{Config, Secret},
-    testing::amqp::topology,
-};
+use hmdp::{config::Config, testing::amqp::topology};
 use lapin::{
     BasicProperties, Confirmation, Connection, ConnectionProperties,
     options::{BasicPublishOptions, ConfirmSelectOptions},
 };
-use serde_json::Value;
-use sha2::Sha256;
 
 use crate::helpers::{
-    Backend, ChildGuard, Patience, TestApp, assert_same_orders, create_sale, db_count,
-    db_order_ids, db_stock, grab_raw, login_many, order_id_of, redis_stock,
-    spawn_app_with_rabbitmq, wait_for_orders, wait_until,
+    Backend, ChildGuard, Patience, TestApp, assert_same_orders, create_sale, db_order_ids,
+    db_orders_in, db_stock, grab_raw, login_many, order_id_of, order_view, redis_stock,
+    signed_notice, spawn_app_with_rabbitmq, wait_for_orders, wait_until,
 };
-
-const PAY_SECRET: &str = "test-pay-secret-0123456789";
 
 /// The service on a vhost of its own with the RabbitMQ transport and a short pay timeout.
 async fn close_app(
@@ -36,7 +28,6 @@ async fn close_app(
     Arc::new(
         spawn_app_with_rabbitmq(backend, |c| {
             c.seckill.pay_timeout = Duration::from_secs(pay_timeout_secs);
-            c.seckill.pay_secret = Some(Secret::new(PAY_SECRET));
             adjust(c)
         })
         .await,
@@ -62,15 +53,6 @@ async fn grab_each(app: &TestApp, voucher: i64, tokens: &[String]) -> Vec<i64> {
     ids
 }
 
-/// `GET /voucher-order/{id}` as its owner: the `data`.
-async fn order_view(app: &TestApp, token: &str, id: i64) -> Value {
-    let r = app
-        .get(&format!("/api/voucher-order/{id}"), Some(token))
-        .await;
-    assert!(r.success(), "{r:?}");
-    r.body["data"].clone()
-}
-
 /// Pays the owner's order: the pay ticket (asked again while the order is not written yet),
 /// then the gateway's signed notice.
 async fn pay(app: &TestApp, token: &str, id: i64) {
@@ -85,23 +67,9 @@ async fn pay(app: &TestApp, token: &str, id: i64) {
         }
     })
     .await;
-    let body = format!(
-        r#"{{"orderId":"{id}","tradeNo":"{}","amount":{},"status":"paid"}}"#,
-        ticket["tradeNo"].as_str().expect("a trade number"),
-        ticket["amount"].as_i64().expect("an amount"),
-    );
-    let mut mac = Hmac::<Sha256>::new_from_slice(PAY_SECRET.as_bytes()).unwrap();
-    mac.update(body.as_bytes());
-    let signature = hex::encode(mac.finalize().into_bytes());
-    let r = app
-        .send(
-            app.client
-                .post(app.url("/api/pay/notify"))
-                .header("content-type", "application/json")
-                .header("x-pay-signature", signature)
-                .body(body),
-        )
-        .await;
+    let trade_no = ticket["tradeNo"].as_str().expect("a trade number");
+    let amount = ticket["amount"].as_i64().expect("an amount");
+    let r = signed_notice(app, id, trade_no, amount, "paid").await;
     assert!(r.success(), "{r:?}");
     assert_eq!(r.body["data"]["status"], 2, "{r:?}");
 }
@@ -150,12 +118,7 @@ async fn metric(app: &TestApp, name: &str) -> f64 {
 }
 
 async fn closed_orders(app: &TestApp, voucher: i64) -> i64 {
-    db_count(
-        app,
-        "SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ? AND status = 4",
-        voucher,
-    )
-    .await
+    db_orders_in(app, voucher, 4).await
 }
 
 crate::both_backends!(

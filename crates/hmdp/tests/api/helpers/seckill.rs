@@ -125,8 +125,9 @@ pub async fn db_order_ids(app: &TestApp, voucher: i64) -> Vec<i64> {
 
 /// Waits until the database holds `n` orders of the voucher (the worker drains the stream).
 pub async fn wait_for_orders(app: &TestApp, voucher: i64, n: i64) {
-    // Generous: a drain after a broker or Redis restart shares two cores with the suite.
-    let patience = Patience::new(Duration::from_secs(90)).every(Duration::from_millis(100));
+    // Generous: a drain after a broker or Redis restart shares two cores with the suite (on
+    // RabbitMQ each order is two confirmed quorum-queue messages: the order and its deadline).
+    let patience = Patience::new(Duration::from_secs(180)).every(Duration::from_millis(100));
     let what = format!("{n} orders of voucher {voucher} written");
     let have = wait_until(patience, &what, async || {
         let sql = "SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?";
