@@ -2,7 +2,7 @@
 //!
 //! The test speaks the W3C WebDriver protocol through `fantoccini`; the browser comes from
 //! Debian (`chromium` and `chromium-driver`, i.e. `/usr/bin/chromium` and
-//! `/usr/bin/chromedriver`; override with `HMDP_CHROMIUM` and `HMDP_CHROMEDRIVER`). The service runs in-process on port 0 with a capturing SMS sender,
+//! `/usr/bin/chromedriver`; override with `HMDP_TEST_CHROMIUM` and `HMDP_TEST_CHROMEDRIVER`). The service runs in-process on port 0 with a capturing SMS sender,
 //! its own Redis prefix (removed afterwards) and a SQLite file in a temporary folder.
 //!
 //! One flow, like a user would go: log in with the code from the "server log", see the shop
@@ -119,10 +119,10 @@ struct Browser {
 impl Browser {
     /// Chromium with `tz` (an IANA zone name) as its local time zone.
     async fn launch(tz: &str) -> Self {
-        let chromedriver =
-            std::env::var("HMDP_CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
+        let chromedriver = std::env::var("HMDP_TEST_CHROMEDRIVER")
+            .unwrap_or_else(|_| "/usr/bin/chromedriver".into());
         let chromium =
-            std::env::var("HMDP_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+            std::env::var("HMDP_TEST_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
         let port = free_port();
         let driver = Command::new(&chromedriver)
             .arg(format!("--port={port}"))

@@ -40,6 +40,45 @@ pub enum ConfigError {
     /// A value does not parse (environment) or fails its check (file or environment).
     #[error("invalid value for {name}: {message}")]
     Invalid { name: &'static str, message: String },
+    /// An `HMDP_*` environment variable that is no setting: a misspelt one would otherwise
+    /// leave its setting silently at the default.
+    #[error(
+        "unknown environment variable {name}{}; the settings are listed in docs/configuration.md",
+        .suggestion.map(|s| format!(" (did you mean {s}?)")).unwrap_or_default()
+    )]
+    UnknownVariable {
+        name: String,
+        suggestion: Option<&'static str>,
+    },
+}
+
+/// `HMDP_*` variables that belong to the test, fuzz, lab and bench tools rather than to the
+/// service: a service started from those tools' environment must not refuse them.
+const TOOL_PREFIXES: &[&str] = &["HMDP_TEST_", "HMDP_FUZZ_", "HMDP_LAB_", "HMDP_BENCH_"];
+const TOOL_VARIABLES: &[&str] = &["HMDP_ORIGINAL_SQL"];
+
+/// The first `HMDP_*` variable of `env` that is no setting (nor a tool's), with the setting
+/// whose name is closest, if one is close.
+fn unknown_variable(env: &HashMap<String, String>, rows: &[Row]) -> Option<ConfigError> {
+    let mut unknown: Vec<&String> = env
+        .keys()
+        .filter(|k| k.starts_with("HMDP_"))
+        .filter(|k| !rows.iter().any(|r| r.var == k.as_str()))
+        .filter(|k| !TOOL_PREFIXES.iter().any(|p| k.starts_with(p)))
+        .filter(|k| !TOOL_VARIABLES.contains(&k.as_str()))
+        .collect();
+    unknown.sort();
+    let name = unknown.first()?;
+    let suggestion = rows
+        .iter()
+        .map(|r| (strsim::levenshtein(name, r.var), r.var))
+        .filter(|(d, _)| *d <= 3)
+        .min()
+        .map(|(_, var)| var);
+    Some(ConfigError::UnknownVariable {
+        name: (*name).clone(),
+        suggestion,
+    })
 }
 
 /// Declares a settings struct, each field once: `VARIABLE field: Type [as Unit] = default
@@ -125,6 +164,9 @@ impl Config {
             config.log_filter = filter.clone();
         }
         let rows = config.all_rows();
+        if let Some(e) = unknown_variable(env, &rows) {
+            return Err(e);
+        }
         let mut given = match file {
             Some(path) => file_values(path, &rows)?,
             None => HashMap::new(),

@@ -504,3 +504,29 @@ fn file_values_are_checked_and_bad_ones_name_the_file() {
     let err = Config::from_sources(Some(&dir.path().join("missing.toml")), &env(&[])).unwrap_err();
     assert!(err.to_string().contains("missing.toml"), "{err}");
 }
+
+#[test]
+fn an_unknown_hmdp_variable_is_an_error_naming_the_nearest_setting() {
+    let err = Config::from_sources(None, &env(&[("HMDP_REDIS_SENTINEL", "a:26379")])).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("unknown environment variable HMDP_REDIS_SENTINEL"),
+        "{text}"
+    );
+    let err = Config::from_sources(None, &env(&[("HMDP_SECKIL_MODE", "sync")])).unwrap_err();
+    assert!(
+        err.to_string().contains("did you mean HMDP_SECKILL_MODE?"),
+        "{err}"
+    );
+    // The tools' own variables, and anything outside the prefix, are not the service's.
+    let tools = [
+        ("HMDP_TEST_REDIS_URL", "redis://x"),
+        ("HMDP_FUZZ_SEED", "1"),
+        ("HMDP_LAB_DATABASE_URL", "sqlite://x"),
+        ("HMDP_BENCH_ANYTHING", "1"),
+        ("HMDP_ORIGINAL_SQL", "/x.sql"),
+        ("HMDPX_NOT_OURS", "1"),
+        ("PATH", "/bin"),
+    ];
+    assert!(Config::from_sources(None, &env(&tools)).is_ok());
+}
