@@ -76,8 +76,18 @@ impl OrderWorker {
             .expect("claim cursors")
             .insert(shard, reply.next_stream_id.clone());
         if !reply.deleted_ids.is_empty() {
-            // Trimming never drops a pending entry, so this means someone deleted orders.
-            tracing::error!(shard, ids = ?reply.deleted_ids, "pending order entries were deleted from the stream; those orders are lost");
+            if self.uses_rabbitmq() {
+                // The queue's consumer deletes the outbox entry of each order it wrote, also one
+                // whose relay died before acknowledging it: written, not lost.
+                tracing::info!(
+                    shard,
+                    entries = reply.deleted_ids.len(),
+                    "outbox entries of a dead relay were deleted by the consumer after writing their orders"
+                );
+            } else {
+                // Trimming never drops a pending entry, so this means someone deleted orders.
+                tracing::error!(shard, ids = ?reply.deleted_ids, "pending order entries were deleted from the stream; those orders are lost");
+            }
         }
         if !reply.claimed.is_empty() {
             self.stats.claimed.inc_by(reply.claimed.len() as u64);
