@@ -733,6 +733,15 @@ async fn a_user_logs_in_grabs_a_voucher_and_an_admin_watches_a_sale() {
     stop(app).await;
 }
 
+/// The session token the page keeps.
+async fn page_token(b: &Browser) -> String {
+    b.js("return localStorage.getItem('hmdp.token');", json!([]))
+        .await
+        .as_str()
+        .expect("the page keeps its session")
+        .to_owned()
+}
+
 /// Clicks `css` once it is in the middle of the window (not under the tab bar).
 async fn press(b: &Browser, css: &str) {
     b.element(css).await;
@@ -784,12 +793,7 @@ async fn an_order_is_paid_cancelled_refunded_and_closes_on_its_own() {
     let b = Browser::launch(browser_zone()).await;
     let base = app.url("");
     log_in(&b, &app, &base, "13800000021").await;
-    let token = b
-        .js("return localStorage.getItem('hmdp.token');", json!([]))
-        .await
-        .as_str()
-        .expect("the page keeps its session")
-        .to_owned();
+    let token = page_token(&b).await;
     let to_pay = create_on(
         &app,
         FlashSale::new(5)
@@ -944,12 +948,7 @@ async fn an_order_is_paid_cancelled_refunded_and_closes_on_its_own() {
         .js("return window.__sameDocument === true;", json!([]))
         .await;
     assert_eq!(same, true, "the page was not reloaded");
-    let token = b
-        .js("return localStorage.getItem('hmdp.token');", json!([]))
-        .await
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = page_token(&b).await;
     let order = app
         .get(&format!("/api/voucher-order/{closing}"), Some(&token))
         .await;
@@ -1006,12 +1005,7 @@ async fn a_demo_user_reads_likes_follows_writes_and_checks_in() {
     let b = Browser::launch(browser_zone()).await;
     let base = app.url("");
     log_in(&b, &app, &base, "16600000001").await;
-    let token = b
-        .js("return localStorage.getItem('hmdp.token');", json!([]))
-        .await
-        .as_str()
-        .expect("the page keeps its session")
-        .to_owned();
+    let token = page_token(&b).await;
 
     // Home: the ten hottest notes, the most liked first, each with its cover picture.
     assert_eq!(b.wait_state("#notes-section").await, "shown");

@@ -20,7 +20,7 @@ use hmdp::{
     testing::{kv::Keys, seckill::voucher_hash::VoucherHash, storage::Db},
 };
 
-use super::setup::{Target, User, create_users, create_voucher};
+use super::setup::{Target, User, create_users, create_voucher, db_stock};
 use crate::{
     Cli,
     check::Check,
@@ -71,15 +71,6 @@ async fn count_status(db: &Db, voucher: i64, status: Option<i64>) -> anyhow::Res
             .fetch_one(pool)
             .await?,
         }
-    }))
-}
-
-async fn db_stock(db: &Db, voucher: i64) -> anyhow::Result<i64> {
-    Ok(hmdp::on_pool!(db, pool => {
-        sqlx::query_scalar::<_, i64>("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?")
-            .bind(voucher)
-            .fetch_one(pool)
-            .await?
     }))
 }
 

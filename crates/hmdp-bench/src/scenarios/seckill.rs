@@ -28,7 +28,7 @@ use hmdp::{
 
 use super::{
     baselines::{pending_del_cost, pick_user, raw_grab, raw_insert},
-    setup::{Target, User, create_users, create_voucher},
+    setup::{Target, User, create_users, create_voucher, db_stock},
 };
 use crate::{
     Cli,
@@ -231,15 +231,6 @@ async fn db_orders(db: &Db, voucher: i64) -> anyhow::Result<Vec<(i64, i64)>> {
 async fn db_order_count(db: &Db, voucher: i64) -> anyhow::Result<i64> {
     Ok(hmdp::on_pool!(db, pool => {
         sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?")
-            .bind(voucher)
-            .fetch_one(pool)
-            .await?
-    }))
-}
-
-async fn db_stock(db: &Db, voucher: i64) -> anyhow::Result<i64> {
-    Ok(hmdp::on_pool!(db, pool => {
-        sqlx::query_scalar::<_, i64>("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?")
             .bind(voucher)
             .fetch_one(pool)
             .await?

@@ -235,6 +235,16 @@ pub async fn create_voucher(
         .ok_or_else(|| anyhow::anyhow!("the voucher route answered no id"))
 }
 
+/// `tb_seckill_voucher.stock` of `voucher`.
+pub(super) async fn db_stock(db: &Db, voucher: i64) -> anyhow::Result<i64> {
+    Ok(hmdp::on_pool!(db, pool => {
+        sqlx::query_scalar::<_, i64>("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?")
+            .bind(voucher)
+            .fetch_one(pool)
+            .await?
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

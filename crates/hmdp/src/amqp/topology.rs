@@ -60,72 +60,72 @@ pub fn close_retry_queue() -> String {
     format!("hmdp.order.close.retry.{}s", CLOSE_RETRY_DELAY.as_secs())
 }
 
-fn durable_exchange() -> ExchangeDeclareOptions {
-    ExchangeDeclareOptions {
-        durable: true,
-        ..ExchangeDeclareOptions::default()
-    }
-}
-
 fn text(s: &str) -> AMQPValue {
     AMQPValue::LongString(LongString::from(s.as_bytes().to_vec()))
 }
 
-/// Declares the exchanges, the two queues and their bindings.
-pub async fn declare(channel: &Channel) -> lapin::Result<()> {
-    channel
-        .exchange_declare(
-            EXCHANGE.into(),
-            ExchangeKind::Direct,
-            durable_exchange(),
-            FieldTable::default(),
-        )
-        .await?;
-    channel
-        .exchange_declare(
-            DEAD_LETTER_EXCHANGE.into(),
-            ExchangeKind::Direct,
-            durable_exchange(),
-            FieldTable::default(),
-        )
-        .await?;
+/// The arguments of a quorum queue, plus `extra`.
+fn quorum(extra: &[(&str, AMQPValue)]) -> FieldTable {
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), text("quorum"));
-    args.insert("x-dead-letter-exchange".into(), text(DEAD_LETTER_EXCHANGE));
-    args.insert(
-        "x-delivery-limit".into(),
-        AMQPValue::LongInt(DELIVERY_LIMIT),
-    );
+    for (key, value) in extra {
+        args.insert((*key).into(), value.clone());
+    }
+    args
+}
+
+/// A durable direct exchange.
+async fn exchange(channel: &Channel, name: &str) -> lapin::Result<()> {
+    let durable = ExchangeDeclareOptions {
+        durable: true,
+        ..ExchangeDeclareOptions::default()
+    };
     channel
-        .queue_declare(QUEUE.into(), QueueDeclareOptions::durable(), args)
-        .await?;
-    channel
-        .queue_bind(
-            QUEUE.into(),
-            EXCHANGE.into(),
-            ROUTING_KEY.into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
-    let mut args = FieldTable::default();
-    args.insert("x-queue-type".into(), text("quorum"));
-    channel
-        .queue_declare(
-            DEAD_LETTER_QUEUE.into(),
-            QueueDeclareOptions::durable(),
-            args,
-        )
-        .await?;
-    channel
-        .queue_bind(
-            DEAD_LETTER_QUEUE.into(),
-            DEAD_LETTER_EXCHANGE.into(),
-            ROUTING_KEY.into(),
-            QueueBindOptions::default(),
+        .exchange_declare(
+            name.into(),
+            ExchangeKind::Direct,
+            durable,
             FieldTable::default(),
         )
         .await
+}
+
+/// A durable queue with `args`, bound to `exchange` with `key` when given.
+async fn queue(
+    channel: &Channel,
+    name: &str,
+    args: FieldTable,
+    bound_to: Option<(&str, &str)>,
+) -> lapin::Result<()> {
+    channel
+        .queue_declare(name.into(), QueueDeclareOptions::durable(), args)
+        .await?;
+    if let Some((exchange, key)) = bound_to {
+        channel
+            .queue_bind(
+                name.into(),
+                exchange.into(),
+                key.into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// Declares the exchanges, the two queues and their bindings.
+pub async fn declare(channel: &Channel) -> lapin::Result<()> {
+    exchange(channel, EXCHANGE).await?;
+    exchange(channel, DEAD_LETTER_EXCHANGE).await?;
+    let args = quorum(&[
+        ("x-dead-letter-exchange", text(DEAD_LETTER_EXCHANGE)),
+        ("x-delivery-limit", AMQPValue::LongInt(DELIVERY_LIMIT)),
+    ]);
+    queue(channel, QUEUE, args, Some((EXCHANGE, ROUTING_KEY))).await?;
+    let args = quorum(&[]);
+    let bound_to = Some((DEAD_LETTER_EXCHANGE, ROUTING_KEY));
+    queue(channel, DEAD_LETTER_QUEUE, args, bound_to).await
 }
 
 /// Declares what pay deadlines take on the RabbitMQ transport: the close exchange, the close
@@ -134,39 +134,14 @@ pub async fn declare(channel: &Channel) -> lapin::Result<()> {
 /// delay queues through the default exchange (routing key: the queue's name), so nothing else
 /// is bound to them.
 pub async fn declare_deadlines(channel: &Channel, pay_timeout: Duration) -> lapin::Result<()> {
-    channel
-        .exchange_declare(
-            CLOSE_EXCHANGE.into(),
-            ExchangeKind::Direct,
-            durable_exchange(),
-            FieldTable::default(),
-        )
-        .await?;
-    let mut args = FieldTable::default();
-    args.insert("x-queue-type".into(), text("quorum"));
-    channel
-        .queue_declare(CLOSE_QUEUE.into(), QueueDeclareOptions::durable(), args)
-        .await?;
-    channel
-        .queue_bind(
-            CLOSE_QUEUE.into(),
-            CLOSE_EXCHANGE.into(),
-            CLOSE_ROUTING_KEY.into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
-    for (queue, ttl) in [
+    exchange(channel, CLOSE_EXCHANGE).await?;
+    let bound_to = Some((CLOSE_EXCHANGE, CLOSE_ROUTING_KEY));
+    queue(channel, CLOSE_QUEUE, quorum(&[]), bound_to).await?;
+    for (name, ttl) in [
         (delay_queue(pay_timeout), pay_timeout),
         (close_retry_queue(), CLOSE_RETRY_DELAY),
     ] {
-        channel
-            .queue_declare(
-                queue.as_str().into(),
-                QueueDeclareOptions::durable(),
-                delay_arguments(ttl),
-            )
-            .await?;
+        queue(channel, &name, delay_arguments(ttl), None).await?;
     }
     Ok(())
 }
@@ -175,17 +150,14 @@ pub async fn declare_deadlines(channel: &Channel, pay_timeout: Duration) -> lapi
 /// to the close exchange. `at-least-once` needs `reject-publish` overflow; without a length
 /// limit nothing is ever rejected.
 fn delay_arguments(ttl: Duration) -> FieldTable {
-    let mut args = FieldTable::default();
-    args.insert("x-queue-type".into(), text("quorum"));
-    args.insert(
-        "x-message-ttl".into(),
-        AMQPValue::LongLongInt(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)),
-    );
-    args.insert("x-dead-letter-exchange".into(), text(CLOSE_EXCHANGE));
-    args.insert("x-dead-letter-routing-key".into(), text(CLOSE_ROUTING_KEY));
-    args.insert("x-dead-letter-strategy".into(), text("at-least-once"));
-    args.insert("x-overflow".into(), text("reject-publish"));
-    args
+    let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+    quorum(&[
+        ("x-message-ttl", AMQPValue::LongLongInt(ttl_ms)),
+        ("x-dead-letter-exchange", text(CLOSE_EXCHANGE)),
+        ("x-dead-letter-routing-key", text(CLOSE_ROUTING_KEY)),
+        ("x-dead-letter-strategy", text("at-least-once")),
+        ("x-overflow", text("reject-publish")),
+    ])
 }
 
 /// Messages ready in `queue` (not counting those delivered and not yet acknowledged).

@@ -34,10 +34,6 @@ async fn close_app(
     )
 }
 
-fn vhost_url(app: &TestApp) -> String {
-    app.amqp.as_ref().expect("a RabbitMQ app").url()
-}
-
 fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
@@ -178,7 +174,7 @@ async fn a_worker_killed_with_deadlines_in_flight_closes_them_all_after_its_rest
         app.binary(dir.path())
             .arg("worker")
             .env("HMDP_ORDER_TRANSPORT", "rabbitmq")
-            .env("HMDP_AMQP_URL", vhost_url(&app))
+            .env("HMDP_AMQP_URL", app.amqp_url())
             .env("HMDP_ORDER_PAY_TIMEOUT_SECS", "2")
             .env("HMDP_WORKER_BATCH", "5")
             .env("HMDP_WORKER_CLAIM_IDLE_MS", "300")
@@ -243,7 +239,7 @@ async fn a_worker_killed_with_deadlines_in_flight_closes_them_all_after_its_rest
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_for_no_known_order_is_acknowledged_and_dropped() {
     let app = close_app(Backend::Sqlite, 2, |_| {}).await;
-    let connection = Connection::connect(&vhost_url(&app), ConnectionProperties::default())
+    let connection = Connection::connect(&app.amqp_url(), ConnectionProperties::default())
         .await
         .unwrap();
     let channel = connection.create_channel().await.unwrap();

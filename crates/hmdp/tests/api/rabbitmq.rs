@@ -30,11 +30,6 @@ async fn rabbit_app(backend: Backend, adjust: impl FnOnce(&mut Config)) -> TestA
     spawn_app_with_rabbitmq(backend, adjust).await
 }
 
-/// The URL of the app's vhost.
-fn vhost_url(app: &TestApp) -> String {
-    app.amqp.as_ref().expect("a RabbitMQ app").url()
-}
-
 /// "Another service": its own queue bound to the exchange, collecting the order ids it sees
 /// and checking each message's properties.
 struct Listener {
@@ -153,7 +148,7 @@ async fn metric(app: &TestApp, name: &str) -> f64 {
 
 async fn sale_over_rabbitmq(backend: Backend) {
     let app = Arc::new(rabbit_app(backend, |_| {}).await);
-    let listener = Listener::bind(&vhost_url(&app)).await;
+    let listener = Listener::bind(&app.amqp_url()).await;
     let voucher = create_sale(&app, 150, -60, 3600).await;
     let tokens = login_many(&app, 160).await;
     let won = grab_all(&app, voucher, &tokens[..150]).await;
@@ -228,7 +223,7 @@ async fn a_warm_up_counts_the_orders_the_broker_holds() {
         app.binary(dir.path())
             .arg("worker")
             .env("HMDP_ORDER_TRANSPORT", "rabbitmq")
-            .env("HMDP_AMQP_URL", vhost_url(&app))
+            .env("HMDP_AMQP_URL", app.amqp_url())
             .env("HMDP_AMQP_ROLE", "consumer")
             .spawn()
             .unwrap(),
@@ -262,7 +257,7 @@ async fn a_broker_unreachable_for_a_while_delays_orders_and_loses_none() {
         })
         .await,
     );
-    let listener = Listener::bind(&vhost_url(&app)).await;
+    let listener = Listener::bind(&app.amqp_url()).await;
     let voucher = create_sale(&app, 1000, -60, 3600).await;
     let tokens = login_many(&app, 1000).await;
     let mut won = grab_all(&app, voucher, &tokens[..100]).await;
@@ -323,7 +318,7 @@ async fn killed_worker_process(
         })
         .await,
     );
-    let listener = Listener::bind(&vhost_url(&app)).await;
+    let listener = Listener::bind(&app.amqp_url()).await;
     let voucher = create_sale(&app, orders as i64, -60, 3600).await;
     let tokens = login_many(&app, orders).await;
     let won = grab_all(&app, voucher, &tokens).await;
@@ -332,7 +327,7 @@ async fn killed_worker_process(
         app.binary(dir.path())
             .arg("worker")
             .env("HMDP_ORDER_TRANSPORT", "rabbitmq")
-            .env("HMDP_AMQP_URL", vhost_url(&app))
+            .env("HMDP_AMQP_URL", app.amqp_url())
             .env("HMDP_AMQP_ROLE", child_role)
             .env("HMDP_WORKER_BATCH", "5")
             .env("HMDP_WORKER_CLAIM_IDLE_MS", "300")
@@ -380,7 +375,7 @@ async fn the_database_going_away_while_orders_arrive_loses_nothing() {
 async fn a_message_that_is_no_order_is_dead_lettered_and_the_rest_flow() {
     let app = Arc::new(rabbit_app(Backend::Sqlite, |_| {}).await);
     // Someone publishes junk to the exchange.
-    let connection = Connection::connect(&vhost_url(&app), ConnectionProperties::default())
+    let connection = Connection::connect(&app.amqp_url(), ConnectionProperties::default())
         .await
         .unwrap();
     let channel = connection.create_channel().await.unwrap();

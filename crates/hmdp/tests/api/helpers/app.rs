@@ -221,6 +221,11 @@ impl TestApp {
         self.backend
     }
 
+    /// The URL of the RabbitMQ vhost of [`spawn_app_with_rabbitmq`].
+    pub fn amqp_url(&self) -> String {
+        self.amqp.as_ref().expect("a RabbitMQ app").url()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }
