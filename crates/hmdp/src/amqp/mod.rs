@@ -139,6 +139,21 @@ pub enum AmqpError {
     Cancelled,
 }
 
+/// How long opening a channel and declaring the topology may take on a new connection. A
+/// node that is still recovering its quorum queues after a restart can leave a declaration
+/// unanswered; without a bound the relay or a consumer would wait on it for good, instead of
+/// reconnecting.
+pub(crate) const DECLARE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs `setup` (a channel's opening and declarations) within [`DECLARE_TIMEOUT`].
+pub(crate) async fn within_declare_timeout<T, E: From<AmqpError>>(
+    setup: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    tokio::time::timeout(DECLARE_TIMEOUT, setup)
+        .await
+        .unwrap_or(Err(AmqpError::Timeout(DECLARE_TIMEOUT).into()))
+}
+
 /// Opens a connection named `name` (shown in the broker's connection list), within
 /// [`CONNECT_TIMEOUT`].
 pub async fn connect(url: &str, name: &str) -> Result<Connection, AmqpError> {

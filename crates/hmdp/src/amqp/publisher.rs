@@ -29,7 +29,7 @@ use tokio::sync::Mutex;
 
 use super::{
     ACCEPTED_AT_HEADER, AmqpError, AmqpStats, CONTENT_TYPE, OUTBOX_HEADER, OrderMessage, Outgoing,
-    connect, topology,
+    connect, topology, within_declare_timeout,
 };
 
 /// Why a batch was not confirmed. The batch is to be published again.
@@ -214,14 +214,27 @@ impl Publisher {
         *link = None;
         self.stats.set_relay_up(false);
         let connection = connect(&self.url, &self.name).await?;
-        let channel = connection.create_channel().await?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await?;
-        topology::declare(&channel).await?;
-        if let Some(pay_timeout) = self.pay_timeout {
-            topology::declare_deadlines(&channel, pay_timeout).await?;
-        }
+        let setup = within_declare_timeout(async {
+            let channel = connection.create_channel().await?;
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await?;
+            topology::declare(&channel).await?;
+            if let Some(pay_timeout) = self.pay_timeout {
+                topology::declare_deadlines(&channel, pay_timeout).await?;
+            }
+            Ok::<_, PublishError>(channel)
+        })
+        .await;
+        let channel = match setup {
+            Ok(channel) => channel,
+            Err(e) => {
+                tokio::spawn(async move {
+                    let _ = connection.close(320, "reconnecting".into()).await;
+                });
+                return Err(e);
+            }
+        };
         tracing::info!(name = %self.name, "order relay connected to RabbitMQ");
         self.stats.set_relay_up(true);
         *link = Some(Link {

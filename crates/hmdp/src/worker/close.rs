@@ -91,8 +91,12 @@ impl OrderWorker {
         stop: &mut watch::Receiver<bool>,
         backoff: &mut Duration,
     ) -> Result<(), AmqpError> {
-        let channel = connection.create_channel().await?;
-        topology::declare_deadlines(&channel, self.settings.pay_timeout).await?;
+        let channel = amqp::within_declare_timeout(async {
+            let channel = connection.create_channel().await?;
+            topology::declare_deadlines(&channel, self.settings.pay_timeout).await?;
+            Ok::<_, AmqpError>(channel)
+        })
+        .await?;
         let prefetch = u16::try_from(self.settings.batch * 2).unwrap_or(u16::MAX);
         channel
             .basic_qos(prefetch, BasicQosOptions::default())
