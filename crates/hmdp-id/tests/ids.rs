@@ -9,7 +9,9 @@ use std::time::{Duration, SystemTime};
 use hmdp_id::{
     ErrorKind, IdConnection, IdGenerator, MAX_SEQUENCE, ManualClock, Mode, SegmentOptions, decode,
 };
-use hmdp_testkit::{KeyPrefix, RedisServer, connect, redis_url, unique_prefix};
+use hmdp_testkit::{
+    KeyPrefix, Patience, RedisServer, connect, redis_url, unique_prefix, wait_until,
+};
 use support::*;
 
 /// 2024-02-29T12:34:56Z
@@ -425,10 +427,22 @@ async fn callers_that_run_dry_share_one_fetch() {
         round_trips <= 11,
         "{round_trips} INCRBY for 100 concurrent callers"
     );
-    let reserved = get_i64(&mut c, &ids.key_at(clock_time(MID_DAY)))
-        .await
-        .unwrap();
-    assert_eq!(reserved, round_trips as i64 * 10);
+    // The fetch started as the last block drained is counted when it is sent: wait for its
+    // reply before comparing what the counter reserved.
+    let key = ids.key_at(clock_time(MID_DAY));
+    let patience = Patience::new(Duration::from_secs(5)).every(Duration::from_millis(10));
+    wait_until(
+        patience,
+        "every counted fetch reserved its block",
+        async || {
+            let reserved = get_i64(&mut c, &key).await.unwrap();
+            match ids.stats().round_trips as i64 * 10 {
+                wanted if reserved == wanted => Ok(()),
+                wanted => Err(format!("{reserved} reserved, {wanted} counted")),
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
