@@ -951,7 +951,8 @@ impl<C: LockConnection> CacheClientBuilder<C> {
     }
 
     /// An in-process L1 in front of Redis, kept coherent across instances by invalidation
-    /// messages on `channel` (see [`crate::L1Options`]).
+    /// messages on `channel` (see [`crate::L1Options`]), heard through a subscription opened
+    /// by `subscriber` (a `redis::Client`, or any [`hmdp_lock::PubSubSource`]).
     ///
     /// ```no_run
     /// # async fn f(b: hmdp_cache::CacheClientBuilder<redis::aio::ConnectionManager>) -> hmdp_cache::Result<()> {
@@ -962,7 +963,7 @@ impl<C: LockConnection> CacheClientBuilder<C> {
     pub async fn l1(
         mut self,
         options: crate::L1Options,
-        subscriber: redis::Client,
+        subscriber: impl hmdp_lock::PubSubSource,
         channel: &str,
     ) -> Result<Self> {
         self.l1 = Some(L1::start(options, subscriber, channel.to_owned()).await?);

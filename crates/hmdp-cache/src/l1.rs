@@ -30,6 +30,7 @@ use std::{
 };
 
 use futures_util::StreamExt;
+use hmdp_lock::PubSubSource;
 use redis::aio::ConnectionLike;
 
 use crate::Result;
@@ -167,10 +168,12 @@ impl Drop for ListenerGuard {
 
 impl<V: Clone + Send + Sync + 'static> InvalidatedCache<V> {
     /// A cache of `options`' size and TTL that drops the keys published on `channel`
-    /// (subscribed through `subscriber` before this returns, so no later message is missed).
+    /// (subscribed through `subscriber` before this returns, so no later message is missed;
+    /// after a lost subscription, `subscriber` is asked for a new connection, which lets a
+    /// [`PubSubSource`] that tracks a moving primary follow it).
     pub async fn start(
         options: L1Options,
-        subscriber: redis::Client,
+        subscriber: impl PubSubSource,
         channel: impl Into<String>,
     ) -> Result<Self> {
         let channel = channel.into();
@@ -178,7 +181,8 @@ impl<V: Clone + Send + Sync + 'static> InvalidatedCache<V> {
         let cache: Entries<V> = Arc::new(quick_cache::sync::Cache::new(capacity));
         let tombstones = Tombstones::new(capacity);
         // Subscribe before returning, so no invalidation published after start is missed.
-        let mut pubsub = subscriber.get_async_pubsub().await?;
+        let subscriber: Arc<dyn PubSubSource> = Arc::new(subscriber);
+        let mut pubsub = subscriber.pubsub().await?;
         pubsub.subscribe(&channel).await?;
         let task_cache = cache.clone();
         let task_tombstones = tombstones.clone();
@@ -275,7 +279,7 @@ fn drop_all<V: Clone>(cache: &Entries<V>, tombstones: &Tombstones) {
 
 async fn listen<V: Clone + Send + Sync + 'static>(
     mut pubsub: redis::aio::PubSub,
-    client: redis::Client,
+    client: Arc<dyn PubSubSource>,
     channel: String,
     cache: Entries<V>,
     tombstones: Tombstones,
@@ -294,7 +298,7 @@ async fn listen<V: Clone + Send + Sync + 'static>(
         tracing::warn!(%channel, "invalidation subscription lost; cache cleared, reconnecting");
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
-            match client.get_async_pubsub().await {
+            match client.pubsub().await {
                 Ok(mut p) => {
                     if p.subscribe(&channel).await.is_ok() {
                         drop_all(&cache, &tombstones);

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use crate::keys::LockKeys;
 use crate::lock::Lock;
 use crate::stats::{LockStats, Stats};
-use crate::subscriber::Hub;
+use crate::subscriber::{Hub, PubSubSource};
 use crate::{Error, Result};
 
 /// Default watchdog timeout (the lease used when no lease is given), as in
@@ -342,7 +342,7 @@ impl<C: LockConnection> LockClient<C> {
 #[must_use]
 pub struct LockClientBuilder<C> {
     conn: C,
-    subscriber: Option<redis::Client>,
+    subscriber: Option<Arc<dyn PubSubSource>>,
     prefix: String,
     client_id: Option<Uuid>,
     watchdog_timeout: Duration,
@@ -351,8 +351,9 @@ pub struct LockClientBuilder<C> {
 }
 
 impl<C: LockConnection> LockClientBuilder<C> {
-    /// The Redis client used to open the single shared pub/sub connection on
-    /// which waiters hear unlock notifications. Without it, waiters retry
+    /// Where the single shared pub/sub connection on which waiters hear unlock
+    /// notifications is opened: a `redis::Client`, or any [`PubSubSource`] (one that
+    /// finds the current primary each time, to follow a Sentinel failover). Without it, waiters retry
     /// every [`retry_interval`](Self::retry_interval) (or when the holder's
     /// lease runs out, if sooner).
     ///
@@ -367,8 +368,8 @@ impl<C: LockConnection> LockClientBuilder<C> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn subscriber(mut self, client: redis::Client) -> Self {
-        self.subscriber = Some(client);
+    pub fn subscriber(mut self, client: impl PubSubSource) -> Self {
+        self.subscriber = Some(Arc::new(client));
         self
     }
 

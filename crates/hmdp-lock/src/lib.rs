@@ -195,3 +195,4 @@ pub use redlock::{
     redlock_validity,
 };
 pub use stats::{LockStats, WAIT_BUCKETS};
+pub use subscriber::PubSubSource;

@@ -16,8 +16,24 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{StreamExt, future::BoxFuture};
 use tokio::sync::{Notify, mpsc, oneshot};
+
+/// Where the pub/sub connection comes from, asked again at every reconnection.
+///
+/// A `redis::Client` always opens its connection on the same server. A deployment whose
+/// primary can move (Redis Sentinel) implements this to open it on the primary of the
+/// moment, so a subscriber follows a failover when it reconnects.
+pub trait PubSubSource: Send + Sync + 'static {
+    /// A new pub/sub connection.
+    fn pubsub(&self) -> BoxFuture<'_, redis::RedisResult<redis::aio::PubSub>>;
+}
+
+impl PubSubSource for redis::Client {
+    fn pubsub(&self) -> BoxFuture<'_, redis::RedisResult<redis::aio::PubSub>> {
+        Box::pin(self.get_async_pubsub())
+    }
+}
 
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -65,13 +81,13 @@ impl Shared {
 }
 
 pub(crate) struct Hub {
-    client: redis::Client,
+    client: Arc<dyn PubSubSource>,
     shared: Arc<Shared>,
     task: Mutex<Option<mpsc::UnboundedSender<Cmd>>>,
 }
 
 impl Hub {
-    pub(crate) fn new(client: redis::Client) -> Self {
+    pub(crate) fn new(client: Arc<dyn PubSubSource>) -> Self {
         Hub {
             client,
             shared: Arc::default(),
@@ -176,10 +192,14 @@ impl Drop for Subscription {
     }
 }
 
-async fn run(client: redis::Client, shared: Arc<Shared>, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
+async fn run(
+    client: Arc<dyn PubSubSource>,
+    shared: Arc<Shared>,
+    mut cmds: mpsc::UnboundedReceiver<Cmd>,
+) {
     let mut backoff = Duration::from_millis(50);
     loop {
-        let connected = tokio::time::timeout(SUBSCRIBE_TIMEOUT, client.get_async_pubsub()).await;
+        let connected = tokio::time::timeout(SUBSCRIBE_TIMEOUT, client.pubsub()).await;
         let pubsub = match connected {
             Ok(Ok(p)) => p,
             other => {

@@ -2,13 +2,14 @@
 //!
 //! Every integration test suite in the workspace runs against real servers (Redis is never
 //! mocked): the shared ones named by `HMDP_TEST_REDIS_URL`, `HMDP_TEST_MYSQL_URL` and
-//! `HMDP_TEST_AMQP_URL`, private `redis-server` processes a test starts, stops, freezes or joins
-//! into a cluster, a RabbitMQ vhost of a test's own, a proxy in front of the broker that a
+//! `HMDP_TEST_AMQP_URL`, private `redis-server` processes a test starts, stops, freezes, joins
+//! into a cluster or puts under Sentinels, a RabbitMQ vhost of a test's own, a proxy in front of the broker that a
 //! test cuts, or a private RabbitMQ node it restarts. What those suites have in common lives here once; what only one crate needs stays
 //! in its own tests.
 
 mod amqp;
 mod keys;
+mod sentinel;
 mod server;
 mod wait;
 
@@ -16,6 +17,7 @@ use std::net::TcpListener;
 
 pub use amqp::{AmqpVhost, CuttableProxy, RabbitNode, amqp_socket_addr, amqp_url};
 pub use keys::{KeyPrefix, remove_keys, unique_prefix};
+pub use sentinel::SentinelSet;
 pub use server::{RedisCluster, RedisServer};
 pub use wait::{Patience, Ready, wait_until};
 

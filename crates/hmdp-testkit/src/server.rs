@@ -1,5 +1,6 @@
-//! Throw-away `redis-server` processes: one on a port of its own, or three joined into a
-//! cluster. Tests kill, restart, freeze and thaw them to play outages on a real server.
+//! Throw-away `redis-server` processes: one on a port of its own, three joined into a
+//! cluster, or a primary with replicas watched by Sentinels. Tests kill, restart, freeze and
+//! thaw them to play outages on a real server.
 
 use std::{
     net::TcpListener,
@@ -37,12 +38,33 @@ impl RedisServer {
     /// once it answers PING.
     pub async fn start_with(port: u16, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("a folder for redis-server");
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(dir.path())
-            .args(extra)
+            .args(extra);
+        Self::launch(command, port, dir).await
+    }
+
+    /// A Sentinel on `port` (`redis-server CONFIG --sentinel`) with the configuration lines
+    /// `conf` (written into its folder, where it rewrites them); returns once it answers PING.
+    pub async fn start_sentinel(port: u16, conf: &str) -> Self {
+        let dir = tempfile::tempdir().expect("a folder for redis-sentinel");
+        let file = dir.path().join("sentinel.conf");
+        let conf = format!(
+            "port {port}\nbind 127.0.0.1\ndir {}\n{conf}\n",
+            dir.path().display()
+        );
+        std::fs::write(&file, conf).expect("write sentinel.conf");
+        let mut command = Command::new("redis-server");
+        command.arg(&file).arg("--sentinel");
+        Self::launch(command, port, dir).await
+    }
+
+    async fn launch(mut command: Command, port: u16, dir: tempfile::TempDir) -> Self {
+        let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

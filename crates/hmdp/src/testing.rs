@@ -50,7 +50,10 @@ pub mod http {
 
 /// Redis: the connection, the key names, the managed `redis-server`.
 pub mod kv {
-    pub use crate::kv::{Keys, RedisConn, key_slot, managed::answers_ping};
+    pub use crate::kv::{
+        Keys, RedisConn, RedisTarget, SentinelConn, SentinelPrimary, key_slot,
+        managed::answers_ping,
+    };
 }
 
 /// The Prometheus registry.

@@ -142,7 +142,7 @@ impl SessionStore {
         mut self,
         for_at_most: Duration,
         capacity: u64,
-        subscriber: redis::Client,
+        subscriber: impl hmdp_lock::PubSubSource,
         channel: String,
     ) -> hmdp_cache::Result<Self> {
         if !for_at_most.is_zero() {

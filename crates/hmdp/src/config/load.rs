@@ -23,7 +23,7 @@ use figment::{
 use strum::VariantNames;
 
 use super::{Config, Secret, TimeZone, default_database_url, redact_url, rules};
-use crate::http::TrustedProxies;
+use crate::{http::TrustedProxies, kv::SentinelAddrs};
 
 /// Errors found while reading the configuration; each names the setting at fault.
 #[derive(Debug, thiserror::Error)]
@@ -343,7 +343,8 @@ macro_rules! setting {
     };
 }
 
-setting!(as written: u32, u64, usize, f64, bool, String, SocketAddr, TimeZone, TrustedProxies);
+setting!(as written: u32, u64, usize, f64, bool, String, SocketAddr, TimeZone, TrustedProxies,
+    SentinelAddrs);
 setting! {
     Plain: PathBuf = PathBuf, |raw| raw, |v| Some(v.display().to_string());
     Plain: Secret = String, |raw| Secret::new(raw), |_v| Some("***".to_owned());

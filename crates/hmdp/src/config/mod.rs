@@ -43,7 +43,10 @@ pub use crate::{
     auth::SmsMode,
     catalogue::ShopCacheStrategy,
     http::TrustedProxies,
-    kv::managed::{AppendFsync, ManagedMode},
+    kv::{
+        SentinelAddrs, SentinelSpec,
+        managed::{AppendFsync, ManagedMode},
+    },
     seckill::{IdMode, SeckillMode},
     telemetry::LogFormat,
     worker::{AmqpRole, OrderTransport},
@@ -74,9 +77,25 @@ settings! {
             default_database_url(Path::new(DEFAULT_DATA_DIR));
         /// database pool size
         HMDP_DB_MAX_CONNECTIONS db_max_connections: u32 = 10, check at_least(1);
-        /// Redis; several comma-separated `redis://` URLs mean a Redis Cluster
+        /// Redis; several comma-separated `redis://` URLs mean a Redis Cluster. A password goes
+        /// in the URL (`redis://:PASSWORD@host:6379`). Not with `HMDP_REDIS_SENTINELS`
         HMDP_REDIS_URL redis_url: Option<String> as Url = None,
-            unset format!("`{DEFAULT_REDIS_URL}`");
+            unset format!("`{DEFAULT_REDIS_URL}` (none with `HMDP_REDIS_SENTINELS`)");
+        /// Redis Sentinel: the Sentinels' `host:port`, comma-separated (three or more). The
+        /// service asks them for the primary of `HMDP_REDIS_SENTINEL_MASTER` and follows every
+        /// promotion by itself (commands, subscriptions, replica waits, the worker's reads), then
+        /// reconciles the live sales once per promotion. Instead of `HMDP_REDIS_URL`; never a
+        /// managed `redis-server`
+        HMDP_REDIS_SENTINELS redis_sentinels: Option<SentinelAddrs> = None;
+        /// the master name the Sentinels monitor (`sentinel monitor <name> …`); required with
+        /// `HMDP_REDIS_SENTINELS`
+        HMDP_REDIS_SENTINEL_MASTER redis_sentinel_master: Option<String> as Trimmed = None;
+        /// the Sentinels' own password (their `requirepass`), if they have one
+        HMDP_REDIS_SENTINEL_PASSWORD redis_sentinel_password: Option<Secret> = None;
+        /// with `HMDP_REDIS_SENTINELS`: the password of the primary and its replicas
+        /// (`requirepass`/`masterauth`), if they have one. With `HMDP_REDIS_URL` the password is
+        /// in the URL instead
+        HMDP_REDIS_PASSWORD redis_password: Option<Secret> = None;
         /// prepended to every Redis key (tests, a shared Redis); no `{` `}`
         HMDP_REDIS_PREFIX redis_prefix: String = String::new(), check no_braces();
         /// admin credential for `x-admin-token` (at least 16 characters)
@@ -290,8 +309,9 @@ settings! {
         HMDP_ID_MODE id_mode: IdMode = IdMode::Segment;
         /// answer an accepted grab only once this many replicas hold it (Redis `WAIT`), so a
         /// promoted replica cannot forget an acknowledged order; `0` = off. One Redis primary
-        /// only (not with a cluster or the managed `redis-server`). Costs about one replication
-        /// round trip per accepted grab (BENCHMARKS.md)
+        /// (`HMDP_REDIS_URL` of one node, or `HMDP_REDIS_SENTINELS`), not a cluster nor the
+        /// managed `redis-server`. Costs about one replication round trip per accepted grab
+        /// (BENCHMARKS.md)
         HMDP_REDIS_WAIT_REPLICAS wait_replicas: u32 = 0, check at_most(16);
         /// how long an accepted grab waits for `HMDP_REDIS_WAIT_REPLICAS`; when they do not all
         /// confirm in time it answers 503 `not_replicated` with the order's id (a retry is
@@ -370,8 +390,21 @@ impl Config {
             .unwrap_or_else(|| self.data_dir.join("uploads"))
     }
 
-    /// The Redis URL in effect (the configured one or the default).
+    /// The Redis URL in effect (the configured one or the default); unused with
+    /// `HMDP_REDIS_SENTINELS`.
     pub fn redis_url_or_default(&self) -> &str {
         self.redis_url.as_deref().unwrap_or(DEFAULT_REDIS_URL)
+    }
+
+    /// The Sentinels, master name and passwords, when Redis is found through Sentinel (the
+    /// configuration's rules guarantee the master name then).
+    pub fn redis_sentinel(&self) -> Option<SentinelSpec> {
+        let sentinels = self.redis_sentinels.clone()?;
+        Some(SentinelSpec {
+            sentinels,
+            master: self.redis_sentinel_master.clone().unwrap_or_default(),
+            sentinel_password: self.redis_sentinel_password.clone(),
+            password: self.redis_password.clone(),
+        })
     }
 }

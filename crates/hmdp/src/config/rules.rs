@@ -2,7 +2,7 @@
 //! refusal names the setting to change.
 
 use super::{Config, ConfigError, SmsSettings};
-use crate::auth::SmsMode;
+use crate::{auth::SmsMode, kv::managed::ManagedMode};
 
 /// Every rule, in the order a refusal is reported.
 pub(super) fn check(config: &Config) -> Result<(), ConfigError> {
@@ -13,16 +13,72 @@ pub(super) fn check(config: &Config) -> Result<(), ConfigError> {
             message: "must be shorter than the session TTL and maximum age".to_owned(),
         });
     }
+    redis_sentinel(config)?;
     // `WAIT` reaches one node; a cluster spreads the grabs over several.
-    if config.seckill.wait_replicas > 0 && config.redis_url_or_default().contains(',') {
+    if config.seckill.wait_replicas > 0
+        && config.redis_sentinels.is_none()
+        && config.redis_url_or_default().contains(',')
+    {
         return Err(ConfigError::Invalid {
             name: "HMDP_REDIS_WAIT_REPLICAS",
-            message: "works with one Redis primary, not with a Redis Cluster (several \
-                      HMDP_REDIS_URL addresses)"
+            message: "works with one Redis primary (one HMDP_REDIS_URL, or \
+                      HMDP_REDIS_SENTINELS), not with a Redis Cluster (several HMDP_REDIS_URL \
+                      addresses)"
                 .to_owned(),
         });
     }
     sms_gateway(&config.sms, config.request_timeout)
+}
+
+/// Sentinel replaces the URL and the managed server, needs the master's name, and its
+/// passwords mean nothing without it.
+fn redis_sentinel(config: &Config) -> Result<(), ConfigError> {
+    let invalid = |name, message: &str| ConfigError::Invalid {
+        name,
+        message: message.to_owned(),
+    };
+    if config.redis_sentinels.is_none() {
+        for (name, set) in [
+            (
+                "HMDP_REDIS_SENTINEL_MASTER",
+                config.redis_sentinel_master.is_some(),
+            ),
+            (
+                "HMDP_REDIS_SENTINEL_PASSWORD",
+                config.redis_sentinel_password.is_some(),
+            ),
+            ("HMDP_REDIS_PASSWORD", config.redis_password.is_some()),
+        ] {
+            if set {
+                return Err(invalid(
+                    name,
+                    "is used only with HMDP_REDIS_SENTINELS (with HMDP_REDIS_URL, put the \
+                     password in the URL: redis://:PASSWORD@host:port)",
+                ));
+            }
+        }
+        return Ok(());
+    }
+    if config.redis_url.is_some() {
+        return Err(invalid(
+            "HMDP_REDIS_SENTINELS",
+            "cannot be set together with HMDP_REDIS_URL: the Sentinels name the primary; \
+             unset one of them",
+        ));
+    }
+    if config.redis_sentinel_master.is_none() {
+        return Err(invalid(
+            "HMDP_REDIS_SENTINEL_MASTER",
+            "must be set with HMDP_REDIS_SENTINELS (the name in `sentinel monitor <name> …`)",
+        ));
+    }
+    if config.redis_managed == ManagedMode::Always {
+        return Err(invalid(
+            "HMDP_REDIS_MANAGED",
+            "cannot be `always` with HMDP_REDIS_SENTINELS: the Sentinels' primary is the Redis",
+        ));
+    }
+    Ok(())
 }
 
 /// `http` needs a URL and a secret, and all its tries must fit in a request's time: a request

@@ -152,6 +152,81 @@ fn replica_waits_are_off_by_default_and_refused_on_a_cluster() {
 }
 
 #[test]
+fn sentinel_replaces_the_url_needs_a_master_and_allows_replica_waits() {
+    let c = Config::from_sources(
+        None,
+        &env(&[
+            (
+                "HMDP_REDIS_SENTINELS",
+                "10.0.0.1:26379, sentinel-b:26379,sentinel-c:26380",
+            ),
+            ("HMDP_REDIS_SENTINEL_MASTER", " mymaster "),
+            ("HMDP_REDIS_SENTINEL_PASSWORD", "sentinel-secret"),
+            ("HMDP_REDIS_PASSWORD", "data-secret"),
+            ("HMDP_REDIS_WAIT_REPLICAS", "1"),
+        ]),
+    )
+    .unwrap();
+    let spec = c.redis_sentinel().expect("on Sentinel");
+    assert_eq!(spec.master, "mymaster");
+    assert_eq!(spec.sentinels.addrs().len(), 3);
+    assert_eq!(spec.sentinels.addrs()[2], ("sentinel-c".to_owned(), 26380));
+    assert_eq!(
+        spec.password.as_ref().map(Secret::expose),
+        Some("data-secret")
+    );
+    assert_eq!(c.seckill.wait_replicas, 1);
+    let summary = c.redacted_summary();
+    assert!(!summary.contains("data-secret"), "{summary}");
+    assert!(!summary.contains("sentinel-secret"), "{summary}");
+    assert!(
+        Config::from_sources(None, &env(&[]))
+            .unwrap()
+            .redis_sentinel()
+            .is_none()
+    );
+
+    let refused = |pairs: &[(&str, &str)], name: &str, says: &str| {
+        let err = Config::from_sources(None, &env(pairs))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(name) && err.contains(says), "{err}");
+    };
+    let sentinels = ("HMDP_REDIS_SENTINELS", "127.0.0.1:26379");
+    let master = ("HMDP_REDIS_SENTINEL_MASTER", "mymaster");
+    refused(
+        &[
+            sentinels,
+            master,
+            ("HMDP_REDIS_URL", "redis://127.0.0.1:6379"),
+        ],
+        "HMDP_REDIS_SENTINELS",
+        "HMDP_REDIS_URL",
+    );
+    refused(&[sentinels], "HMDP_REDIS_SENTINEL_MASTER", "must be set");
+    refused(
+        &[master],
+        "HMDP_REDIS_SENTINEL_MASTER",
+        "only with HMDP_REDIS_SENTINELS",
+    );
+    refused(
+        &[("HMDP_REDIS_PASSWORD", "x")],
+        "HMDP_REDIS_PASSWORD",
+        "put the password in the URL",
+    );
+    refused(
+        &[sentinels, master, ("HMDP_REDIS_MANAGED", "always")],
+        "HMDP_REDIS_MANAGED",
+        "HMDP_REDIS_SENTINELS",
+    );
+    refused(
+        &[("HMDP_REDIS_SENTINELS", "sentinel-a")],
+        "HMDP_REDIS_SENTINELS",
+        "host:port",
+    );
+}
+
+#[test]
 fn trusted_proxies_are_cidrs_or_addresses() {
     let c = Config::from_sources(
         None,

@@ -1,9 +1,13 @@
-//! Redis access: one connection type for a single node and for a Redis Cluster.
+//! Redis access: one connection type for a single node, a Redis Cluster and a primary watched
+//! by Redis Sentinel.
 //!
-//! [`RedisConn`] implements redis-rs's `ConnectionLike`, so every command helper
-//! (`AsyncCommands`, `Script::invoke_async`, pipelines) runs on it unchanged, whichever
-//! topology is behind it. `HMDP_REDIS_URL` with one URL means a single node (reached through a
-//! reconnecting `ConnectionManager`); several comma-separated URLs mean a cluster.
+//! [`RedisTarget`] says where Redis is; every connection of the service is opened from it, so
+//! none holds an address that a Sentinel failover would leave behind. [`RedisConn`] implements
+//! redis-rs's `ConnectionLike`, so every command helper (`AsyncCommands`, `Script::invoke_async`,
+//! pipelines) runs on it unchanged, whichever topology is behind it. `HMDP_REDIS_URL` with one
+//! URL means a single node (reached through a reconnecting `ConnectionManager`); several
+//! comma-separated URLs mean a cluster; `HMDP_REDIS_SENTINELS` means a primary found through the
+//! Sentinels, followed when they promote another (`sentinel`).
 //!
 //! Key names come from [`Keys`], which adds the deployment prefix and keeps the original's
 //! names (`login:code:{phone}`, `login:token:{token}`, …). Keys that one Lua script touches
@@ -14,10 +18,14 @@ pub(crate) mod managed;
 mod persistence;
 mod replicas;
 mod scan;
+mod sentinel;
+mod target;
 
 pub(crate) use persistence::{NOT_DURABLE, orders_at_risk};
 pub(crate) use replicas::{ReplicaWait, Replicated};
 pub(crate) use scan::KeyScan;
+pub use sentinel::{SentinelAddrs, SentinelConn, SentinelPrimary, SentinelSpec};
+pub use target::RedisTarget;
 
 use std::time::Duration;
 
@@ -28,12 +36,14 @@ use redis::{
     cluster_async::ClusterConnection,
 };
 
-/// A Redis connection to a single node or to a cluster. Cheap to clone; clones share the
-/// underlying multiplexed connection(s), so there is no pool to size.
+/// A Redis connection to a single node, to a cluster, or to the primary the Sentinels name.
+/// Cheap to clone; clones share the underlying multiplexed connection(s), so there is no pool
+/// to size.
 #[derive(Clone)]
 pub enum RedisConn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(SentinelConn),
 }
 
 impl std::fmt::Debug for RedisConn {
@@ -41,6 +51,7 @@ impl std::fmt::Debug for RedisConn {
         match self {
             RedisConn::Single(_) => f.write_str("RedisConn::Single"),
             RedisConn::Cluster(_) => f.write_str("RedisConn::Cluster"),
+            RedisConn::Sentinel(_) => f.write_str("RedisConn::Sentinel"),
         }
     }
 }
@@ -50,6 +61,7 @@ impl ConnectionLike for RedisConn {
         match self {
             RedisConn::Single(c) => c.req_packed_command(cmd),
             RedisConn::Cluster(c) => c.req_packed_command(cmd),
+            RedisConn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -62,6 +74,7 @@ impl ConnectionLike for RedisConn {
         match self {
             RedisConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             RedisConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -69,6 +82,7 @@ impl ConnectionLike for RedisConn {
         match self {
             RedisConn::Single(c) => c.get_db(),
             RedisConn::Cluster(c) => c.get_db(),
+            RedisConn::Sentinel(c) => c.get_db(),
         }
     }
 }
@@ -82,28 +96,36 @@ impl RedisConn {
     /// Connects to `url`: one `redis://` URL for a single node, several comma-separated
     /// for a cluster.
     pub async fn connect(url: &str) -> redis::RedisResult<Self> {
-        let nodes: Vec<&str> = url
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .collect();
-        if nodes.len() > 1 {
-            let client = ClusterClient::builder(nodes)
-                .connection_timeout(CONNECT_TIMEOUT)
-                .response_timeout(RESPONSE_TIMEOUT)
-                .build()?;
-            Ok(RedisConn::Cluster(client.get_async_connection().await?))
-        } else {
-            let client = redis::Client::open(nodes.first().copied().unwrap_or(url))?;
-            let cfg = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                .set_response_timeout(Some(RESPONSE_TIMEOUT))
-                .set_number_of_retries(2)
-                .set_max_delay(Duration::from_millis(500));
-            Ok(RedisConn::Single(
-                ConnectionManager::new_with_config(client, cfg).await?,
-            ))
-        }
+        RedisTarget::from_url(url).connect().await
+    }
+
+    async fn connect_single(url: &str) -> redis::RedisResult<Self> {
+        let client = redis::Client::open(url)?;
+        let cfg = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        Ok(RedisConn::Single(
+            ConnectionManager::new_with_config(client, cfg).await?,
+        ))
+    }
+
+    async fn connect_cluster(nodes: &[String]) -> redis::RedisResult<Self> {
+        let client = ClusterClient::builder(nodes.iter().map(String::as_str))
+            .connection_timeout(CONNECT_TIMEOUT)
+            .response_timeout(RESPONSE_TIMEOUT)
+            .build()?;
+        Ok(RedisConn::Cluster(client.get_async_connection().await?))
+    }
+
+    async fn connect_sentinel(primary: &SentinelPrimary) -> redis::RedisResult<Self> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT));
+        Ok(RedisConn::Sentinel(
+            SentinelConn::connect(primary.clone(), config).await?,
+        ))
     }
 
     /// One `PING` (health checks).
@@ -371,6 +393,18 @@ impl Keys {
     /// one caller loads a flash-sale voucher into Redis.
     pub fn seckill_warm_lock(voucher_id: i64) -> String {
         format!("seckill:warm:{voucher_id}")
+    }
+
+    /// `redis:promotion:<replid>:reconciled`: set once the live sales were reconciled after the
+    /// Redis promotion that gave the primary replication id `replid` (short-lived: a week).
+    pub fn redis_promotion_reconciled(&self, replid: &str) -> String {
+        format!("{}redis:promotion:{replid}:reconciled", self.prefix)
+    }
+
+    /// The lock name (*without* the prefix) under which one instance reconciles the live sales
+    /// after the Redis promotion that gave the primary replication id `replid`.
+    pub fn redis_promotion_lock(replid: &str) -> String {
+        format!("redis:promotion:{replid}")
     }
 
     /// The lock name (*without* the prefix) of a user's sync-mode order attempt.

@@ -6,7 +6,9 @@
 //! small set of connections of their own, one request at a time each. Written here because a
 //! pool crate adds nothing but a dependency on its redis-rs version: what is needed is
 //! exclusivity, a fixed number of slots and dropping a connection after any error (a reconnected
-//! connection has written nothing, so its `WAIT` would confirm at once).
+//! connection has written nothing, so its `WAIT` would confirm at once). The connections are
+//! opened from the [`RedisTarget`], and one made before the primary moved (Sentinel) is
+//! replaced before its next use.
 
 use std::{
     sync::atomic::{AtomicUsize, Ordering},
@@ -16,6 +18,8 @@ use std::{
 use redis::{AsyncConnectionConfig, RedisResult, aio::MultiplexedConnection};
 use tokio::sync::Mutex;
 
+use super::RedisTarget;
+
 /// Connections for replicated writes: each serves one writer at a time, for its write and the
 /// `WAIT` after it.
 const CONNECTIONS: usize = 32;
@@ -24,8 +28,9 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Runs writes on connections of their own and waits for replicas to confirm them.
 pub struct ReplicaWait {
-    client: redis::Client,
-    slots: Box<[Mutex<Option<MultiplexedConnection>>]>,
+    target: RedisTarget,
+    /// Each connection with the epoch of the primary it was made for.
+    slots: Box<[Mutex<Option<(u64, MultiplexedConnection)>>]>,
     next: AtomicUsize,
     replicas: u32,
     timeout: Duration,
@@ -57,11 +62,11 @@ impl Replicated {
 }
 
 impl ReplicaWait {
-    /// Prepares (lazily connecting) writers to the single Redis at `url` that wait for
-    /// `replicas` replicas, at most `timeout` each time.
-    pub fn new(url: &str, replicas: u32, timeout: Duration) -> RedisResult<Self> {
+    /// Prepares (lazily connecting) writers to the primary of `target` (one node, or the
+    /// Sentinels' primary) that wait for `replicas` replicas, at most `timeout` each time.
+    pub fn new(target: RedisTarget, replicas: u32, timeout: Duration) -> RedisResult<Self> {
         Ok(Self {
-            client: redis::Client::open(url)?,
+            target,
             slots: (0..CONNECTIONS).map(|_| Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
             replicas,
@@ -78,17 +83,25 @@ impl ReplicaWait {
     ) -> RedisResult<(T, Option<Replicated>)> {
         let slot = &self.slots[self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()];
         let mut guard = slot.lock().await;
+        let epoch = self.target.epoch();
+        if guard.as_ref().is_some_and(|(made, _)| *made != epoch) {
+            *guard = None;
+        }
         let conn = match guard.as_mut() {
-            Some(conn) => conn,
+            Some((_, conn)) => conn,
             None => {
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(RESPONSE_TIMEOUT))
                     .set_response_timeout(Some(RESPONSE_TIMEOUT + self.timeout));
-                let conn = self
-                    .client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
-                guard.insert(conn)
+                let conn = async {
+                    self.target
+                        .client()?
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await
+                }
+                .await
+                .inspect_err(|e| self.target.report(e))?;
+                &mut guard.insert((epoch, conn)).1
             }
         };
         let result = async {
@@ -108,7 +121,8 @@ impl ReplicaWait {
             Ok((value, Some(replicated)))
         }
         .await;
-        if result.is_err() {
+        if let Err(e) = &result {
+            self.target.report(e);
             *guard = None;
         }
         result
@@ -116,7 +130,11 @@ impl ReplicaWait {
 
     /// Replicas connected to the primary now (`INFO replication`), for the start-up check.
     pub async fn connected_replicas(&self) -> RedisResult<u32> {
-        let mut conn = self.client.get_multiplexed_async_connection().await?;
+        let mut conn = self
+            .target
+            .client()?
+            .get_multiplexed_async_connection()
+            .await?;
         let info: String = redis::cmd("INFO")
             .arg("replication")
             .query_async(&mut conn)

@@ -34,7 +34,7 @@ impl KeyScan {
         kind: Option<&'static str>,
     ) -> RedisResult<Self> {
         let nodes = match redis {
-            RedisConn::Single(_) => vec![None],
+            RedisConn::Single(_) | RedisConn::Sentinel(_) => vec![None],
             RedisConn::Cluster(_) => primaries(&mut redis.clone())
                 .await?
                 .into_iter()

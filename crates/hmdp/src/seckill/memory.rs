@@ -20,6 +20,7 @@ use std::{
 };
 
 use futures_util::StreamExt;
+use hmdp_lock::PubSubSource;
 
 use super::{Seckill, SeckillError, scripts};
 use crate::{
@@ -214,10 +215,15 @@ fn parse(payload: &str) -> Option<(i64, u64, &str)> {
 impl Seckill {
     /// Starts answering refusals from memory: subscribes to the load announcements (before
     /// returning, so none published afterwards is missed) and keeps a task listening.
-    /// `subscriber` is a plain client (on a cluster, of any node: PUBLISH reaches every node).
-    pub async fn remember_refusals(&mut self, subscriber: redis::Client) -> redis::RedisResult<()> {
+    /// `subscriber` opens the subscription, again after each loss (on a cluster, on any node:
+    /// PUBLISH reaches every node; on Sentinel, on the primary of the moment).
+    pub async fn remember_refusals(
+        &mut self,
+        subscriber: impl PubSubSource,
+    ) -> redis::RedisResult<()> {
         let channel = self.keys.seckill_clear_channel();
-        let mut pubsub = subscriber.get_async_pubsub().await?;
+        let subscriber: Arc<dyn PubSubSource> = Arc::new(subscriber);
+        let mut pubsub = subscriber.pubsub().await?;
         pubsub.subscribe(&channel).await?;
         let memory = Arc::new(SaleMemory::new());
         memory.subscribed();
@@ -322,7 +328,7 @@ impl Publisher {
 
 async fn listen(
     mut pubsub: redis::aio::PubSub,
-    client: redis::Client,
+    client: Arc<dyn PubSubSource>,
     channel: String,
     memory: Arc<SaleMemory>,
     redis: RedisConn,
@@ -358,7 +364,7 @@ async fn listen(
         tracing::warn!(%channel, "flash-sale announcement subscription lost; forgot every remembered refusal, reconnecting");
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
-            if let Ok(mut p) = client.get_async_pubsub().await
+            if let Ok(mut p) = client.pubsub().await
                 && p.subscribe(&channel).await.is_ok()
             {
                 memory.subscribed();

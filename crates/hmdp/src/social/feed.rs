@@ -153,7 +153,7 @@ impl Social {
         let keep = self.keep();
         for chunk in followers.chunks(BATCH) {
             match &self.redis {
-                RedisConn::Single(_) => {
+                RedisConn::Single(_) | RedisConn::Sentinel(_) => {
                     let mut pipe = Pipeline::with_capacity(chunk.len() * 2);
                     for f in chunk {
                         add_and_trim(&mut pipe, &self.keys.feed(*f), blog, score, keep);

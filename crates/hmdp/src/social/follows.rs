@@ -112,7 +112,9 @@ impl Social {
         let (ka, kb) = (self.keys.follows(a.get()), self.keys.follows(b.get()));
         let mut conn = self.conn();
         let members: Vec<String> = match &self.redis {
-            RedisConn::Single(_) => redis::AsyncCommands::sinter(&mut conn, &[ka, kb]).await?,
+            RedisConn::Single(_) | RedisConn::Sentinel(_) => {
+                redis::AsyncCommands::sinter(&mut conn, &[ka, kb]).await?
+            }
             RedisConn::Cluster(_) => {
                 let sa: HashSet<String> = redis::AsyncCommands::smembers(&mut conn, ka).await?;
                 let sb: HashSet<String> = redis::AsyncCommands::smembers(&mut conn, kb).await?;

@@ -151,7 +151,7 @@ impl Social {
             return Ok(Vec::new());
         }
         match &self.redis {
-            RedisConn::Single(_) => {
+            RedisConn::Single(_) | RedisConn::Sentinel(_) => {
                 let mut out = Vec::with_capacity(cmds.len());
                 for chunk in cmds.chunks(BATCH) {
                     let mut pipe = Pipeline::with_capacity(chunk.len());

@@ -14,7 +14,7 @@ use crate::{
     auth::SessionStore,
     catalogue::Catalogue,
     config::{Config, Secret, redact_url},
-    kv::{RedisConn, ReplicaWait},
+    kv::{RedisConn, RedisTarget, ReplicaWait},
     order_life::OrderLife,
     seckill::{IdMode, Seckill, SeckillMode},
     storage::Db,
@@ -63,7 +63,7 @@ pub(super) async fn catalogue(
         cache = cache
             .l1(
                 L1Options::new(settings.l1_capacity, settings.l1_ttl),
-                redis.subscriber.clone(),
+                redis.target.clone(),
                 &redis.keys.cache_l1_channel(),
             )
             .await
@@ -97,7 +97,13 @@ pub(super) fn seckill(
         ids,
         config.seckill.clone(),
     );
-    Ok(seckill.with_publisher(redis.subscriber.clone()))
+    // On a cluster, PUBLISH counts the subscribers of one node only: announce on the node
+    // the instances subscribe through. Elsewhere the shared connection is that node.
+    Ok(if redis.target.is_cluster() {
+        seckill.with_publisher(redis.target.client()?)
+    } else {
+        seckill
+    })
 }
 
 /// The flash sale of `hmdp serve`, which takes orders: waiting for replicas
@@ -112,11 +118,11 @@ pub(super) async fn serving_seckill(
 ) -> anyhow::Result<Seckill> {
     let mut seckill = seckill(config, db, redis, locks)?;
     if config.seckill.wait_replicas > 0 {
-        seckill = seckill.with_replica_wait(replica_wait(config, &redis.url, managed).await?);
+        seckill = seckill.with_replica_wait(replica_wait(config, &redis.target, managed).await?);
     }
     if seckill.mode() == SeckillMode::Async {
         seckill
-            .remember_refusals(redis.subscriber.clone())
+            .remember_refusals(redis.target.clone())
             .await
             .context("cannot subscribe for flash-sale load announcements")?;
         // A service on another shard count than the one recorded in Redis would strand
@@ -143,17 +149,17 @@ pub(super) async fn serving_seckill(
 /// be starting.
 async fn replica_wait(
     config: &Config,
-    redis_url: &str,
+    target: &RedisTarget,
     managed: bool,
 ) -> anyhow::Result<ReplicaWait> {
     let wanted = config.seckill.wait_replicas;
     if managed {
         anyhow::bail!(
             "HMDP_REDIS_WAIT_REPLICAS={wanted} needs a Redis primary with replicas \
-             (HMDP_REDIS_URL); the managed redis-server has none"
+             (HMDP_REDIS_URL or HMDP_REDIS_SENTINELS); the managed redis-server has none"
         );
     }
-    let replicas = ReplicaWait::new(redis_url, wanted, config.seckill.wait_timeout)?;
+    let replicas = ReplicaWait::new(target.clone(), wanted, config.seckill.wait_timeout)?;
     match replicas.connected_replicas().await {
         Ok(n) if n >= wanted => {}
         Ok(n) => tracing::warn!(
@@ -193,7 +199,7 @@ pub(super) fn order_worker(config: &Config, db: Db, redis: &Redis, life: OrderLi
     OrderWorker::new(
         db,
         redis.conn.clone(),
-        redis.url.clone(),
+        redis.target.clone(),
         redis.keys.clone(),
         config.seckill.clone(),
         config.seckill.consumer.clone(),
@@ -242,7 +248,7 @@ pub(super) async fn sessions(config: &Config, redis: &Redis) -> anyhow::Result<S
     .with_cache(
         config.session_cache,
         SESSIONS_IN_MEMORY,
-        redis.subscriber.clone(),
+        redis.target.clone(),
         redis.keys.session_channel(),
     )
     .await

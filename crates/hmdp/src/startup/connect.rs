@@ -7,7 +7,7 @@ use hmdp_lock::LockClient;
 use crate::{
     config::{Config, DEFAULT_REDIS_URL, redact_url},
     kv::{
-        Keys, RedisConn,
+        Keys, RedisConn, RedisTarget, SentinelPrimary,
         managed::{ManagedMode, ManagedRedis, answers_ping},
     },
     storage::{self, Db},
@@ -48,54 +48,63 @@ pub(super) async fn worker_database(config: &Config) -> anyhow::Result<Db> {
         })
 }
 
-/// A process's Redis: the shared connection (node or cluster), a client for pub/sub, the key
-/// names, and the URL, for the connections that cannot be shared (the worker's blocking reads,
-/// the replica waits).
+/// A process's Redis: where it is (for the connections that cannot be shared: the worker's
+/// blocking reads, the replica waits, pub/sub), the shared connection, and the key names.
 #[derive(Clone)]
 pub(super) struct Redis {
-    pub url: String,
+    pub target: RedisTarget,
     pub conn: RedisConn,
-    /// Pub/sub (lock wake-ups, L1 invalidation, sessions, sale announcements) needs a plain
-    /// client; on a cluster any node will do, because PUBLISH reaches every node.
-    pub subscriber: redis::Client,
     pub keys: Keys,
 }
 
 impl Redis {
-    /// The configured Redis (`HMDP_REDIS_URL` or the default); never starts one.
+    /// The configured Redis (`HMDP_REDIS_SENTINELS`, else `HMDP_REDIS_URL` or the default);
+    /// never starts one.
     pub(super) async fn configured(config: &Config) -> anyhow::Result<Self> {
-        Self::connect(config.redis_url_or_default().to_owned(), config).await
+        let target = match config.redis_sentinel() {
+            Some(spec) => {
+                let what = format!(
+                    "master `{}` of the Redis Sentinels {}",
+                    spec.master, spec.sentinels
+                );
+                let primary = SentinelPrimary::discover(spec)
+                    .await
+                    .with_context(|| format!("cannot find the Redis primary: {what}"))?;
+                tracing::info!(primary = %primary.address(), "Redis primary named by the Sentinels: {what}");
+                RedisTarget::Sentinel(primary)
+            }
+            None => RedisTarget::from_url(config.redis_url_or_default()),
+        };
+        Self::connect(target, config).await
     }
 
     /// The Redis of `hmdp serve`: a managed `redis-server` when `HMDP_REDIS_MANAGED` asks for
     /// one or (`auto`) nothing answers at the default URL, else the configured one.
     pub(super) async fn resolve(config: &Config) -> anyhow::Result<(Self, Option<ManagedRedis>)> {
         let managed = start_managed(config).await?;
-        let url = match &managed {
-            Some(managed) => managed.url().to_owned(),
-            None => config.redis_url_or_default().to_owned(),
+        let redis = match &managed {
+            Some(managed) => Self::connect(RedisTarget::from_url(managed.url()), config).await?,
+            None => Self::configured(config).await?,
         };
-        Ok((Self::connect(url, config).await?, managed))
+        Ok((redis, managed))
     }
 
-    async fn connect(url: String, config: &Config) -> anyhow::Result<Self> {
-        let conn = RedisConn::connect(&url)
+    async fn connect(target: RedisTarget, config: &Config) -> anyhow::Result<Self> {
+        let conn = target
+            .connect()
             .await
-            .with_context(|| format!("cannot connect to Redis at {}", redact_url(&url)))?;
-        let first_node = url.split(',').next().unwrap_or(&url).trim();
-        let subscriber = redis::Client::open(first_node)?;
+            .with_context(|| format!("cannot connect to Redis at {}", target.describe()))?;
         Ok(Self {
             conn,
-            subscriber,
+            target,
             keys: Keys::new(config.redis_prefix.clone()),
-            url,
         })
     }
 
     /// The distributed locks, waiting for a release by pub/sub.
     pub(super) fn locks(&self) -> anyhow::Result<LockClient<RedisConn>> {
         LockClient::builder(self.conn.clone())
-            .subscriber(self.subscriber.clone())
+            .subscriber(self.target.clone())
             .key_prefix(self.keys.prefix())
             .build()
             .context("cannot set up the lock client")
@@ -104,6 +113,9 @@ impl Redis {
 
 /// Starts a managed `redis-server` when the configuration asks for one or needs it.
 async fn start_managed(config: &Config) -> anyhow::Result<Option<ManagedRedis>> {
+    if config.redis_sentinels.is_some() {
+        return Ok(None);
+    }
     let start = match (config.redis_managed, &config.redis_url) {
         (ManagedMode::Always, _) => true,
         (ManagedMode::Never, _) | (ManagedMode::Auto, Some(_)) => false,

@@ -8,6 +8,7 @@
 use hmdp_cache::CacheClient;
 use hmdp_lock::LockClient;
 
+use super::failover::FailoverStats;
 use crate::{
     activity::UvStats,
     http::{ConnectionStats, HttpMetrics},
@@ -30,6 +31,8 @@ pub(super) struct Exposed<'a> {
     /// The order life cycle's moves (the service's and its closer's).
     pub orders: Option<&'a OrderStats>,
     pub streams: &'a StreamMetrics,
+    /// Redis primary moves followed (Sentinel).
+    pub failovers: &'a FailoverStats,
 }
 
 /// The stats only the HTTP service has.
@@ -65,6 +68,7 @@ impl Exposed<'_> {
             orders.register(r);
         }
         self.streams.register(r);
+        self.failovers.register(r);
         if let Some(service) = &self.service {
             service.visits.register(r);
         }

@@ -14,6 +14,7 @@
 mod admin_token;
 mod components;
 mod connect;
+mod failover;
 mod limits;
 mod metrics;
 mod ops;

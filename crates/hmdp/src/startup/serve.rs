@@ -9,6 +9,7 @@ use super::{
     admin_token::{settle_admin_token, settle_pay_secret},
     components,
     connect::{Redis, connect_database},
+    failover::{FailoverStats, Follower},
     limits::check_open_files_limit,
     metrics::{Exposed, ServiceStats},
     ops::OpsListener,
@@ -51,6 +52,8 @@ pub struct Application {
     connections: Arc<http::ConnectionStats>,
     managed_redis: Option<ManagedRedis>,
     worker: Option<OrderWorker>,
+    /// Reconciles the sales after a Redis promotion (Sentinel only).
+    follower: Option<Follower>,
 }
 
 impl Application {
@@ -107,6 +110,7 @@ impl Application {
         let http_metrics = Arc::new(http::HttpMetrics::default());
         let connections = Arc::new(http::ConnectionStats::default());
         let stream_metrics = StreamMetrics::default();
+        let failover_stats = Arc::new(FailoverStats::default());
         let registry = Exposed {
             service: Some(ServiceStats {
                 http: &http_metrics,
@@ -119,8 +123,17 @@ impl Application {
             worker: worker.as_ref(),
             orders: Some(life.stats()),
             streams: &stream_metrics,
+            failovers: &failover_stats,
         }
         .registry();
+        let follower = redis.target.moves().map(|moves| Follower {
+            moves,
+            conn: redis.conn.clone(),
+            keys: redis.keys.clone(),
+            locks: locks.clone(),
+            seckill: seckill.clone(),
+            stats: failover_stats,
+        });
         let Redis { conn, keys, .. } = redis;
         let state = AppState::new(AppStateInner {
             catalogue,
@@ -175,6 +188,7 @@ impl Application {
             connections,
             managed_redis,
             worker,
+            follower,
         })
     }
 
@@ -233,6 +247,7 @@ impl Application {
                 let _ = worker_stopped.await;
             }))
         });
+        let follower = self.follower.map(|f| AbortOnDrop(tokio::spawn(f.run())));
         // Like sets from before the likes table (or from the original) go into it now, not
         // when their note is next opened, so a Redis that loses its data later loses none.
         self.state.social.adopt_likes_in_background();
@@ -253,6 +268,7 @@ impl Application {
         self.state.social.shutdown().await;
         self.state.activity.shutdown().await;
         self.state.uploads.shutdown().await;
+        drop(follower);
         let db = self.state.db.clone();
         // Dropping the state stops its background listeners (the L1 invalidation subscription)
         // before a managed Redis goes away, so they do not report a lost connection.
@@ -267,5 +283,14 @@ impl Application {
     /// Serves until SIGINT or SIGTERM.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         self.run_until(shutdown_signal()).await
+    }
+}
+
+/// A background task that ends with its owner.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -10,6 +10,7 @@ use super::{
     admin_token::settle_pay_secret,
     components,
     connect::{Redis, connect_database},
+    failover::FailoverStats,
     metrics::Exposed,
     ops::OpsListener,
     shutdown_signal,
@@ -61,6 +62,7 @@ pub async fn run_worker_with(
             worker: Some(&worker),
             orders: Some(life.stats()),
             streams: &stream_metrics,
+            failovers: &FailoverStats::default(),
         }
         .registry();
         OpsListener::start(

@@ -38,7 +38,7 @@ pub(crate) use statuses::DEFAULT_STATUS_REFRESH_EVERY;
 use crate::{
     amqp::{AmqpStats, PublishError, Publisher},
     config::{Choice, SeckillSettings},
-    kv::{Keys, RedisConn},
+    kv::{Keys, RedisConn, RedisTarget},
     order_life::OrderLife,
     order_stream::{self, ShardCountMismatch},
     storage::{Db, StorageError},
@@ -87,7 +87,8 @@ impl Choice for AmqpRole {}
 pub struct OrderWorker {
     db: Db,
     redis: RedisConn,
-    redis_url: String,
+    /// Where the blocking reads' own connections are opened.
+    redis_target: RedisTarget,
     keys: Keys,
     settings: SeckillSettings,
     consumer: String,
@@ -158,7 +159,7 @@ impl OrderWorker {
     pub fn new(
         db: Db,
         redis: RedisConn,
-        redis_url: String,
+        redis_target: impl Into<RedisTarget>,
         keys: Keys,
         settings: SeckillSettings,
         consumer: Option<String>,
@@ -195,7 +196,7 @@ impl OrderWorker {
             amqp,
             db,
             redis,
-            redis_url,
+            redis_target: redis_target.into(),
             keys,
             settings,
             consumer,

@@ -82,7 +82,7 @@ impl<'w> ShardLoop<'w> {
         mut stop: watch::Receiver<bool>,
     ) -> Option<Self> {
         let reader = loop {
-            match RedisConn::connect(&worker.redis_url).await {
+            match worker.redis_target.connect().await {
                 Ok(c) => break c,
                 Err(e) => {
                     tracing::warn!(error = %e, "order worker cannot reach Redis; retrying");

@@ -31,6 +31,7 @@ mod rabbit_close;
 mod rabbitmq;
 mod replicas;
 mod seckill;
+mod sentinel;
 mod shops;
 mod sms;
 mod social;

@@ -18,8 +18,8 @@ pub use app::{
 };
 pub use database::{DatabaseUser, ReadOnlyServer, SchemaDump, TestDatabase, mysql_via_proxy};
 pub use hmdp_testkit::{
-    CuttableProxy, Patience, RedisCluster, RedisServer, free_port, redis_url, remove_keys,
-    unique_prefix, wait_until,
+    CuttableProxy, Patience, RedisCluster, RedisServer, SentinelSet, free_port, redis_url,
+    remove_keys, unique_prefix, wait_until,
 };
 pub use images::{multipart, square_png};
 pub use orders::{

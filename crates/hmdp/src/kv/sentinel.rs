@@ -1,0 +1,536 @@
+//! Redis Sentinel: one primary with replicas, whose address changes when the Sentinels promote
+//! a replica.
+//!
+//! [`SentinelPrimary`] knows the primary of the moment. It is resolved through the Sentinels
+//! (redis-rs's `SentinelClient`, which also checks that the node it names answers `ROLE` as a
+//! master) at start, and again whenever the Sentinels name another address. One background task
+//! per process does every lookup (so a storm of failing commands costs one lookup, not one each):
+//! it asks a Sentinel `get-master-addr-by-name` every [`POLL`], and at once when a command
+//! reports a failure that may mean "no longer the primary". Each move raises an epoch that every
+//! connection compares with its own, so commands, scripts, the replica waits and the worker's
+//! blocking reads reconnect to the new primary on their next use, even when nothing failed.
+//! Pub/sub subscribers follow through [`hmdp_lock::PubSubSource`]: the Sentinels close the
+//! demoted primary's client connections, and a subscriber that reconnects asks for the primary
+//! of the moment.
+//!
+//! A command is never sent twice here: one that failed with an I/O error or a timeout may have
+//! run (a grab script may have taken stock), so its caller sees the error and decides.
+
+use std::{
+    fmt,
+    str::FromStr,
+    sync::{
+        Arc, RwLock, Weak,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use redis::{
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError,
+    RedisFuture, RedisResult, ServerErrorKind, Value,
+    aio::{ConnectionLike, MultiplexedConnection},
+    sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType},
+};
+use tokio::sync::{Notify, watch};
+
+use crate::config::Secret;
+
+/// How often the Sentinels are asked whether the primary moved.
+const POLL: Duration = Duration::from_millis(500);
+/// The shortest pause between two lookups, however many failures ask for one.
+const MIN_PAUSE: Duration = Duration::from_millis(100);
+/// How long one lookup (Sentinels, then the named primary's `ROLE`) may take.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one question to one Sentinel may take.
+const SENTINEL_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// `HMDP_REDIS_SENTINELS`: the Sentinels' addresses, `host:port` comma-separated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelAddrs(Vec<(String, u16)>);
+
+impl SentinelAddrs {
+    /// The addresses, in the configured order.
+    pub fn addrs(&self) -> &[(String, u16)] {
+        &self.0
+    }
+}
+
+impl FromStr for SentinelAddrs {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let addrs = s
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(|a| {
+                let (host, port) = a
+                    .rsplit_once(':')
+                    .filter(|(h, _)| !h.is_empty())
+                    .ok_or_else(|| format!("`{a}` is not host:port"))?;
+                let port = port
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| format!("`{a}` has no valid port"))?;
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                Ok((host.to_owned(), port))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        if addrs.is_empty() {
+            return Err("no Sentinel address (host:port, comma-separated)".to_owned());
+        }
+        Ok(Self(addrs))
+    }
+}
+
+impl fmt::Display for SentinelAddrs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (host, port)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            if host.contains(':') {
+                write!(f, "[{host}]:{port}")?;
+            } else {
+                write!(f, "{host}:{port}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a Sentinel-watched primary is found, and the passwords on the way.
+#[derive(Debug, Clone)]
+pub struct SentinelSpec {
+    pub sentinels: SentinelAddrs,
+    /// The master's name in the Sentinels' configuration (`sentinel monitor <name> …`).
+    pub master: String,
+    /// The Sentinels' own password (`requirepass` in their configuration).
+    pub sentinel_password: Option<Secret>,
+    /// The primary's and replicas' password.
+    pub password: Option<Secret>,
+}
+
+/// The primary of the moment, as the Sentinels name it. Cheap to clone; clones share one
+/// watcher, which stops when the last clone is dropped.
+#[derive(Clone)]
+pub struct SentinelPrimary {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    spec: SentinelSpec,
+    /// The lookup; behind a lock because `SentinelClient` caches its Sentinel connections.
+    resolver: tokio::sync::Mutex<SentinelClient>,
+    current: RwLock<Current>,
+    /// Raised at each move of the primary.
+    epoch: watch::Sender<u64>,
+    /// Asks the watcher to look now.
+    suspect: Arc<Notify>,
+}
+
+#[derive(Clone)]
+struct Current {
+    addr: (String, u16),
+    client: redis::Client,
+}
+
+impl fmt::Debug for SentinelPrimary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SentinelPrimary")
+            .field("master", &self.inner.spec.master)
+            .field("sentinels", &self.inner.spec.sentinels.to_string())
+            .field("primary", &self.address())
+            .finish()
+    }
+}
+
+impl SentinelPrimary {
+    /// Asks the Sentinels for the primary of `spec.master` and starts watching it. Fails when
+    /// no Sentinel answers, none knows the name, or the node named is not a reachable primary.
+    pub async fn discover(spec: SentinelSpec) -> RedisResult<Self> {
+        let mut resolver = sentinel_client(&spec)?;
+        let client = match tokio::time::timeout(LOOKUP_TIMEOUT, resolver.async_get_client()).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) if e.kind() == ErrorKind::MasterNameNotFoundBySentinel => {
+                return Err(RedisError::from((
+                    ErrorKind::MasterNameNotFoundBySentinel,
+                    "no Sentinel knows a reachable master by that name",
+                    format!(
+                        "master `{}` at Sentinels {} (check HMDP_REDIS_SENTINEL_MASTER)",
+                        spec.master, spec.sentinels
+                    ),
+                )));
+            }
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(RedisError::from((
+                    ErrorKind::Io,
+                    "the Sentinels did not name a primary in time",
+                    spec.sentinels.to_string(),
+                )));
+            }
+        };
+        let addr = addr_of(&client)?;
+        let suspect = Arc::new(Notify::new());
+        let inner = Arc::new(Inner {
+            spec,
+            resolver: tokio::sync::Mutex::new(resolver),
+            current: RwLock::new(Current { addr, client }),
+            epoch: watch::Sender::new(0),
+            suspect: suspect.clone(),
+        });
+        tokio::spawn(watch_primary(Arc::downgrade(&inner), suspect));
+        Ok(Self { inner })
+    }
+
+    /// A client of the primary of the moment.
+    pub fn client(&self) -> redis::Client {
+        self.current().client
+    }
+
+    /// `host:port` of the primary of the moment.
+    pub fn address(&self) -> String {
+        let (host, port) = self.current().addr;
+        format!("{host}:{port}")
+    }
+
+    /// How many times the primary moved since this process found it.
+    pub fn epoch(&self) -> u64 {
+        *self.inner.epoch.borrow()
+    }
+
+    /// Told each time the primary moves (the value is [`Self::epoch`]).
+    pub fn moves(&self) -> watch::Receiver<u64> {
+        self.inner.epoch.subscribe()
+    }
+
+    /// The configured master name and Sentinels, for messages.
+    pub fn spec(&self) -> &SentinelSpec {
+        &self.inner.spec
+    }
+
+    /// Something failed in a way that may mean the primary moved: look again now.
+    pub fn suspect(&self) {
+        self.inner.suspect.notify_one();
+    }
+
+    fn current(&self) -> Current {
+        self.inner
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// A `SentinelClient` for the primary of `spec`, with the passwords in `spec`.
+fn sentinel_client(spec: &SentinelSpec) -> RedisResult<SentinelClient> {
+    let addrs = spec
+        .sentinels
+        .addrs()
+        .iter()
+        .map(|(host, port)| ConnectionAddr::Tcp(host.clone(), *port));
+    let mut builder =
+        SentinelClientBuilder::new(addrs, spec.master.clone(), SentinelServerType::Master)?;
+    if let Some(password) = &spec.password {
+        builder = builder.set_client_to_redis_password(password.expose());
+    }
+    if let Some(password) = &spec.sentinel_password {
+        builder = builder.set_client_to_sentinel_password(password.expose());
+    }
+    builder.build()
+}
+
+fn addr_of(client: &redis::Client) -> RedisResult<(String, u16)> {
+    match client.get_connection_info().addr() {
+        ConnectionAddr::Tcp(host, port) => Ok((host.clone(), *port)),
+        other => Err(RedisError::from((
+            ErrorKind::InvalidClientConfig,
+            "the Sentinels named a primary that is not a TCP address",
+            format!("{other:?}"),
+        ))),
+    }
+}
+
+/// Whether a failed command may mean the primary moved (or died): the connection broke or
+/// timed out, or the node refuses writes because it is a replica now.
+pub(crate) fn may_have_moved(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_unrecoverable_error()
+        || e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+        || e.kind() == ErrorKind::Server(ServerErrorKind::MasterDown)
+}
+
+impl Inner {
+    fn addr(&self) -> (String, u16) {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .addr
+            .clone()
+    }
+
+    /// The address the Sentinels name now (the first that answers), on a connection kept
+    /// between polls.
+    async fn ask_sentinels(
+        &self,
+        cached: &mut Option<(usize, MultiplexedConnection)>,
+    ) -> Option<(String, u16)> {
+        let count = self.spec.sentinels.addrs().len();
+        let start = cached.as_ref().map_or(0, |(i, _)| *i);
+        for step in 0..count {
+            let i = (start + step) % count;
+            let conn = match cached.take() {
+                Some((j, conn)) if j == i => conn,
+                _ => match self.connect_sentinel(i).await {
+                    Ok(conn) => conn,
+                    Err(_) => continue,
+                },
+            };
+            let mut conn = conn;
+            let cmd = redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(&self.spec.master)
+                .clone();
+            let asked = cmd.query_async::<Option<(String, u16)>>(&mut conn);
+            if let Ok(Ok(named)) = tokio::time::timeout(SENTINEL_TIMEOUT, asked).await {
+                *cached = Some((i, conn));
+                return named;
+            }
+        }
+        None
+    }
+
+    async fn connect_sentinel(&self, i: usize) -> RedisResult<MultiplexedConnection> {
+        let (host, port) = &self.spec.sentinels.addrs()[i];
+        let mut info = ConnectionAddr::Tcp(host.clone(), *port).into_connection_info()?;
+        if let Some(password) = &self.spec.sentinel_password {
+            let settings = info
+                .redis_settings()
+                .clone()
+                .set_password(password.expose());
+            info = info.set_redis_settings(settings);
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(SENTINEL_TIMEOUT))
+            .set_response_timeout(Some(SENTINEL_TIMEOUT));
+        redis::Client::open(info)?
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+
+    /// Resolves the primary through the Sentinels (with its `ROLE` checked) and, if it is
+    /// another node, moves to it.
+    async fn resolve(&self) {
+        let mut resolver = self.resolver.lock().await;
+        let found = tokio::time::timeout(LOOKUP_TIMEOUT, resolver.async_get_client()).await;
+        let client = match found {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "no primary confirmed by the Sentinels yet");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!("the Sentinels did not confirm a primary in time");
+                return;
+            }
+        };
+        let Ok(addr) = addr_of(&client) else { return };
+        let from = {
+            let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+            if current.addr == addr {
+                return;
+            }
+            std::mem::replace(
+                &mut *current,
+                Current {
+                    addr: addr.clone(),
+                    client,
+                },
+            )
+            .addr
+        };
+        self.epoch.send_modify(|e| *e += 1);
+        tracing::warn!(
+            master = %self.spec.master,
+            from = %format!("{}:{}", from.0, from.1),
+            to = %format!("{}:{}", addr.0, addr.1),
+            "the Sentinels promoted another Redis primary; every connection moves to it"
+        );
+    }
+}
+
+/// The one task that looks the primary up: every [`POLL`], or sooner when a failure asks.
+async fn watch_primary(inner: Weak<Inner>, suspect: Arc<Notify>) {
+    let mut sentinel = None;
+    loop {
+        tokio::select! {
+            () = suspect.notified() => {}
+            () = tokio::time::sleep(POLL) => {}
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        if let Some(named) = inner.ask_sentinels(&mut sentinel).await
+            && named != inner.addr()
+        {
+            inner.resolve().await;
+        }
+        drop(inner);
+        tokio::time::sleep(MIN_PAUSE).await;
+    }
+}
+
+/// A multiplexed connection to the primary of the moment: made on first use, remade on the
+/// next command after the primary moved or the connection failed.
+#[derive(Clone)]
+pub struct SentinelConn {
+    primary: SentinelPrimary,
+    shared: Arc<Slot>,
+}
+
+struct Slot {
+    live: RwLock<Option<Live>>,
+    connecting: tokio::sync::Mutex<()>,
+    config: AsyncConnectionConfig,
+}
+
+#[derive(Clone)]
+struct Live {
+    epoch: u64,
+    id: u64,
+    conn: MultiplexedConnection,
+}
+
+static CONNECTION_IDS: AtomicU64 = AtomicU64::new(0);
+
+impl SentinelConn {
+    /// A connection to `primary`'s node of the moment, made now (so a start-up fails early).
+    pub(crate) async fn connect(
+        primary: SentinelPrimary,
+        config: AsyncConnectionConfig,
+    ) -> RedisResult<Self> {
+        let conn = Self {
+            primary,
+            shared: Arc::new(Slot {
+                live: RwLock::new(None),
+                connecting: tokio::sync::Mutex::new(()),
+                config,
+            }),
+        };
+        conn.live().await?;
+        Ok(conn)
+    }
+
+    fn current(&self) -> Option<Live> {
+        let epoch = self.primary.epoch();
+        self.shared
+            .live
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .filter(|l| l.epoch == epoch)
+            .cloned()
+    }
+
+    async fn live(&self) -> RedisResult<Live> {
+        if let Some(live) = self.current() {
+            return Ok(live);
+        }
+        let _one = self.shared.connecting.lock().await;
+        if let Some(live) = self.current() {
+            return Ok(live);
+        }
+        let epoch = self.primary.epoch();
+        let client = self.primary.client();
+        match client
+            .get_multiplexed_async_connection_with_config(&self.shared.config)
+            .await
+        {
+            Ok(conn) => {
+                let live = Live {
+                    epoch,
+                    id: CONNECTION_IDS.fetch_add(1, Ordering::Relaxed),
+                    conn,
+                };
+                *self.shared.live.write().unwrap_or_else(|e| e.into_inner()) = Some(live.clone());
+                Ok(live)
+            }
+            Err(e) => {
+                self.primary.suspect();
+                Err(e)
+            }
+        }
+    }
+
+    /// After a failed command: a connection that may point at a dead or demoted node is
+    /// dropped (the next command makes a new one) and the watcher looks again.
+    fn failed(&self, live: &Live, e: &RedisError) {
+        if !may_have_moved(e) {
+            return;
+        }
+        let mut slot = self.shared.live.write().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_some_and(|l| l.id == live.id) {
+            *slot = None;
+        }
+        drop(slot);
+        self.primary.suspect();
+    }
+}
+
+impl ConnectionLike for SentinelConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let mut live = self.live().await?;
+            let result = live.conn.req_packed_command(cmd).await;
+            if let Err(e) = &result {
+                self.failed(&live, e);
+            }
+            result
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let mut live = self.live().await?;
+            let result = live.conn.req_packed_commands(pipeline, offset, count).await;
+            if let Err(e) = &result {
+                self.failed(&live, e);
+            }
+            result
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sentinel_addresses_parse_and_show() {
+        let a: SentinelAddrs = " 127.0.0.1:26379, sentinel-b:26380,[::1]:26381 "
+            .parse()
+            .unwrap();
+        assert_eq!(a.addrs()[1], ("sentinel-b".to_owned(), 26380));
+        assert_eq!(a.addrs()[2], ("::1".to_owned(), 26381));
+        assert_eq!(
+            a.to_string(),
+            "127.0.0.1:26379,sentinel-b:26380,[::1]:26381"
+        );
+        for bad in ["", " , ", "host", "host:0", "host:x", ":26379"] {
+            assert!(bad.parse::<SentinelAddrs>().is_err(), "{bad}");
+        }
+    }
+}

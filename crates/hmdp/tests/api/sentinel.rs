@@ -1,0 +1,276 @@
+//! Redis Sentinel: the service finds its primary through the Sentinels and follows a failover
+//! by itself, on a private primary, two replicas and three Sentinels.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use hmdp::{Application, config::Config};
+
+use crate::helpers::{
+    Backend, Patience, SentinelSet, TestApp, code_of, create_sale, db_count, db_order_ids,
+    login_many, order_id_of, spawn_app_with, test_config, wait_until,
+};
+
+/// Stock of the sale, buyers before the kill, buyers through the failover.
+const STOCK: i64 = 120;
+const EARLY: usize = 40;
+const LATE: usize = 160;
+/// How often a buyer whose grab failed tries again (a client's retry pace).
+const RETRY_PACE: Duration = Duration::from_millis(50);
+/// How long a buyer keeps trying: the failover takes a few seconds on a busy machine.
+const BUYER_PATIENCE: Duration = Duration::from_secs(90);
+
+/// `config` reaches Redis through the Sentinels of `set`.
+fn on_sentinel(config: &mut Config, set: &SentinelSet) {
+    config.redis_url = None;
+    config.redis_sentinels = Some(set.sentinel_addrs().parse().unwrap());
+    config.redis_sentinel_master = Some(SentinelSet::MASTER.to_owned());
+}
+
+/// What one grab attempt got, and when.
+#[derive(Debug, Clone)]
+enum Outcome {
+    /// Accepted: the order id.
+    Order(i64),
+    /// A final refusal: sold out, or this buyer's order exists.
+    Refused,
+    /// Anything to try again: 503, a transport error, a timeout.
+    Failed(String),
+}
+
+type Log = Arc<Mutex<Vec<(Instant, Outcome)>>>;
+
+/// Grabs until the answer is final (an order or a business refusal), pacing retries.
+async fn buy(app: Arc<TestApp>, voucher: i64, token: String, log: Log) -> Option<i64> {
+    let deadline = Instant::now() + BUYER_PATIENCE;
+    let mut pace = tokio::time::interval(RETRY_PACE);
+    loop {
+        pace.tick().await;
+        let grabbed = app
+            .client
+            .post(app.url(&format!("/api/voucher-order/seckill/{voucher}")))
+            .header("authorization", &token)
+            .send()
+            .await;
+        let outcome = match grabbed {
+            Err(e) => Outcome::Failed(e.to_string()),
+            Ok(r) => {
+                let status = r.status().as_u16();
+                let body = r.text().await.unwrap_or_default();
+                match (status, order_id_of(&body)) {
+                    (200, Some(id)) => Outcome::Order(id),
+                    (200, None) => Outcome::Refused,
+                    _ => Outcome::Failed(format!("{status} {}", code_of_or_body(&body))),
+                }
+            }
+        };
+        log.lock().unwrap().push((Instant::now(), outcome.clone()));
+        match outcome {
+            Outcome::Order(id) => return Some(id),
+            Outcome::Refused => return None,
+            Outcome::Failed(_) if Instant::now() > deadline => return None,
+            Outcome::Failed(_) => {}
+        }
+    }
+}
+
+fn code_of_or_body(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .map(|_| code_of(body))
+        .unwrap_or_else(|_| body.chars().take(80).collect())
+}
+
+/// The primary is killed (`kill -9`) in the middle of a sale whose grabs wait for a replica:
+/// the Sentinels promote a replica, the service follows without a restart and the buyers carry
+/// on. No unit is sold twice, no buyer has two orders, every grab answered with an order is
+/// written, grabs succeed again after the failover, and a logout still reaches a second
+/// instance by pub/sub on the new primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flash_sale_goes_on_through_a_sentinel_failover() {
+    let mut set = SentinelSet::start(2).await;
+    let first_primary = set.primary_port().await.expect("a primary");
+    let a = spawn_app_with(Backend::Sqlite, |c| {
+        on_sentinel(c, &set);
+        c.seckill.wait_replicas = 1;
+        c.seckill.wait_timeout = Duration::from_millis(1000);
+        c.seckill.claim_idle = Duration::from_millis(500);
+    })
+    .await;
+    let b = spawn_app_with(Backend::Sqlite, |c| {
+        on_sentinel(c, &set);
+        c.redis_prefix = a.prefix.clone();
+        c.database_url = a.state.config.database_url.clone();
+        c.seckill.worker = false;
+    })
+    .await;
+    let voucher = create_sale(&a, STOCK, -1, 3600).await;
+    let a = Arc::new(a);
+    let tokens = login_many(&a, EARLY + LATE).await;
+
+    let log: Log = Arc::default();
+    let early: Vec<_> = tokens[..EARLY]
+        .iter()
+        .map(|t| tokio::spawn(buy(a.clone(), voucher, t.clone(), log.clone())))
+        .collect();
+    for task in early {
+        task.await
+            .unwrap()
+            .expect("every early buyer gets an order");
+    }
+    let late: Vec<_> = tokens[EARLY..]
+        .iter()
+        .map(|t| tokio::spawn(buy(a.clone(), voucher, t.clone(), log.clone())))
+        .collect();
+    let killed_at = Instant::now();
+    set.kill_node(first_primary);
+    let new_primary = set.wait_promotion(first_primary).await;
+    let mut acknowledged = HashSet::new();
+    let mut buyers_with_orders = 0;
+    for task in late {
+        if let Some(id) = task.await.unwrap() {
+            acknowledged.insert(id);
+            buyers_with_orders += 1;
+        }
+    }
+    let log = log.lock().unwrap().clone();
+    for (_, outcome) in &log {
+        if let Outcome::Order(id) = outcome {
+            acknowledged.insert(*id);
+        }
+    }
+
+    // The outage as the buyers saw it: the first failed grab, the first success after it.
+    let first_failure = log
+        .iter()
+        .find(|(_, o)| matches!(o, Outcome::Failed(_)))
+        .map(|(at, _)| *at);
+    let recovered = first_failure.and_then(|from| {
+        log.iter()
+            .find(|(at, o)| *at > from && matches!(o, Outcome::Order(_)))
+            .map(|(at, _)| *at)
+    });
+    let failed = log
+        .iter()
+        .filter(|(_, o)| matches!(o, Outcome::Failed(_)))
+        .count();
+    let mut failures: HashMap<String, usize> = HashMap::new();
+    for (_, o) in &log {
+        if let Outcome::Failed(why) = o {
+            *failures.entry(why.chars().take(40).collect()).or_default() += 1;
+        }
+    }
+    println!(
+        "sentinel failover: primary :{first_primary} killed, :{new_primary} promoted; {} grabs, \
+         {failed} failed ({failures:?}); outage {:?} (first failure {:?} after the kill, first \
+         success after it {:?} after the kill); {} orders acknowledged",
+        log.len(),
+        recovered.zip(first_failure).map(|(r, f)| r - f),
+        first_failure.map(|f| f.saturating_duration_since(killed_at)),
+        recovered.map(|r| r.saturating_duration_since(killed_at)),
+        acknowledged.len(),
+    );
+    assert!(
+        recovered.is_some() || first_failure.is_none(),
+        "grabs succeed again after the failover"
+    );
+    assert!(
+        log.iter()
+            .any(|(at, o)| *at > killed_at && matches!(o, Outcome::Order(_))),
+        "grabs are accepted after the kill"
+    );
+    assert!(buyers_with_orders > 0);
+
+    // Every acknowledged order is written, and nothing else is sold beyond the stock.
+    let patience = Patience::new(Duration::from_secs(180)).every(Duration::from_millis(200));
+    let written = wait_until(patience, "every acknowledged order written", async || {
+        let stored: HashSet<i64> = db_order_ids(&a, voucher).await.into_iter().collect();
+        let missing = acknowledged.difference(&stored).count();
+        if missing == 0 {
+            Ok(stored)
+        } else {
+            Err(format!("{missing} acknowledged orders not in the database"))
+        }
+    })
+    .await;
+    assert!(
+        written.len() as i64 <= STOCK,
+        "oversold: {} orders for {STOCK}",
+        written.len()
+    );
+    let buyers = db_count(
+        &a,
+        "SELECT COUNT(DISTINCT user_id) FROM tb_voucher_order WHERE voucher_id = ?",
+        voucher,
+    )
+    .await;
+    assert_eq!(buyers, written.len() as i64, "a buyer with two orders");
+    let stock_left = db_count(
+        &a,
+        "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
+        voucher,
+    )
+    .await;
+    assert_eq!(stock_left + written.len() as i64, STOCK);
+
+    // The service followed the promotion and reconciled the sale once.
+    assert!(
+        metric(&a, "hmdp_redis_failovers_total").await >= 1,
+        "the failover is counted"
+    );
+    wait_until(
+        Duration::from_secs(60),
+        "the sale reconciled once after the promotion",
+        async || {
+            metric(&a, "hmdp_redis_failover_reconciles_total").await
+                + metric(&b, "hmdp_redis_failover_reconciles_total").await
+                == 1
+        },
+    )
+    .await;
+
+    // Pub/sub on the new primary: a logout through A ends the session B trusts from memory,
+    // well inside B's 5 s window.
+    let watched = tokens[0].clone();
+    assert!(b.get("/api/user/me", Some(&watched)).await.success());
+    assert!(a.post("/api/user/logout", Some(&watched)).await.success());
+    wait_until(
+        Duration::from_secs(2),
+        "B refusing the logged-out session",
+        async || b.get("/api/user/me", Some(&watched)).await.status == 401,
+    )
+    .await;
+}
+
+/// A counter's value in `/metrics`.
+async fn metric(app: &TestApp, name: &str) -> u64 {
+    let text = app.metrics().await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A master name the Sentinels do not monitor stops the start with an error that names it and
+/// the setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_master_name_is_a_clear_start_up_error() {
+    let set = SentinelSet::start(0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(
+        format!("sqlite://{}/hmdp.db", dir.path().display()),
+        dir.path(),
+    );
+    on_sentinel(&mut config, &set);
+    config.redis_sentinel_master = Some("no-such-master".to_owned());
+    let err = Application::build(config)
+        .await
+        .err()
+        .expect("the start fails");
+    let err = format!("{err:#}");
+    assert!(
+        err.contains("no-such-master") && err.contains("HMDP_REDIS_SENTINEL_MASTER"),
+        "{err}"
+    );
+}
