@@ -29,8 +29,7 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Runs writes on connections of their own and waits for replicas to confirm them.
 pub struct ReplicaWait {
     target: RedisTarget,
-    /// Each connection with the epoch of the primary it was made for.
-    slots: Box<[Mutex<Option<(u64, MultiplexedConnection)>>]>,
+    slots: Box<[Mutex<Option<Made>>]>,
     next: AtomicUsize,
     replicas: u32,
     timeout: Duration,
@@ -44,6 +43,9 @@ impl std::fmt::Debug for ReplicaWait {
             .finish_non_exhaustive()
     }
 }
+
+/// A connection, with the epoch of the primary it was made for ([`RedisTarget::epoch`]).
+type Made = (u64, MultiplexedConnection);
 
 /// What a write that needed replicas got from them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
