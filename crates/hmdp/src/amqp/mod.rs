@@ -18,7 +18,7 @@ use lapin::{Connection, ConnectionProperties};
 use serde::{Deserialize, Serialize};
 
 pub use publisher::Publisher;
-pub(crate) use publisher::{PublishError, mandatory, order_properties};
+pub(crate) use publisher::{PublishError, Unconfirmed, mandatory, order_properties};
 pub use stats::AmqpStats;
 
 use crate::storage::orders::NewOrder;

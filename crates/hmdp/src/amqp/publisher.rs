@@ -3,7 +3,10 @@
 //! acknowledge the stream entries behind them. Anything else (the broker away, a nack, a
 //! returned message, no answer in time) is an error and the entries stay pending for a retry:
 //! a message may then reach the queue twice, never zero times. The consumer's insert is
-//! idempotent, and other services can drop copies by `message_id`.
+//! idempotent, and other services can drop copies by `message_id`. Its two halves,
+//! [`Publisher::send`] and [`Publisher::confirmed`], let the relay send a batch while earlier
+//! ones await their confirms; the messages are queued on the connection without waiting for
+//! each to be written, in order.
 //!
 //! With pay deadlines on ([`Publisher::with_pay_deadlines`]) each order's deadline message goes
 //! to the delay queue in the same batch, just before the order's message and under the same
@@ -13,19 +16,22 @@
 //! broker first (the writer may delete the outbox entry a retry would need).
 
 use std::{
+    pin::Pin,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering::Relaxed},
     },
+    task::Poll,
     time::Duration,
 };
 
+use futures_util::future::{MaybeDone, maybe_done};
 use lapin::{
-    BasicProperties, Channel, Confirmation, Connection,
+    BasicProperties, Channel, Confirmation, Connection, PublisherConfirm,
     options::{BasicPublishOptions, ConfirmSelectOptions},
     types::{AMQPValue, FieldTable},
 };
-use tokio::sync::Mutex;
+use tokio::{sync::Mutex, time::Instant};
 
 use super::{
     ACCEPTED_AT_HEADER, AmqpError, AmqpStats, CONTENT_TYPE, OUTBOX_HEADER, OrderMessage, Outgoing,
@@ -50,18 +56,41 @@ impl From<lapin::Error> for PublishError {
 }
 
 /// One connection with a confirm-mode channel, opened on first use and again after a failure.
-/// Shards publish on the same channel concurrently (lapin channels are thread-safe).
+/// Shards publish on the same channel, one batch's messages at a time; their confirms travel
+/// concurrently.
 pub struct Publisher {
     url: String,
     name: String,
     confirm_timeout: Duration,
     stats: Arc<AmqpStats>,
     link: Mutex<Option<Link>>,
+    /// Held while a batch's messages are queued on the channel.
+    sending: Mutex<()>,
     generations: AtomicU64,
     /// With pay deadlines: the pay timeout, whose delay queue every order also goes to.
     pay_timeout: Option<Duration>,
     /// The name of that delay queue.
     delay_queue: String,
+}
+
+/// A batch [`Publisher::send`] sent whose confirms are still to come.
+pub(crate) struct Unconfirmed {
+    generation: u64,
+    deadline: Instant,
+    confirms: Vec<(PublisherConfirm, bool)>,
+}
+
+/// One `basic_publish`, polled once: lapin numbers the message and queues its frames at the
+/// first poll, so the frames of consecutive calls go out in the order of the calls, and the
+/// caller need not wait for each write to reach the socket before queueing the next.
+async fn queued<F: Future + Unpin>(publish: F) -> MaybeDone<F> {
+    let mut write = maybe_done(publish);
+    std::future::poll_fn(|cx| {
+        let _ = Pin::new(&mut write).poll(cx);
+        Poll::Ready(())
+    })
+    .await;
+    write
 }
 
 struct Link {
@@ -79,6 +108,7 @@ impl Publisher {
             confirm_timeout,
             stats,
             link: Mutex::new(None),
+            sending: Mutex::new(()),
             generations: AtomicU64::new(0),
             pay_timeout: None,
             delay_queue: String::new(),
@@ -102,14 +132,49 @@ impl Publisher {
     /// Each order comes with the time the grab accepted it (its [`ACCEPTED_AT_HEADER`]) and
     /// maybe its outbox entry ([`OUTBOX_HEADER`]).
     pub async fn publish(&self, orders: &[Outgoing]) -> Result<(), PublishError> {
+        let sent = self.send(orders).await?;
+        self.confirmed(sent).await
+    }
+
+    /// The first half of [`Publisher::publish`]: hands the batch's messages to the connection
+    /// and returns without waiting for the broker, so a caller can send more batches while
+    /// this one's confirms travel ([`Publisher::confirmed`] waits for them). Its confirm
+    /// timeout runs from now.
+    pub(crate) async fn send(&self, orders: &[Outgoing]) -> Result<Unconfirmed, PublishError> {
         if orders.is_empty() {
-            return Ok(());
+            return Ok(Unconfirmed {
+                generation: 0,
+                deadline: Instant::now(),
+                confirms: Vec::new(),
+            });
         }
         let (generation, channel) = self.channel().await?;
+        let deadline = Instant::now() + self.confirm_timeout;
+        let sent = match tokio::time::timeout_at(deadline, self.send_on(&channel, orders)).await {
+            Ok(r) => r,
+            Err(_) => Err(AmqpError::Timeout(self.confirm_timeout).into()),
+        };
+        match sent {
+            Ok(confirms) => Ok(Unconfirmed {
+                generation,
+                deadline,
+                confirms,
+            }),
+            Err(e) => {
+                self.drop_link(generation).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Waits for the broker's confirms of a batch [`Publisher::send`] sent: `Ok` once every
+    /// message of it is confirmed as routed and stored.
+    pub(crate) async fn confirmed(&self, batch: Unconfirmed) -> Result<(), PublishError> {
+        if batch.confirms.is_empty() {
+            return Ok(());
+        }
         let result =
-            match tokio::time::timeout(self.confirm_timeout, self.publish_on(&channel, orders))
-                .await
-            {
+            match tokio::time::timeout_at(batch.deadline, self.confirms(batch.confirms)).await {
                 Ok(r) => r,
                 Err(_) => Err(AmqpError::Timeout(self.confirm_timeout).into()),
             };
@@ -117,62 +182,90 @@ impl Publisher {
             // A nack leaves the channel usable; anything else starts over on a new connection
             // (a returned message means the queue is gone: declaring again brings it back).
             Ok(()) | Err(PublishError::Nacked(_)) => {}
-            Err(_) => self.drop_link(generation).await,
+            Err(_) => self.drop_link(batch.generation).await,
         }
         result
     }
 
-    async fn publish_on(&self, channel: &Channel, orders: &[Outgoing]) -> Result<(), PublishError> {
-        let mut confirms = Vec::with_capacity(orders.len() * 2);
-        for Outgoing {
-            order,
-            accepted_at_ms,
-            outbox_entry,
-        } in orders
+    /// Queues the batch's messages on `channel`, in order, and waits until the connection has
+    /// written them all; returns each message's confirm (and whether it is a deadline's).
+    async fn send_on(
+        &self,
+        channel: &Channel,
+        orders: &[Outgoing],
+    ) -> Result<Vec<(PublisherConfirm, bool)>, PublishError> {
+        let bodies: Vec<Vec<u8>> = orders
+            .iter()
+            .map(|o| OrderMessage::body(&o.order))
+            .collect();
+        let mut writes = Vec::with_capacity(orders.len() * 2);
         {
-            let mut headers = FieldTable::default();
-            headers.insert(
-                ACCEPTED_AT_HEADER.into(),
-                AMQPValue::LongLongInt(i64::try_from(*accepted_at_ms).unwrap_or(0)),
-            );
-            if let Some(entry) = outbox_entry {
+            // One batch at a time on the channel: its messages stay together, each deadline
+            // just before its order, and each takes the confirm number lapin expects (lapin
+            // numbers a message and queues its frames under two separate locks).
+            let _sending = self.sending.lock().await;
+            for (
+                Outgoing {
+                    order,
+                    accepted_at_ms,
+                    outbox_entry,
+                },
+                body,
+            ) in orders.iter().zip(&bodies)
+            {
+                let mut headers = FieldTable::default();
                 headers.insert(
-                    OUTBOX_HEADER.into(),
-                    AMQPValue::LongString(entry.as_str().into()),
+                    ACCEPTED_AT_HEADER.into(),
+                    AMQPValue::LongLongInt(i64::try_from(*accepted_at_ms).unwrap_or(0)),
                 );
-            }
-            let body = OrderMessage::body(order);
-            // The deadline first: once the writer has an order message it may commit the order
-            // and delete its outbox entry, after which no retry of the relay would publish the
-            // deadline. A channel's messages reach the broker in order, so an order message
-            // that got there unconfirmed had its deadline get there before it.
-            if self.pay_timeout.is_some() {
-                confirms.push((
-                    channel
-                        .basic_publish(
-                            "".into(),
-                            self.delay_queue.as_str().into(),
-                            mandatory(),
-                            &body,
-                            order_properties(order.id),
-                        )
-                        .await?,
-                    true,
-                ));
-            }
-            let properties = order_properties(order.id).with_headers(headers);
-            let confirm = channel
-                .basic_publish(
+                if let Some(entry) = outbox_entry {
+                    headers.insert(
+                        OUTBOX_HEADER.into(),
+                        AMQPValue::LongString(entry.as_str().into()),
+                    );
+                }
+                // The deadline first: once the writer has an order message it may commit the
+                // order and delete its outbox entry, after which no retry of the relay would
+                // publish the deadline. A channel's messages reach the broker in the order
+                // they are queued, so an order message that got there unconfirmed had its
+                // deadline get there before it.
+                if self.pay_timeout.is_some() {
+                    let publish = channel.basic_publish(
+                        "".into(),
+                        self.delay_queue.as_str().into(),
+                        mandatory(),
+                        body,
+                        order_properties(order.id),
+                    );
+                    writes.push((queued(Box::pin(publish)).await, true));
+                }
+                let properties = order_properties(order.id).with_headers(headers);
+                let publish = channel.basic_publish(
                     topology::EXCHANGE.into(),
                     topology::ROUTING_KEY.into(),
                     mandatory(),
-                    &body,
+                    body,
                     properties,
-                )
-                .await?;
-            self.stats.published.inc();
-            confirms.push((confirm, false));
+                );
+                writes.push((queued(Box::pin(publish)).await, false));
+            }
         }
+        let mut confirms = Vec::with_capacity(writes.len());
+        for (mut write, deadline) in writes {
+            (&mut write).await;
+            let confirm = Pin::new(&mut write)
+                .take_output()
+                .expect("a finished write has its output")?;
+            if !deadline {
+                self.stats.published.inc();
+            }
+            confirms.push((confirm, deadline));
+        }
+        Ok(confirms)
+    }
+
+    /// Waits for a batch's confirms, counting each.
+    async fn confirms(&self, confirms: Vec<(PublisherConfirm, bool)>) -> Result<(), PublishError> {
         let (mut returned, mut nacked, mut why) = (0, 0, String::new());
         for (confirm, deadline) in confirms {
             match confirm.await? {

@@ -304,6 +304,10 @@ settings! {
         /// the relay retries a batch the broker has not confirmed within this long
         HMDP_AMQP_CONFIRM_TIMEOUT_MS confirm_timeout: Duration as Millis = Duration::from_secs(5),
             check at_least(1);
+        /// batches of `HMDP_WORKER_BATCH` each shard's relay may have sent and not yet seen
+        /// confirmed; each is acknowledged in the stream only after its own confirm and those
+        /// of every batch sent before it
+        HMDP_AMQP_BATCHES_IN_FLIGHT batches_in_flight: usize = 4, check between(1, 64);
         /// order ids: `compatible` (one `INCR` each, the original) or `segment` (blocks reserved
         /// with `INCRBY`)
         HMDP_ID_MODE id_mode: IdMode = IdMode::Segment;

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{StreamExt, future::try_join_all};
 use lapin::{
     Channel, Connection,
     message::Delivery,
@@ -222,9 +222,13 @@ impl OrderWorker {
             // Harmless too: a warm-up skips an entry whose order is in the database.
             tracing::debug!(error = %e, "outbox entries of written orders not deleted");
         }
-        for (d, _) in done {
-            d.acker.ack(BasicAckOptions::default()).await?;
-        }
+        // All handed to the connection at once: one at a time, each waited for its turn on the
+        // connection's I/O loop.
+        try_join_all(
+            done.iter()
+                .map(|(d, _)| d.acker.ack(BasicAckOptions::default())),
+        )
+        .await?;
         self.stats
             .observe_lag(done.iter().filter_map(|(d, _)| amqp::accepted_at_ms(d)));
         Ok(())

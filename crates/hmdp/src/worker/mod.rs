@@ -5,7 +5,8 @@
 //! lists the failures it survives and how.
 //!
 //! With `HMDP_ORDER_TRANSPORT=rabbitmq` the same shard loops relay the entries to RabbitMQ
-//! instead (acknowledged after the broker's confirm of the order and of its pay deadline), a
+//! instead (acknowledged after the broker's confirm of the order and of its pay deadline, with
+//! several batches in flight: `relay.rs`), a
 //! queue consumer (`consume.rs`) writes the queue into the database with the same batches,
 //! stock guard and order statuses, and a closer (`close.rs`) closes the orders whose deadline
 //! the broker hands back unpaid.
@@ -14,6 +15,7 @@ mod close;
 mod consume;
 mod housekeeping;
 mod read;
+mod relay;
 mod run;
 mod scripts;
 mod stats;

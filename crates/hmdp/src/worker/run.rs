@@ -1,14 +1,19 @@
 //! The loop of one shard: own pending entries first, then new ones, taking over idle entries
 //! now and then; while the database is away it retries what it holds (renewing the orders'
 //! status records now and then, see `statuses.rs`); between steps it trims
-//! the stream and removes idle consumers.
+//! the stream and removes idle consumers. Relaying to RabbitMQ, it reads and sends new entries
+//! while earlier batches await their confirms (`relay.rs`); every other step runs with none
+//! in flight.
 
 use std::time::{Duration, Instant};
 
 use redis::streams::StreamId;
 use tokio::sync::watch;
 
-use super::{OrderWorker, Step, WorkerError};
+use super::{
+    OrderWorker, Step, WorkerError,
+    relay::{InFlight, Window},
+};
 use crate::kv::RedisConn;
 
 pub(super) const FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -63,6 +68,8 @@ struct ShardLoop<'w> {
     own_pending: Option<String>,
     /// Entries held through a database outage, to be retried as they are.
     stalled: Vec<StreamId>,
+    /// Relaying: the batches sent and not yet settled.
+    in_flight: Window<InFlight>,
     backoff: Duration,
     group_ready: bool,
     /// A claim pass is going on: it continues to the end of the pending list.
@@ -102,6 +109,7 @@ impl<'w> ShardLoop<'w> {
             reader,
             own_pending: Some("0".into()),
             stalled: Vec::new(),
+            in_flight: Window::new(worker.settings.batches_in_flight),
             backoff: FIRST_BACKOFF,
             group_ready: false,
             claiming: false,
@@ -113,6 +121,17 @@ impl<'w> ShardLoop<'w> {
     }
 
     async fn run(&mut self) {
+        self.steps().await;
+        // Stopping: what is in flight is settled (or left pending, to be read again).
+        while !self.in_flight.is_empty() {
+            if let Err(e) = self.settle_oldest().await {
+                tracing::warn!(error = %e, shard = self.shard, "orders in flight left pending at shutdown");
+            }
+        }
+    }
+
+    /// Steps until asked to stop.
+    async fn steps(&mut self) {
         while !*self.stop.borrow() {
             if !self.group_ready {
                 match self.worker.ensure_group(self.shard).await {
@@ -135,9 +154,17 @@ impl<'w> ShardLoop<'w> {
     }
 
     /// One step: held entries first, then own pending ones, then a claim pass when due,
-    /// else new entries.
+    /// else new entries. Relaying, the batches in flight are settled before any step but new
+    /// entries.
     async fn step(&mut self) -> Result<Step, WorkerError> {
         let (w, shard) = (self.worker, self.shard);
+        let new_entries = self.stalled.is_empty()
+            && self.own_pending.is_none()
+            && !self.claiming
+            && !self.claim.is_due();
+        if !self.in_flight.is_empty() && !new_entries {
+            return self.settle_oldest().await;
+        }
         if !self.stalled.is_empty() {
             w.retry(shard, std::mem::take(&mut self.stalled)).await
         } else if let Some(after) = self.own_pending.clone() {
@@ -155,9 +182,55 @@ impl<'w> ShardLoop<'w> {
             // pending list goes on to its end, not one batch per claim interval.
             self.claiming = matches!(r, Ok(Step::Wrote(_))) || w.claim_cursor(shard) != "0-0";
             r
+        } else if w.uses_rabbitmq() {
+            self.relay_new().await
         } else {
             w.step_new(shard, &mut self.reader, BLOCK).await
         }
+    }
+
+    /// Relaying: sends a batch of new entries if the window has room, else (or if there are
+    /// none) settles the oldest batch in flight. Waits for new entries only with none in
+    /// flight.
+    async fn relay_new(&mut self) -> Result<Step, WorkerError> {
+        let (w, shard) = (self.worker, self.shard);
+        if self.in_flight.is_full() {
+            return self.settle_oldest().await;
+        }
+        let block = self.in_flight.is_empty().then_some(BLOCK);
+        let entries = w.read(shard, &mut self.reader, ">", block).await?;
+        if entries.is_empty() {
+            return self.settle_oldest().await;
+        }
+        let handled = entries.len();
+        let good = w.parse_entries(shard, entries).await?;
+        if !good.is_empty() {
+            match w.send_batch(shard, good).await {
+                Ok(batch) => self.in_flight.push(batch),
+                // Those in flight are held too: the connection they went out on is gone.
+                Err(WorkerError::Stalled {
+                    mut entries,
+                    source,
+                }) => {
+                    let mut all = self.in_flight.take_all();
+                    all.append(&mut entries);
+                    return Err(WorkerError::Stalled {
+                        entries: all,
+                        source,
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Step::Wrote(handled))
+    }
+
+    /// Settles the oldest batch in flight (see [`Window::settle_oldest`]).
+    async fn settle_oldest(&mut self) -> Result<Step, WorkerError> {
+        let (w, shard) = (self.worker, self.shard);
+        self.in_flight
+            .settle_oldest(|b| async move { w.settle_batch(shard, b).await.map(Step::Wrote) })
+            .await
     }
 
     /// Takes in a step's result: holds the entries of a database outage, backs off after a

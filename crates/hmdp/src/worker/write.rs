@@ -9,7 +9,6 @@ use redis::streams::StreamId;
 
 use super::{GROUP, Held, OrderWorker, Step, WorkerError, scripts::RECORD_FAILURE};
 use crate::{
-    amqp::Outgoing,
     kv::RedisConn,
     order_stream,
     storage::{
@@ -122,38 +121,14 @@ impl OrderWorker {
             return Ok(Step::Idle);
         }
         let handled = entries.len();
-        let mut good: Vec<(StreamId, NewOrder)> = Vec::with_capacity(entries.len());
-        for e in entries {
-            match order_stream::parse(&e) {
-                Some(order) => good.push((e, order)),
-                // Entries from a deleted (trimmed) message come back without fields.
-                None => self.dead_letter(shard, &e, "malformed entry").await?,
-            }
-        }
+        let good = self.parse_entries(shard, entries).await?;
         if good.is_empty() {
             return Ok(Step::Wrote(handled));
         }
-        if let Some(publisher) = &self.publisher {
-            let orders: Vec<Outgoing> = good
-                .iter()
-                .map(|(e, o)| Outgoing {
-                    order: *o,
-                    accepted_at_ms: order_stream::accepted_at_ms(e).unwrap_or(0),
-                    outbox_entry: Some(order_stream::outbox_entry(shard, &e.id)),
-                })
-                .collect();
-            return match publisher.publish(&orders).await {
-                // The entries and the pending records stay: the queue's consumer removes both
-                // after its commit, so a warm-up meanwhile still counts these orders.
-                Ok(()) => {
-                    self.ack(shard, &good, false).await?;
-                    Ok(Step::Wrote(handled))
-                }
-                Err(e) => Err(WorkerError::Stalled {
-                    entries: good.into_iter().map(|(e, _)| e).collect(),
-                    source: Held::Broker(e),
-                }),
-            };
+        if self.uses_rabbitmq() {
+            let batch = self.send_batch(shard, good).await?;
+            self.settle_batch(shard, batch).await?;
+            return Ok(Step::Wrote(handled));
         }
         let written = self.write_orders(good).await;
         // The written ones first: their acknowledgement deletes the pending records of their
@@ -181,6 +156,23 @@ impl OrderWorker {
         }
     }
 
+    /// The orders of `entries`; an entry that holds none goes to the dead letters.
+    pub(super) async fn parse_entries(
+        &self,
+        shard: u32,
+        entries: Vec<StreamId>,
+    ) -> Result<Vec<(StreamId, NewOrder)>, WorkerError> {
+        let mut good = Vec::with_capacity(entries.len());
+        for e in entries {
+            match order_stream::parse(&e) {
+                Some(order) => good.push((e, order)),
+                // Entries from a deleted (trimmed) message come back without fields.
+                None => self.dead_letter(shard, &e, "malformed entry").await?,
+            }
+        }
+        Ok(good)
+    }
+
     /// Records a failed write of one entry; dead-letters it when it has failed often enough
     /// for long enough, else leaves it pending for a later retry.
     async fn failed(&self, shard: u32, entry: &StreamId, error: &str) -> Result<(), WorkerError> {
@@ -205,7 +197,7 @@ impl OrderWorker {
 
     /// Acknowledges entries (and forgets their failures); with `written`, also deletes their
     /// pending records, which the status query no longer needs.
-    async fn ack(
+    pub(super) async fn ack(
         &self,
         shard: u32,
         items: &[(StreamId, NewOrder)],

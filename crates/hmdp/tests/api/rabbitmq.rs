@@ -288,6 +288,58 @@ async fn a_broker_unreachable_for_a_while_delays_orders_and_loses_none() {
     .await;
 }
 
+/// A relay with several batches in flight publishes each order of a backlog once, its deadline
+/// with it, and acknowledges every entry: the window overlaps the batches' confirms, it
+/// neither repeats nor drops a batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_with_batches_in_flight_publishes_each_order_once() {
+    let app = Arc::new(
+        rabbit_app(Backend::Sqlite, |c| {
+            c.seckill.worker = false;
+            c.seckill.amqp_role = AmqpRole::Relay;
+            c.seckill.batches_in_flight = 4;
+        })
+        .await,
+    );
+    let listener = Listener::bind(&app.amqp_url()).await;
+    let voucher = create_sale(&app, 60, -60, 3600).await;
+    let tokens = login_many(&app, 60).await;
+    let won = grab_all(&app, voucher, &tokens).await;
+    // The backlog goes out in batches of 7 (`worker_for`), up to 4 of them in flight.
+    let relay = worker_for(&app, "windowed-relay");
+    let stats = relay.amqp_stats().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(relay.run_until(async {
+        let _ = stopped.await;
+    }));
+    listener.wait_for(&won).await;
+    let stream = app.state.keys.seckill_stream(0);
+    wait_until(
+        Duration::from_secs(30),
+        "every entry acknowledged",
+        async || {
+            let (pending, ..): (i64, redis::Value, redis::Value, redis::Value) =
+                redis::cmd("XPENDING")
+                    .arg(&stream)
+                    .arg(hmdp::testing::worker::GROUP)
+                    .query_async(&mut app.redis().await)
+                    .await
+                    .unwrap();
+            pending == 0
+        },
+    )
+    .await;
+    let _ = stop.send(());
+    running.await.unwrap();
+    assert_eq!(
+        listener.seen.lock().unwrap().len(),
+        60,
+        "each order published once"
+    );
+    assert_eq!(stats.confirmed.get(), 60);
+    assert_eq!(stats.deadlines_confirmed.get(), 60);
+}
+
 async fn a_killed_worker_process_loses_and_duplicates_nothing(backend: Backend) {
     killed_worker_process(backend, None, "both", 2000).await;
 }
