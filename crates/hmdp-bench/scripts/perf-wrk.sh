@@ -9,6 +9,8 @@
 # Writes crates/hmdp-bench/results/perf-NAME.txt (and keeps perf.data at $KEEP_PERF if set).
 # Needs perf (Debian: linux-perf) and wrk.
 set -euo pipefail
+command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
+command -v perf >/dev/null || { echo "perf is missing: apt-get install linux-perf" >&2; exit 1; }
 build=$1 path=${2:-/no-such-route} method=${3:-GET}
 name=${build%%=*} bin=${build#*=}
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hmdp-bench-target}"
@@ -24,7 +26,7 @@ cleanup() {
 trap cleanup EXIT
 (cd "$data" && exec env HMDP_LISTEN=127.0.0.1:$port HMDP_DATA_DIR=$data HMDP_REDIS_PREFIX=$prefix \
   HMDP_ADMIN_TOKEN=$token HMDP_LOG=warn HMDP_REDIS_MANAGED=never HMDP_RATE_LIMIT_IP=0 \
-  HMDP_RATE_LIMIT_USER=0 HMDP_CODE_IP_PER_MIN=0 HMDP_MAX_CONNECTIONS_PER_IP=0 "$bin" serve \
+  HMDP_RATE_LIMIT_USER=0 HMDP_CODE_IP_PER_MIN=0 HMDP_SMS_HOURLY_LIMIT=0 HMDP_MAX_CONNECTIONS_PER_IP=0 "$bin" serve \
   > "$data/hmdp.log" 2>&1) &
 until curl -sf http://127.0.0.1:$port/health > /dev/null; do sleep 0.2; done
 srv=$(pgrep -f "^$bin serve" | head -1)

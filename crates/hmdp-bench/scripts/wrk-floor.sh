@@ -45,7 +45,7 @@ for build in "${BUILDS[@]}"; do
   mkdir -p "$data"
   (cd "$data" && exec env HMDP_LISTEN=127.0.0.1:$port HMDP_DATA_DIR=$data HMDP_REDIS_PREFIX=$prefix \
     HMDP_ADMIN_TOKEN=$token HMDP_LOG=warn HMDP_REDIS_MANAGED=never HMDP_RATE_LIMIT_IP=0 \
-    HMDP_RATE_LIMIT_USER=0 HMDP_CODE_IP_PER_MIN=0 HMDP_MAX_CONNECTIONS_PER_IP=0 "$bin" serve > "$data/hmdp.log" 2>&1) &
+    HMDP_RATE_LIMIT_USER=0 HMDP_CODE_IP_PER_MIN=0 HMDP_SMS_HOURLY_LIMIT=0 HMDP_MAX_CONNECTIONS_PER_IP=0 "$bin" serve > "$data/hmdp.log" 2>&1) &
   pids+=($!) prefixes+=("$prefix") names+=("$name") PREFIX[$name]=$prefix
   until curl -sf http://127.0.0.1:$port/health > /dev/null; do sleep 0.2; done
   voucher=$("$B" tokens --url http://127.0.0.1:$port --redis-prefix $prefix --admin-token $token \

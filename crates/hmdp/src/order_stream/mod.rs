@@ -184,7 +184,7 @@ impl std::fmt::Display for PendingRecord {
 /// already: false then. Order ids repeat only if the id generator's Redis counter was lost
 /// (a reset day counter in segment mode, say); `NX` keeps the earlier buyer's record, and the
 /// worker's insert refuses the second order as a conflict (dead-lettered, marked `failed`).
-pub async fn create_pending(
+pub(crate) async fn create_pending(
     redis: &RedisConn,
     keys: &Keys,
     order_id: i64,

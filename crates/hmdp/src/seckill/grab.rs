@@ -11,7 +11,7 @@ use super::{
 };
 use crate::{
     domain::{UserId, VoucherId, pay_deadline_ms},
-    kv::Keys,
+    kv::{Keys, RedisConn},
     order_stream::{self, PendingRecord},
     storage::orders::{self, NewOrder, SyncOutcome},
     worker::OrderTransport,
@@ -51,27 +51,25 @@ impl Seckill {
     ) -> Result<Result<i64, Refusal>, SeckillError> {
         self.check_shards().await?;
         let order_id = self.ids.next_id().await?;
-        // The order's pending record (only the status query reads it) goes out ahead of the
-        // script and in the same round trip, instead of a second round trip after it: an
-        // accepted grab waits for Redis once. A refusal deletes the record again.
+        // The order's pending record (only the status query reads it) is written by the script
+        // as it accepts the order: an accepted grab is one request to Redis, and a refusal
+        // leaves no record to delete.
         let record = PendingRecord {
             user_id: user.get(),
             voucher_id: voucher.get(),
             failed: false,
         };
+        if !matches!(self.redis, RedisConn::Cluster(_)) {
+            return self.decide(user, voucher, order_id, Some(record)).await;
+        }
+        // On a cluster the record's key is in another slot than the script's keys: it goes
+        // out ahead of the script, in the same round trip, and a refusal deletes it again.
         let pending = order_stream::create_pending(&self.redis, &self.keys, order_id, record);
-        let (created, outcome) = tokio::join!(pending, self.decide(user, voucher, order_id));
+        let (created, outcome) = tokio::join!(pending, self.decide(user, voucher, order_id, None));
         match (&outcome, created) {
             // Accepted (`NotReplicated` too: the order exists, its buyer is told to look it up).
             (Ok(Ok(_)) | Err(SeckillError::NotReplicated { .. }), Ok(false)) => {
-                self.stats.id_collisions.inc();
-                tracing::error!(
-                    order = order_id,
-                    user = user.get(),
-                    voucher = voucher.get(),
-                    "order id already used by another pending order (the id counter was \
-                     reset?); the worker will refuse this one as a conflict"
-                );
+                self.id_in_use(order_id, user, voucher);
             }
             (Ok(Err(_)), Ok(true)) => {
                 let (redis, keys) = (self.redis.clone(), self.keys.clone());
@@ -85,12 +83,27 @@ impl Seckill {
         outcome
     }
 
-    /// Runs the grab script for an order id, loading the voucher into Redis when it is missing.
+    /// An accepted order whose id had a pending record already: the other order's record is
+    /// kept, and the worker refuses this one as a conflict.
+    fn id_in_use(&self, order_id: i64, user: UserId, voucher: VoucherId) {
+        self.stats.id_collisions.inc();
+        tracing::error!(
+            order = order_id,
+            user = user.get(),
+            voucher = voucher.get(),
+            "order id already used by another pending order (the id counter was reset?); the \
+             worker will refuse this one as a conflict"
+        );
+    }
+
+    /// Runs the grab script for an order id, loading the voucher into Redis when it is missing;
+    /// with `pending`, the script also writes the order's pending record if it accepts it.
     async fn decide(
         &self,
         user: UserId,
         voucher: VoucherId,
         order_id: i64,
+        pending: Option<PendingRecord>,
     ) -> Result<Result<i64, Refusal>, SeckillError> {
         let shard = self.shard(voucher);
         let mut redis = self.redis.clone();
@@ -102,26 +115,36 @@ impl Seckill {
             }
             OrderTransport::RabbitMq => String::new(),
         };
+        let mut grab = scripts::evalsha(&scripts::GRAB, if pending.is_some() { 5 } else { 4 });
+        grab.arg(self.keys.seckill_voucher(shard, voucher.get()))
+            .arg(self.keys.seckill_buyers(shard, voucher.get()))
+            .arg(self.keys.seckill_stream(shard))
+            .arg(self.keys.seckill_deadlines(shard));
+        if pending.is_some() {
+            grab.arg(self.keys.seckill_pending(order_id));
+        }
+        grab.arg(voucher.get())
+            .arg(user.get())
+            .arg(order_id)
+            .arg(&deadline);
+        if let Some(record) = pending {
+            grab.arg(record.to_string())
+                .arg(order_stream::PENDING_TTL.as_millis() as u64);
+        }
         for attempt in 1.. {
             // Before the script runs: its answer is remembered only if no announcement can
             // have been missed since.
             let ticket = self.memory.as_ref().and_then(|m| m.ticket());
-            let mut grab = scripts::GRAB.prepare_invoke();
-            grab.key(self.keys.seckill_voucher(shard, voucher.get()))
-                .key(self.keys.seckill_buyers(shard, voucher.get()))
-                .key(self.keys.seckill_stream(shard))
-                .key(self.keys.seckill_deadlines(shard))
-                .arg(voucher.get())
-                .arg(user.get())
-                .arg(order_id)
-                .arg(&deadline);
             // An accepted grab waits for the replicas on a connection of its own (`kv::replicas`).
             let (answer, replicated): (GrabAnswer, _) = match &self.replicas {
-                None => (grab.invoke_async(&mut redis).await?, None),
+                None => (
+                    scripts::eval(&scripts::GRAB, &grab, &mut redis).await?,
+                    None,
+                ),
                 Some(replicas) => {
                     replicas
                         .write(
-                            async |conn| grab.invoke_async(conn).await,
+                            async |conn| scripts::eval(&scripts::GRAB, &grab, conn).await,
                             GrabAnswer::is_accepted,
                         )
                         .await?
@@ -129,7 +152,13 @@ impl Seckill {
             };
             let memory = self.memory.as_ref().zip(ticket);
             match answer {
-                GrabAnswer::Accepted { generation } => {
+                GrabAnswer::Accepted {
+                    generation,
+                    id_in_use,
+                } => {
+                    if id_in_use {
+                        self.id_in_use(order_id, user, voucher);
+                    }
                     if let Some(replicated) = replicated.filter(|r| !r.is_complete()) {
                         self.stats.replica_wait_timeouts.inc();
                         return Err(SeckillError::NotReplicated {

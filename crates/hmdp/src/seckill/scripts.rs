@@ -7,7 +7,10 @@
 
 use std::sync::LazyLock;
 
-use redis::{FromRedisValue, ParsingError, Script, Value};
+use redis::{
+    Cmd, ErrorKind, FromRedisValue, ParsingError, RedisResult, Script, ServerErrorKind, Value,
+    aio::ConnectionLike,
+};
 
 use super::voucher_hash::{
     FIELD_BEGIN, FIELD_END, FIELD_GENERATION, FIELD_MISSING, FIELD_SOLD, FIELD_STOCK,
@@ -17,13 +20,17 @@ use crate::order_stream;
 /// Decides one order.
 ///
 /// KEYS: voucher hash, buyers hash (user id → order id), order stream, the shard's pay
-/// deadlines (sorted set).
+/// deadlines (sorted set), and optionally the order's pending record
+/// (`seckill:pending:<order id>`; never on a cluster, where it is in another slot).
 /// ARGV: voucher id, user id, order id, the order's pay deadline in ms (empty: none here, the
-/// RabbitMQ transport's delay queue keeps it).
+/// RabbitMQ transport's delay queue keeps it), then with the pending record its value and
+/// lifetime in ms.
 /// Answers `{code, …}`, decoded by [`GrabAnswer`]: accepted (stock taken, buyer recorded with
 /// the order, order appended to the stream with the [`order_stream`] fields and its deadline
 /// to the deadlines, in the one atomic step: no accepted order lacks a deadline), sold out,
 /// already bought (with the buyer's order), not started, ended, not loaded, no such voucher.
+/// The pending record is written (`NX`) only when the order is accepted, so a refusal leaves
+/// none behind; an id that already had one (another order's, kept) is answered `{0, gen, 1}`.
 ///
 /// "Not loaded" (the caller warms the voucher and retries) also covers a hash missing any of
 /// stock, begin and end (no `tonumber(nil)`), and a buyer set that vanished while the hash
@@ -51,6 +58,9 @@ redis.call('HINCRBY', KEYS[1], '{FIELD_SOLD}', 1)
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('XADD', KEYS[3], '*', '{order}', ARGV[3], '{user}', ARGV[2], '{voucher}', ARGV[1])
 if ARGV[4] ~= '' then redis.call('ZADD', KEYS[4], ARGV[4], ARGV[3]) end
+if KEYS[5] and not redis.call('SET', KEYS[5], ARGV[5], 'PX', ARGV[6], 'NX') then
+  return {{{accepted}, gen, 1}}
+end
 return {{{accepted}, gen}}
 ",
         accepted = GrabAnswer::ACCEPTED,
@@ -66,6 +76,32 @@ return {{{accepted}, gen}}
     ))
 });
 
+/// An `EVALSHA` of `script` with `keys` keys, to which the keys and then the arguments are
+/// added, run with [`eval`]. Built straight into one command: redis-rs's `ScriptInvocation`
+/// copies every key and argument into a buffer of its own first, and the grab, with up to nine
+/// of them, runs on every request that reaches Redis.
+pub(crate) fn evalsha(script: &Script, keys: usize) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys);
+    cmd
+}
+
+/// Runs an [`evalsha`] command; on `NOSCRIPT` (Redis restarted, or its scripts were flushed)
+/// loads `script` and runs the command again, as `ScriptInvocation::invoke_async` does.
+pub(crate) async fn eval<T: FromRedisValue>(
+    script: &Script,
+    cmd: &Cmd,
+    conn: &mut impl ConnectionLike,
+) -> RedisResult<T> {
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        answer => answer,
+    }
+}
+
 /// The answer of [`GRAB`], decoded once for every caller (the service, the tests).
 ///
 /// `generation` is the voucher hash's load generation (0 for a hash loaded before generations
@@ -75,6 +111,9 @@ pub enum GrabAnswer {
     /// Stock taken, buyer recorded, order appended to the stream.
     Accepted {
         generation: u64,
+        /// The order id already had a pending record (another order's, which was kept): the
+        /// id counter was reset, and the worker will refuse this order as a conflict.
+        id_in_use: bool,
     },
     SoldOut {
         generation: u64,
@@ -94,7 +133,7 @@ pub enum GrabAnswer {
 }
 
 impl GrabAnswer {
-    /// `{0, gen}`.
+    /// `{0, gen}`, or `{0, gen, 1}` when the order id had a pending record already.
     pub const ACCEPTED: i64 = 0;
     /// `{1, gen}`.
     pub const SOLD_OUT: i64 = 1;
@@ -116,6 +155,7 @@ impl GrabAnswer {
         match reply.first().copied() {
             Some(Self::ACCEPTED) => Self::Accepted {
                 generation: generation(1),
+                id_in_use: reply.get(2) == Some(&1),
             },
             Some(Self::SOLD_OUT) => Self::SoldOut {
                 generation: generation(1),
@@ -298,7 +338,17 @@ mod tests {
         let decode = GrabAnswer::from_reply;
         assert_eq!(
             decode(&[GrabAnswer::ACCEPTED, 7]),
-            GrabAnswer::Accepted { generation: 7 }
+            GrabAnswer::Accepted {
+                generation: 7,
+                id_in_use: false
+            }
+        );
+        assert_eq!(
+            decode(&[GrabAnswer::ACCEPTED, 7, 1]),
+            GrabAnswer::Accepted {
+                generation: 7,
+                id_in_use: true
+            }
         );
         assert_eq!(
             decode(&[GrabAnswer::SOLD_OUT, 7]),
