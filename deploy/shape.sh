@@ -64,12 +64,17 @@ wait_for() {
   done
 }
 
-# The pid in pid file $1 when that process is alive.
+# True while process $1 runs (a zombie, dead but not yet reaped by its parent, does not).
+runs() { local stat; stat=$(cat "/proc/$1/stat" 2>/dev/null) && [[ ${stat##*) } != Z* ]]; }
+
+not_running() { ! runs "$1"; }
+
+# The pid in pid file $1 when that process runs.
 alive_pid() {
   local pid
   [ -f "$1" ] || return 1
   pid=$(cat "$1" 2>/dev/null) || return 1
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+  [ -n "$pid" ] && runs "$pid" && echo "$pid"
 }
 
 # `stop_pid FILE NAME`: SIGTERM, up to 10 s to exit, then SIGKILL.
@@ -78,7 +83,7 @@ stop_pid() {
   pid=$(alive_pid "$1") || return 0
   log "stopping $2 (pid $pid)"
   kill "$pid" 2>/dev/null || true
-  if ! wait_for 10 "$2 to exit" bash -c "! kill -0 $pid"; then
+  if ! wait_for 10 "$2 to exit" not_running "$pid"; then
     log "$2 (pid $pid) did not stop within 10 s: killing it"
     kill -9 "$pid" 2>/dev/null || true
   fi
