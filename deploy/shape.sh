@@ -275,7 +275,6 @@ EOF
   else
     common+=("HMDP_REDIS_URL=redis://127.0.0.1:${redis_ports[0]}")
   fi
-  # shellcheck disable=SC2046
   set -a; . "$secrets"; set +a
 
   log "schema (hmdp migrate) with $hmdp"

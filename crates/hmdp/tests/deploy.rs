@@ -465,7 +465,13 @@ async fn the_shape_keeps_every_order_through_an_instance_and_a_primary_dying() {
     }
     // The third wave: the Redis primary dies under it (when hmdp follows the Sentinels).
     let dies = (REDIS_MODE == "sentinel").then_some("primary");
+    let first_primary = shape.primary().await.0;
     told.extend(wave(2 * WAVE..3 * WAVE, dies).await);
+    if dies.is_some() {
+        let now = shape.primary().await.0;
+        assert_ne!(now, first_primary, "the Sentinels promoted a replica");
+        eprintln!("primary {first_primary} → {now}");
+    }
     eprintln!("sale over after {:?}", started.elapsed());
 
     // ---- what the buyers were told is what the database holds.
