@@ -110,7 +110,8 @@ mariadb_sql() {
   MYSQL_PWD=$DB_PASS mariadb --protocol=tcp -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" -e "$1"
 }
 
-# The hmdp binary: DEPLOY_HMDP_BIN, or the newest build of the repository this folder is in.
+# The hmdp binary: DEPLOY_HMDP_BIN, or a build of the repository this folder is in (release
+# before debug).
 find_hmdp() {
   if [ -n "${DEPLOY_HMDP_BIN:-}" ]; then
     [ -x "$DEPLOY_HMDP_BIN" ] || die "DEPLOY_HMDP_BIN=$DEPLOY_HMDP_BIN is not an executable"
