@@ -5,7 +5,7 @@
 #   scripts/test.sh -p hmdp    # extra arguments go to `cargo test`
 #
 # It makes sure what the tests need is there first: installs redis-server, mariadb-server,
-# rabbitmq-server, chromium + chromium-driver, and python3 + python3-venv + curl (for the
+# rabbitmq-server, nginx (the deploy/ shape's test), chromium + chromium-driver, and python3 + python3-venv + curl (for the
 # fuzzing) with apt-get when missing (as root, or through sudo), starts the servers when they
 # are not running, and creates a MariaDB account for the tests. Override the targets with
 # HMDP_TEST_REDIS_URL, HMDP_TEST_MYSQL_URL and HMDP_TEST_AMQP_URL to use servers of your own.
@@ -25,6 +25,8 @@ command -v mariadb >/dev/null || need_install+=(mariadb-client)
 if [ -z "${HMDP_TEST_AMQP_URL:-}" ]; then
   command -v rabbitmqctl >/dev/null || [ -x /usr/sbin/rabbitmqctl ] || need_install+=(rabbitmq-server)
 fi
+# The deploy test runs deploy/shape.sh: a private nginx in front of three instances.
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need_install+=(nginx)
 # The UI test drives Debian's headless Chromium over WebDriver (no browser downloads).
 command -v chromium >/dev/null || need_install+=(chromium)
 command -v chromedriver >/dev/null || need_install+=(chromium-driver)
