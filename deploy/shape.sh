@@ -23,8 +23,8 @@
 #   DEPLOY_MYSQL_URL     the MariaDB server, no database (mysql://root@127.0.0.1:3306)
 #   DEPLOY_DB_NAME       the database to create (hmdp_shape_B); it must not exist yet
 #   DEPLOY_REDIS         sentinel: hmdp finds the primary through the Sentinels (follows a
-#                        failover); primary: hmdp talks to the first primary directly (an hmdp
-#                        from before Sentinel support; a failover then leaves it behind)
+#                        failover); primary: hmdp talks to the first primary directly (a
+#                        failover then leaves it behind)
 #   DEPLOY_SENTINEL_MASTER  the name the Sentinels monitor (hmdp)
 #   DEPLOY_TRANSPORT     stream (orders through the Redis streams) or rabbitmq (a vhost made
 #                        with rabbitmqctl)

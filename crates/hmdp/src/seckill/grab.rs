@@ -34,13 +34,17 @@ impl Seckill {
             return Some(Refusal::UnknownVoucher);
         }
         let memory = self.memory.as_ref()?;
+        // A buyer first: one whose answer was lost and who asks again after the stock is gone
+        // is told about the order, not that the sale sold out.
+        if let Some(order) = memory.bought(voucher.get(), user.get()) {
+            self.stats.memory_duplicate.inc();
+            return Some(Refusal::Duplicate(Some(order)));
+        }
         if memory.sold_out(voucher.get()) {
             self.stats.memory_sold_out.inc();
             return Some(Refusal::SoldOut);
         }
-        let order = memory.bought(voucher.get(), user.get())?;
-        self.stats.memory_duplicate.inc();
-        Some(Refusal::Duplicate(Some(order)))
+        None
     }
 
     /// The decision in Redis (after [`Seckill::refusal_from_memory`] had none).

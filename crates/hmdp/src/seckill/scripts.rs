@@ -49,9 +49,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now < tonumber(v[2]) then return {{{not_started}}} end
 if now > tonumber(v[3]) then return {{{ended}}} end
 local gen = tonumber(v[6]) or 0
-if tonumber(v[1]) <= 0 then return {{{sold_out}, gen}} end
 local prior = redis.call('HGET', KEYS[2], ARGV[2])
 if prior then return {{{already_bought}, prior, gen}} end
+if tonumber(v[1]) <= 0 then return {{{sold_out}, gen}} end
 if v[5] and tonumber(v[5]) > 0 and redis.call('EXISTS', KEYS[2]) == 0 then return {{{not_loaded}}} end
 redis.call('HINCRBY', KEYS[1], '{FIELD_STOCK}', -1)
 redis.call('HINCRBY', KEYS[1], '{FIELD_SOLD}', 1)
