@@ -130,7 +130,9 @@ impl Publisher {
     /// Publishes one persistent, mandatory message per order to `hmdianping.direct` (and, with
     /// pay deadlines, one to the delay queue) and waits for the broker to confirm them all.
     /// Each order comes with the time the grab accepted it (its [`ACCEPTED_AT_HEADER`]) and
-    /// maybe its outbox entry ([`OUTBOX_HEADER`]).
+    /// maybe its outbox entry ([`OUTBOX_HEADER`]). The relay itself sends and settles
+    /// separately (several batches in flight); this is the one-batch form for tests and benches.
+    #[cfg(any(test, feature = "test-util"))]
     pub async fn publish(&self, orders: &[Outgoing]) -> Result<(), PublishError> {
         let sent = self.send(orders).await?;
         self.confirmed(sent).await

@@ -94,7 +94,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl RedisConn {
     /// Connects to `url`: one `redis://` URL for a single node, several comma-separated
-    /// for a cluster.
+    /// for a cluster (tests and benches; the service connects through its [`RedisTarget`]).
+    #[cfg(any(test, feature = "test-util"))]
     pub async fn connect(url: &str) -> redis::RedisResult<Self> {
         RedisTarget::from_url(url).connect().await
     }
