@@ -98,7 +98,7 @@ async fn refusals_are_repeated_from_memory_without_redis(backend: Backend) {
 
     // A reload with stock forgets both answers: the sold-out one at once, the buyer's until
     // the script confirms it (rebuilt from the database or the stream), then from memory again.
-    // Two in stock: with none left, the script answers "sold out" before "already bought".
+    // Two in stock, so `late` can buy again below.
     // The keys dropped, the warm-up a grab on another instance would run.
     lose_voucher_here(&app, voucher).await;
     raise_db_stock(&app, voucher, 2).await;
@@ -391,4 +391,42 @@ async fn a_sold_out_answer_older_than_a_reload_is_not_remembered() {
     }
     a.stop().await;
     Arc::into_inner(b).unwrap().stop().await;
+}
+
+/// A buyer who asks again after the stock is gone (their answer was lost, say) is told about
+/// their order, not that the sale sold out: by the script on an instance that never saw them,
+/// and from memory on the one that did, even once it remembers the sale sold out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buyer_asking_again_after_the_sell_out_is_told_about_the_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/shared.db", dir.path().display());
+    let a = spawn_with_config(
+        test_config(url.clone(), dir.path()),
+        Backend::Sqlite,
+        None,
+        dir,
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(url, dir.path());
+    config.redis_prefix = a.prefix.clone();
+    let b = spawn_with_config(config, Backend::Sqlite, None, dir).await;
+
+    let voucher = create_sale(&a, 1, -60, 3600).await;
+    let (buyer, late) = (a.login("13900000011").await, a.login("13900000012").await);
+    let order = order_id_of(&grab_raw(&a, voucher, &buyer).await.1).expect("the one unit");
+    let (_, body) = grab_raw(&a, voucher, &late).await;
+    assert_eq!(code_of(&body), "sold_out", "{body}");
+
+    // B never saw the buyer: the script answers, and it looks for the buyer first.
+    let (_, body) = grab_raw(&b, voucher, &buyer).await;
+    assert_eq!(code_of(&body), "duplicate_order", "{body}");
+    assert_eq!(prior_order_of(&body), Some(order), "{body}");
+
+    // A remembers both the buyer and the sale sold out: the buyer comes first.
+    let (_, body) = grab_raw(&a, voucher, &buyer).await;
+    assert_eq!(code_of(&body), "duplicate_order", "{body}");
+    assert_eq!(prior_order_of(&body), Some(order), "{body}");
+    a.stop().await;
+    b.stop().await;
 }
