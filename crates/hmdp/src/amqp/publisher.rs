@@ -297,6 +297,12 @@ impl Publisher {
         }
     }
 
+    /// Connects (and declares the topology) now rather than at the first batch, so that
+    /// `/health` tells a broker that cannot be reached before any order needs it.
+    pub(crate) async fn connect(&self) -> Result<(), PublishError> {
+        self.channel().await.map(drop)
+    }
+
     /// The current channel, connecting (and declaring the topology) first if there is none.
     async fn channel(&self) -> Result<(u64, Channel), PublishError> {
         let mut link = self.link.lock().await;

@@ -160,7 +160,11 @@ impl OrderWorker {
             let written = self.write_orders(items).await;
             // The written ones first, as the stream worker does: a conflict may share an id
             // whose pending record their acknowledgement deletes.
-            self.acknowledge(&written.done).await?;
+            // With nothing else of the batch left open, one acknowledgement settles it all.
+            let whole = written.conflicts.is_empty()
+                && written.failed.is_empty()
+                && written.outage.is_none();
+            self.acknowledge(&written.done, whole).await?;
             for (d, order, conflict) in &written.conflicts {
                 self.give_up(d, order, conflict).await?;
             }
@@ -207,28 +211,56 @@ impl OrderWorker {
         }
     }
 
-    /// After the commit: the pending records go (the status query finds the orders in the
-    /// database now), then the acknowledgement.
-    async fn acknowledge(&self, done: &[(Delivery, NewOrder)]) -> Result<(), AmqpError> {
+    /// After the commit: the pending records and the outbox entries go (the status query finds
+    /// the orders in the database now) while the broker is told. With `whole`, `done` is every
+    /// delivery of the channel still open (earlier batches are settled before a batch is
+    /// written), so one `basic.ack` with `multiple` settles them all: one settlement for the
+    /// broker's queue to log instead of one per order.
+    async fn acknowledge(
+        &self,
+        done: &[(Delivery, NewOrder)],
+        whole: bool,
+    ) -> Result<(), AmqpError> {
         if done.is_empty() {
             return Ok(());
         }
-        let del = self.forget_pending(done.iter().map(|(_, o)| o));
-        if let Err(e) = del.query_async::<i64>(&mut self.redis.clone()).await {
-            // Harmless: the status query reads the database too, and the records expire.
-            tracing::debug!(error = %e, "pending records of written orders not deleted");
-        }
-        if let Err(e) = self.release_outbox(done).await {
-            // Harmless too: a warm-up skips an entry whose order is in the database.
-            tracing::debug!(error = %e, "outbox entries of written orders not deleted");
-        }
-        // All handed to the connection at once: one at a time, each waited for its turn on the
-        // connection's I/O loop.
-        try_join_all(
-            done.iter()
-                .map(|(d, _)| d.acker.ack(BasicAckOptions::default())),
-        )
-        .await?;
+        let forget = async {
+            let del = self.forget_pending(done.iter().map(|(_, o)| o));
+            if let Err(e) = del.query_async::<i64>(&mut self.redis.clone()).await {
+                // Harmless: the status query reads the database too, and the records expire.
+                tracing::debug!(error = %e, "pending records of written orders not deleted");
+            }
+        };
+        let release = async {
+            if let Err(e) = self.release_outbox(done).await {
+                // Harmless too: a warm-up skips an entry whose order is in the database.
+                tracing::debug!(error = %e, "outbox entries of written orders not deleted");
+            }
+        };
+        let ack = async {
+            if whole {
+                let last = done
+                    .iter()
+                    .map(|(d, _)| d)
+                    .max_by_key(|d| d.delivery_tag)
+                    .expect("done is not empty");
+                last.acker
+                    .ack(BasicAckOptions { multiple: true })
+                    .await
+                    .map(drop)
+            } else {
+                // All handed to the connection at once: one at a time, each waited for its turn
+                // on the connection's I/O loop.
+                try_join_all(
+                    done.iter()
+                        .map(|(d, _)| d.acker.ack(BasicAckOptions::default())),
+                )
+                .await
+                .map(drop)
+            }
+        };
+        let ((), (), acked) = tokio::join!(forget, release, ack);
+        acked?;
         self.stats
             .observe_lag(done.iter().filter_map(|(d, _)| amqp::accepted_at_ms(d)));
         Ok(())

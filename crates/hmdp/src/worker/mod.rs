@@ -293,6 +293,12 @@ impl OrderWorker {
             // With RabbitMQ the shard loops are the relay: a consumer-only worker runs none.
             let rabbitmq = self.publisher.is_some();
             let role = self.settings.amqp_role;
+            if let Some(publisher) = self.publisher.clone().filter(|_| role.relays()) {
+                let mut stop = rx.clone();
+                tasks.push(tokio::spawn(async move {
+                    connect_relay(&publisher, &mut stop).await;
+                }));
+            }
             for shard in 0..self.settings.shards {
                 if rabbitmq && !role.relays() {
                     break;
@@ -329,5 +335,18 @@ impl OrderWorker {
             p.close().await;
         }
         tracing::info!("order worker stopped");
+    }
+}
+
+/// Connects the relay to the broker at start, retrying until it is there or the worker stops;
+/// the relay also connects on its own when it first has orders to send.
+async fn connect_relay(publisher: &Publisher, stop: &mut watch::Receiver<bool>) {
+    let mut backoff = run::FIRST_BACKOFF;
+    while let Err(e) = publisher.connect().await {
+        tracing::warn!(error = %e, retry_in = ?backoff, "order relay cannot reach RabbitMQ yet");
+        if run::sleep_or_stop(stop, backoff).await {
+            return;
+        }
+        backoff = (backoff * 2).min(run::MAX_BACKOFF);
     }
 }

@@ -148,6 +148,13 @@ async fn metric(app: &TestApp, name: &str) -> f64 {
 
 async fn sale_over_rabbitmq(backend: Backend) {
     let app = Arc::new(rabbit_app(backend, |_| {}).await);
+    // The relay connects at start: the broker is reported before any order needs it.
+    wait_until(
+        Duration::from_secs(20),
+        "health reports the broker before the first order",
+        async || app.get("/health", None).await.body["data"]["broker"] == "ok",
+    )
+    .await;
     let listener = Listener::bind(&app.amqp_url()).await;
     let voucher = create_sale(&app, 150, -60, 3600).await;
     let tokens = login_many(&app, 160).await;
@@ -184,6 +191,19 @@ async fn sale_over_rabbitmq(backend: Backend) {
     .await;
     let health = app.get("/health", None).await;
     assert_eq!(health.body["data"]["broker"], "ok", "{health:?}");
+    // Every order message was acknowledged: stopped, the service gives any it still held
+    // unacknowledged back to the queue.
+    let url = app.amqp_url();
+    let admin = Connection::connect(&url, ConnectionProperties::default())
+        .await
+        .unwrap();
+    let channel = admin.create_channel().await.unwrap();
+    Arc::into_inner(app).expect("the only handle").stop().await;
+    assert_eq!(
+        topology::depth(&channel, topology::QUEUE).await.unwrap(),
+        0,
+        "order messages left unacknowledged on {url}"
+    );
 }
 
 /// A voucher Redis loses while its orders wait in the queue is warmed up with them counted:
