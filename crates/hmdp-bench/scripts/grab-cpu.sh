@@ -9,6 +9,10 @@
 # 20,000 orders into the database, so the worker's share (reading the stream, the insert, the
 # acknowledgement) is counted too. Medians over the rounds are printed at the end.
 #   scripts/grab-cpu.sh [ROUNDS] NAME=HMDP_BINARY [NAME=HMDP_BINARY ...]
+# GRAB_FLOOR=1 also measures, in each round first, the grab's floor (`hmdp-bench floor
+# --grab-redis-url`): hyper answering each POST after one EVALSHA of hmdp's grab script through
+# hmdp's Redis connection, for 20,000 new buyers, with no session, ids, memory or worker; its
+# CPU is read once Redis holds its 20,000 orders.
 # PERF_BUILD=NAME PERF_DATA=FILE also records that build's first round with perf (cpu-clock,
 # 999 Hz, PERF_CALLS or -g).
 # Writes crates/hmdp-bench/results/grab-cpu.{txt,uptime}. Needs wrk (apt-get install wrk),
@@ -59,6 +63,12 @@ for build in "$@"; do
   PORT[$name]=$port DB[$name]=$data/hmdp.db
   port=$((port + 2))
 done
+if [ -n "${GRAB_FLOOR:-}" ]; then
+  "$B" floor --listen 127.0.0.1:$port --grab-redis-url $rurl > "$work/floor.log" 2>&1 &
+  pids+=($!) floor=$! floor_port=$port
+  until grep -q grabbing "$work/floor.log"; do sleep 0.1; done
+fi
+floor_orders() { redis-cli -p $rport xlen 'floor:seckill:{s0}:orders'; }
 # the orders of a voucher in a build's database
 orders() {
   python3 -c 'import sqlite3, sys
@@ -68,6 +78,26 @@ print(c.execute("select count(*) from tb_voucher_order where voucher_id = ?", (i
 uptime > "$R/grab-cpu.uptime"
 : > "$R/grab-cpu.txt"
 for round in $(seq "$ROUNDS"); do
+  if [ -n "${GRAB_FLOOR:-}" ]; then
+    sleep 1
+    before=$(floor_orders)
+    h0=$(ticks "$floor") r0=$(ticks "$redis") t0=$(date +%s.%N)
+    TOKENS=$work/${names[0]}/buyers wrk -t2 -c256 -d120s --latency -s "$HERE/wrk-once.lua" \
+      http://127.0.0.1:$floor_port/voucher-order/seckill/1 > "$work/wrk.out" &
+    wrk=$!
+    until [ "$(floor_orders)" -ge $((before + users)) ]; do sleep 0.05; done
+    h1=$(ticks "$floor") r1=$(ticks "$redis") t1=$(date +%s.%N)
+    kill -INT $wrk; wait $wrk || true
+    out=$(cat "$work/wrk.out")
+    once=$(grep '^once:' <<<"$out")
+    accepted=$(awk '{print $5}' <<<"$once")
+    echo "round $round grab-floor accepted=$accepted" \
+      "hmdp_us=$(python3 -c "print(f'{($h1 - $h0) / $hz * 1e6 / $accepted:.1f}')")" \
+      "redis_us=$(python3 -c "print(f'{($r1 - $r0) / $hz * 1e6 / $accepted:.1f}')")" \
+      "wall_s=$(python3 -c "print(f'{$t1 - $t0:.2f}')")" \
+      "req/s=$(awk '{print $NF}' <<<"$once") p99=$(awk '$1 == "99%" {print $2}' <<<"$out")" \
+      | tee -a "$R/grab-cpu.txt"
+  fi
   for n in "${names[@]}"; do
     port=${PORT[$n]} pid=${PID[$n]}
     voucher=$("$B" tokens --url http://127.0.0.1:$port --redis-url $rurl --redis-prefix $n: \
@@ -102,7 +132,7 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 uptime >> "$R/grab-cpu.uptime"
-python3 - "$R/grab-cpu.txt" "${names[@]}" <<'PY' | tee -a "$R/grab-cpu.txt"
+python3 - "$R/grab-cpu.txt" ${GRAB_FLOOR:+grab-floor} "${names[@]}" <<'PY' | tee -a "$R/grab-cpu.txt"
 import re, statistics, sys
 runs = {}
 for line in open(sys.argv[1]):

@@ -138,11 +138,16 @@ pub enum Scenario {
     /// What publishing to RabbitMQ with a confirm inside each request (the course's design)
     /// costs, against an XADD per request and the relay's confirmed batches.
     PublishCost(scenarios::publish::PublishArgs),
-    /// The bare server of the wrk comparison: every request answered `{"success":true}`.
+    /// The bare server of the wrk comparison: every request answered `{"success":true}`; with
+    /// `--grab-redis-url`, every POST runs hmdp's grab script once (the grab's own floor).
     Floor {
         /// Address to serve on.
         #[arg(long, default_value = "127.0.0.1:18094")]
         listen: std::net::SocketAddr,
+        /// The Redis whose sale each POST grabs from, through hmdp's own connection type and
+        /// script; other requests are answered 404.
+        #[arg(long)]
+        grab_redis_url: Option<String>,
     },
     /// Logs users in through the running hmdp of `--url`, writes their tokens one per line, and
     /// creates a flash-sale voucher (its id on stdout): the wrk comparison's set-up.
@@ -184,7 +189,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Scenario::Abuse(args) => scenarios::abuse::run(&cli, args).await?,
         Scenario::Close(args) => scenarios::close::run(&cli, args).await?,
         // The wrk comparison's pieces print no report (the floor runs until killed).
-        Scenario::Floor { listen } => return scenarios::floor::serve_floor(*listen).await,
+        Scenario::Floor {
+            listen,
+            grab_redis_url: None,
+        } => return scenarios::floor::serve_floor(*listen).await,
+        Scenario::Floor {
+            listen,
+            grab_redis_url: Some(url),
+        } => return scenarios::floor::serve_grab_floor(*listen, url).await,
         Scenario::Tokens { users, stock, out } => {
             return scenarios::floor::tokens(&cli, *users, *stock, out).await;
         }

@@ -68,7 +68,7 @@ pub mod order_life {
 
 /// The contract between the flash sale and the worker.
 pub mod order_stream {
-    pub use crate::order_stream::PendingRecord;
+    pub use crate::order_stream::{PENDING_TTL, PendingRecord};
 }
 
 /// The flash sale: its decision script and the voucher hash.

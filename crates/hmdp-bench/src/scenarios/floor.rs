@@ -4,14 +4,30 @@
 //! service's runtime (tokio's multi-threaded default) and accept loop settings (`TCP_NODELAY`,
 //! keep-alive), answering every request with the envelope `{"success":true}` and nothing else:
 //! no routing, no middleware, no session, no Redis. Whatever hmdp serves below it is what hmdp
-//! adds. `tokens` logs users in through a running hmdp and writes their session tokens, one per
+//! adds. The grab's floor (`--grab-redis-url`) adds to it the one thing an accepted grab cannot
+//! do without: each POST runs hmdp's grab script once, with the same keys and arguments,
+//! through hmdp's own Redis connection (`RedisConn`, a redis-rs `ConnectionManager`), for a
+//! new buyer of one sale with unlimited stock; no session, id generator, memory or worker. `tokens` logs users in through a running hmdp and writes their session tokens, one per
 //! line, for the wrk script that sends a random one with every request, as the pages do.
 
-use std::{convert::Infallible, net::SocketAddr, path::PathBuf};
+use std::{
+    convert::Infallible,
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicI64, Ordering},
+    },
+};
 
 use bytes::Bytes;
+use hmdp::testing::{
+    kv::{Keys, RedisConn},
+    order_stream::{PENDING_TTL, PendingRecord},
+    seckill::{GRAB, GrabAnswer, voucher_hash::Sale},
+};
 use http_body_util::Full;
-use hyper::{Response, server::conn::http1, service::service_fn};
+use hyper::{Method, Response, StatusCode, server::conn::http1, service::service_fn};
 use hyper_util::rt::TokioIo;
 
 use super::setup::{CodeSource, admin_token, create_users, create_voucher};
@@ -41,6 +57,98 @@ pub async fn serve_floor(listen: SocketAddr) -> anyhow::Result<()> {
                 .await;
         });
     }
+}
+
+/// The grab floor's sale: voucher 1 of shard 0, under this key prefix.
+const GRAB_PREFIX: &str = "floor:";
+const GRAB_VOUCHER: i64 = 1;
+
+/// Serves the grab's floor on `listen`: every POST grabs voucher [`GRAB_VOUCHER`] for a new
+/// buyer through the Redis at `redis_url`, everything else is a 404.
+pub async fn serve_grab_floor(listen: SocketAddr, redis_url: &str) -> anyhow::Result<()> {
+    let mut redis = RedisConn::connect(redis_url).await?;
+    let keys = Keys::new(GRAB_PREFIX);
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let sale = Sale {
+        stock: i64::MAX / 2,
+        begin_ms: now_ms - 60_000,
+        end_ms: now_ms + 365 * 24 * 3_600_000,
+        sold: 0,
+        generation: 1,
+    };
+    sale.load(&keys.seckill_voucher(0, GRAB_VOUCHER), &mut redis)
+        .await?;
+    GRAB.load_async(&mut redis).await?;
+    // Buyers and order ids of this process: new on every request, in every round.
+    let next = Arc::new(AtomicI64::new(now_ms * 1_000));
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    eprintln!("floor: grabbing through {redis_url} on http://{listen}");
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let _ = stream.set_nodelay(true);
+        let (redis, keys, next) = (redis.clone(), keys.clone(), next.clone());
+        tokio::spawn(async move {
+            let service = service_fn(|req: hyper::Request<hyper::body::Incoming>| {
+                let (mut redis, keys, next) = (redis.clone(), keys.clone(), next.clone());
+                async move {
+                    if req.method() != Method::POST {
+                        return Ok::<_, Infallible>(
+                            Response::builder()
+                                .status(StatusCode::NOT_FOUND)
+                                .body(Full::new(Bytes::new()))
+                                .expect("a fixed response"),
+                        );
+                    }
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    let body = match grab_once(&mut redis, &keys, n, n).await {
+                        Ok(GrabAnswer::Accepted { .. }) => {
+                            format!(r#"{{"success":true,"data":{n}}}"#)
+                        }
+                        Ok(answer) => format!(r#"{{"success":false,"errorMsg":"{answer:?}"}}"#),
+                        Err(e) => format!(r#"{{"success":false,"errorMsg":"{e}"}}"#),
+                    };
+                    Ok(Response::builder()
+                        .header("content-type", "application/json")
+                        .body(Full::new(Bytes::from(body)))
+                        .expect("a fixed response"))
+                }
+            });
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// One `EVALSHA` of the grab script with the keys and arguments hmdp sends for an accepted
+/// grab on one Redis node (the pending record as the fifth key).
+async fn grab_once(
+    redis: &mut RedisConn,
+    keys: &Keys,
+    user: i64,
+    order: i64,
+) -> redis::RedisResult<GrabAnswer> {
+    let record = PendingRecord {
+        user_id: user,
+        voucher_id: GRAB_VOUCHER,
+        failed: false,
+    };
+    redis::cmd("EVALSHA")
+        .arg(GRAB.get_hash())
+        .arg(5)
+        .arg(keys.seckill_voucher(0, GRAB_VOUCHER))
+        .arg(keys.seckill_buyers(0, GRAB_VOUCHER))
+        .arg(keys.seckill_stream(0))
+        .arg(keys.seckill_deadlines(0))
+        .arg(keys.seckill_pending(order))
+        .arg(GRAB_VOUCHER)
+        .arg(user)
+        .arg(order)
+        .arg(order / 1_000 + 900_000)
+        .arg(record.to_string())
+        .arg(PENDING_TTL.as_millis() as u64)
+        .query_async(redis)
+        .await
 }
 
 /// Logs `users` users in through the hmdp at `--url` (codes read from Redis under

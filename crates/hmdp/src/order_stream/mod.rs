@@ -139,7 +139,7 @@ pub(crate) async fn append(
 
 /// How long the owner and voucher of an accepted (or failed) order are kept for the status
 /// query.
-pub(crate) const PENDING_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+pub const PENDING_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// What `seckill:pending:{orderId}` holds until the order is written: `user:voucher`, or
 /// `user:voucher:failed` once the worker moved the order to the dead letters.
