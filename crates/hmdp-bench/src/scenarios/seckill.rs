@@ -142,8 +142,14 @@ async fn raw_pending_del(cli: &Cli, args: &SeckillArgs) -> anyhow::Result<(f64, 
 
 /// Where the drain's time went, from the worker's counters: batches, average batch size and
 /// the share spent inside database transactions (the rest is stream reads, acks, trims and
-/// waiting for the scheduler).
-fn worker_note(w: &WorkerStats, drain_secs: f64) -> String {
+/// waiting for the scheduler); for a backlog, also how long the worker took to write its first
+/// order (its start: connections, the broker's topology) and the rate from there on.
+fn worker_note(
+    w: &WorkerStats,
+    orders: u64,
+    drain_secs: f64,
+    first_write: Option<(u64, f64)>,
+) -> String {
     // The histogram's sum is only exposed through the exposition, as a scraper reads it.
     let mut registry = hmdp::testing::metrics::Registry::default();
     w.register(&mut registry);
@@ -153,13 +159,21 @@ fn worker_note(w: &WorkerStats, drain_secs: f64) -> String {
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or(f64::NAN);
     let (batches, persisted) = (w.batches.get(), w.persisted.get());
-    format!(
+    let mut note = format!(
         "worker: {batches} batches, {:.0} orders/batch, {:.3}s inside database transactions of {:.3}s drain ({:.0} %)",
         persisted as f64 / batches.max(1) as f64,
         db_secs,
         drain_secs,
         db_secs / drain_secs.max(1e-9) * 100.0
-    )
+    );
+    if let Some((written, first)) = first_write {
+        note += &format!(
+            "; first orders written after {:.0} ms, {:.0} orders/s from there",
+            first * 1e3,
+            orders.saturating_sub(written) as f64 / (drain_secs - first).max(1e-9)
+        );
+    }
+    note
 }
 
 /// The grab-to-row lag of every order the worker wrote, as a row whose latency columns are
@@ -274,8 +288,13 @@ impl Watch {
         Self { seen, stop, handle }
     }
 
-    /// Waits (up to `timeout`) until the count reached `target`; when it first did.
-    async fn until(self, target: u64, timeout: Duration) -> Option<Instant> {
+    /// Waits (up to `timeout`) until the count reached `target`; when it first did, and the
+    /// first count seen above zero with its time.
+    async fn until(
+        self,
+        target: u64,
+        timeout: Duration,
+    ) -> (Option<Instant>, Option<(u64, Instant)>) {
         let deadline = Instant::now() + timeout;
         let reached = loop {
             let (r, n) = {
@@ -294,7 +313,8 @@ impl Watch {
         eprint!("\r{:80}\r", "");
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = self.handle.await;
-        reached
+        let moved = self.seen.lock().expect("watch").first().copied();
+        (reached, moved)
     }
 }
 
@@ -436,8 +456,10 @@ async fn run_mode(
     let mut worker_stats: Option<Arc<WorkerStats>> =
         t.server.as_ref().and_then(|s| s.state.worker.clone());
     let mut drained = true;
+    // Backlog: the worker's first written orders, and the seconds from its start to them.
+    let mut first_write = None;
     if let Some(w) = live_watch {
-        match (w.until(accepted as u64, timeout).await, sale_start) {
+        match (w.until(accepted as u64, timeout).await.0, sale_start) {
             (Some(done), Some(first)) => {
                 drain = Some((accepted as u64, (done.max(first) - first).as_secs_f64()))
             }
@@ -461,8 +483,11 @@ async fn run_mode(
             let _ = rx.await;
         }));
         match w.until(accepted as u64, timeout).await {
-            Some(done) => drain = Some((accepted as u64, (done - start).as_secs_f64())),
-            None => drained = false,
+            (Some(done), moved) => {
+                drain = Some((accepted as u64, (done - start).as_secs_f64()));
+                first_write = moved.map(|(n, m)| (n, (m - start).as_secs_f64()));
+            }
+            (None, _) => drained = false,
         }
         let _ = tx.send(());
         let _ = handle.await;
@@ -555,7 +580,7 @@ async fn run_mode(
     }
     let lag = worker_stats.as_deref().and_then(lag_row);
     let worker_note = match (&worker_stats, drain) {
-        (Some(w), Some((_, secs))) => Some(worker_note(w, secs)),
+        (Some(w), Some((orders, secs))) => Some(worker_note(w, orders, secs, first_write)),
         _ => None,
     };
     Ok(ModeResult {

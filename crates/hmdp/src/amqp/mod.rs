@@ -2,7 +2,7 @@
 //!
 //! The course's last version of the flash sale hands accepted orders to RabbitMQ; this module
 //! holds what that takes, once: the names the course uses ([`topology`]), the message every
-//! order becomes ([`OrderMessage`], also its pay deadline's message in the delay queue), a
+//! order becomes ([`OrderMessage`], one per order), a
 //! [`Publisher`] that reports success only once the broker has confirmed every message, and the
 //! counters and gauges an operator watches ([`AmqpStats`]). The grab still appends each order to its Redis stream first (the outbox);
 //! the worker ([`crate::worker`]) relays stream entries through the publisher and consumes the

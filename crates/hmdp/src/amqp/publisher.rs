@@ -8,12 +8,10 @@
 //! ones await their confirms; the messages are queued on the connection without waiting for
 //! each to be written, in order.
 //!
-//! With pay deadlines on ([`Publisher::with_pay_deadlines`]) each order's deadline message goes
-//! to the delay queue in the same batch, just before the order's message and under the same
-//! confirms, so an order is never treated as relayed without its deadline: a relay killed
-//! mid-batch publishes the batch again (a second deadline message only closes an order already
-//! closed), and an order message that reached the writer unconfirmed had its deadline reach the
-//! broker first (the writer may delete the outbox entry a retry would need).
+//! One message per order: its pay deadline is not the broker's to keep. The grab script
+//! records it in the shard's deadline set in the step that accepts the order, on both
+//! transports (`order_life`); a deadline message per order beside it doubled what the broker
+//! stores, confirms and delivers per order, and the relay's drain showed it.
 
 use std::{
     pin::Pin,
@@ -67,17 +65,13 @@ pub struct Publisher {
     /// Held while a batch's messages are queued on the channel.
     sending: Mutex<()>,
     generations: AtomicU64,
-    /// With pay deadlines: the pay timeout, whose delay queue every order also goes to.
-    pay_timeout: Option<Duration>,
-    /// The name of that delay queue.
-    delay_queue: String,
 }
 
 /// A batch [`Publisher::send`] sent whose confirms are still to come.
 pub(crate) struct Unconfirmed {
     generation: u64,
     deadline: Instant,
-    confirms: Vec<(PublisherConfirm, bool)>,
+    confirms: Vec<PublisherConfirm>,
 }
 
 /// One `basic_publish`, polled once: lapin numbers the message and queues its frames at the
@@ -110,25 +104,11 @@ impl Publisher {
             link: Mutex::new(None),
             sending: Mutex::new(()),
             generations: AtomicU64::new(0),
-            pay_timeout: None,
-            delay_queue: String::new(),
         }
     }
 
-    /// Also publishes every order's pay deadline: a copy of its message (persistent,
-    /// `message_id` the order id) into the delay queue of `pay_timeout`
-    /// ([`topology::delay_queue`]), whence the broker dead-letters it into the close queue once
-    /// `pay_timeout` has passed. Published when the order is relayed, it closes at relay time
-    /// plus the timeout: at or after the deadline, which counts from the order id's second,
-    /// never later than the grab.
-    pub fn with_pay_deadlines(mut self, pay_timeout: Duration) -> Self {
-        self.delay_queue = topology::delay_queue(pay_timeout);
-        self.pay_timeout = Some(pay_timeout);
-        self
-    }
-
-    /// Publishes one persistent, mandatory message per order to `hmdianping.direct` (and, with
-    /// pay deadlines, one to the delay queue) and waits for the broker to confirm them all.
+    /// Publishes one persistent, mandatory message per order to `hmdianping.direct` and waits
+    /// for the broker to confirm them all.
     /// Each order comes with the time the grab accepted it (its [`ACCEPTED_AT_HEADER`]) and
     /// maybe its outbox entry ([`OUTBOX_HEADER`]). The relay itself sends and settles
     /// separately (several batches in flight); this is the one-batch form for tests and benches.
@@ -190,21 +170,21 @@ impl Publisher {
     }
 
     /// Queues the batch's messages on `channel`, in order, and waits until the connection has
-    /// written them all; returns each message's confirm (and whether it is a deadline's).
+    /// written them all; returns each message's confirm.
     async fn send_on(
         &self,
         channel: &Channel,
         orders: &[Outgoing],
-    ) -> Result<Vec<(PublisherConfirm, bool)>, PublishError> {
+    ) -> Result<Vec<PublisherConfirm>, PublishError> {
         let bodies: Vec<Vec<u8>> = orders
             .iter()
             .map(|o| OrderMessage::body(&o.order))
             .collect();
-        let mut writes = Vec::with_capacity(orders.len() * 2);
+        let mut writes = Vec::with_capacity(orders.len());
         {
-            // One batch at a time on the channel: its messages stay together, each deadline
-            // just before its order, and each takes the confirm number lapin expects (lapin
-            // numbers a message and queues its frames under two separate locks).
+            // One batch at a time on the channel: its messages stay together, and each takes
+            // the confirm number lapin expects (lapin numbers a message and queues its frames
+            // under two separate locks).
             let _sending = self.sending.lock().await;
             for (
                 Outgoing {
@@ -226,21 +206,6 @@ impl Publisher {
                         AMQPValue::LongString(entry.as_str().into()),
                     );
                 }
-                // The deadline first: once the writer has an order message it may commit the
-                // order and delete its outbox entry, after which no retry of the relay would
-                // publish the deadline. A channel's messages reach the broker in the order
-                // they are queued, so an order message that got there unconfirmed had its
-                // deadline get there before it.
-                if self.pay_timeout.is_some() {
-                    let publish = channel.basic_publish(
-                        "".into(),
-                        self.delay_queue.as_str().into(),
-                        mandatory(),
-                        body,
-                        order_properties(order.id),
-                    );
-                    writes.push((queued(Box::pin(publish)).await, true));
-                }
                 let properties = order_properties(order.id).with_headers(headers);
                 let publish = channel.basic_publish(
                     topology::EXCHANGE.into(),
@@ -249,31 +214,26 @@ impl Publisher {
                     body,
                     properties,
                 );
-                writes.push((queued(Box::pin(publish)).await, false));
+                writes.push(queued(Box::pin(publish)).await);
             }
         }
         let mut confirms = Vec::with_capacity(writes.len());
-        for (mut write, deadline) in writes {
+        for mut write in writes {
             (&mut write).await;
             let confirm = Pin::new(&mut write)
                 .take_output()
                 .expect("a finished write has its output")?;
-            if !deadline {
-                self.stats.published.inc();
-            }
-            confirms.push((confirm, deadline));
+            self.stats.published.inc();
+            confirms.push(confirm);
         }
         Ok(confirms)
     }
 
     /// Waits for a batch's confirms, counting each.
-    async fn confirms(&self, confirms: Vec<(PublisherConfirm, bool)>) -> Result<(), PublishError> {
+    async fn confirms(&self, confirms: Vec<PublisherConfirm>) -> Result<(), PublishError> {
         let (mut returned, mut nacked, mut why) = (0, 0, String::new());
-        for (confirm, deadline) in confirms {
+        for confirm in confirms {
             match confirm.await? {
-                Confirmation::Ack(None) if deadline => {
-                    self.stats.deadlines_confirmed.inc();
-                }
                 Confirmation::Ack(None) => {
                     self.stats.confirmed.inc();
                 }
@@ -321,9 +281,6 @@ impl Publisher {
                 .confirm_select(ConfirmSelectOptions::default())
                 .await?;
             topology::declare(&channel).await?;
-            if let Some(pay_timeout) = self.pay_timeout {
-                topology::declare_deadlines(&channel, pay_timeout).await?;
-            }
             Ok::<_, PublishError>(channel)
         })
         .await;

@@ -14,8 +14,6 @@ pub struct AmqpStats {
     pub published: Counter,
     /// Messages the broker confirmed (acked, routed to at least one queue).
     pub confirmed: Counter,
-    /// Pay-deadline messages the broker confirmed into the delay queue.
-    pub deadlines_confirmed: Counter,
     /// Messages the broker returned as unroutable (no queue bound): retried.
     pub returned: Counter,
     /// Messages the broker refused (nacked): retried.
@@ -72,11 +70,6 @@ impl AmqpStats {
                 "hmdp_amqp_confirmed",
                 "Order messages the broker confirmed",
                 &self.confirmed,
-            ),
-            (
-                "hmdp_amqp_deadlines_confirmed",
-                "Pay-deadline messages the broker confirmed into the delay queue",
-                &self.deadlines_confirmed,
             ),
             (
                 "hmdp_amqp_returned",

@@ -5,9 +5,11 @@
 //! service) is refused by the broker with `PRECONDITION_FAILED`, which the start-up check
 //! reports in one line.
 //!
-//! Pay deadlines travel the broker's way ([`declare_deadlines`]): the relay puts one message per
-//! order into a delay queue whose per-queue TTL is the pay timeout; when it expires the broker
-//! dead-letters it into the close queue, which the worker's closer consumes. All of them are
+//! The broker's way of closing orders ([`declare_deadlines`]): a message in a delay queue whose
+//! per-queue TTL is the pay timeout is dead-lettered, when it expires, into the close queue,
+//! which the worker's closer consumes. Earlier versions sent every order's deadline this way
+//! (one more message per order); the grab script's deadline set keeps them now, and the closer
+//! drains what is left. All of them are
 //! quorum queues whose dead-lettering is at-least-once (RabbitMQ 3.10 and later): the broker
 //! keeps an expired message in its delay queue until the close queue has confirmed it, so a
 //! broker crash mid-transfer duplicates a deadline at worst (closing is idempotent), never

@@ -52,8 +52,8 @@ impl VoucherOrderStatus {
 }
 
 /// When an unpaid order closes, in ms since the epoch: the second its id was issued (ids carry
-/// it, `hmdp_id::decode`) plus the pay timeout. Derived, never stored: the grab's deadline entry,
-/// the delay queue and every answer's `payDeadlineMillis` agree by construction.
+/// it, `hmdp_id::decode`) plus the pay timeout. Derived, never stored: the grab's deadline entry
+/// and every answer's `payDeadlineMillis` agree by construction.
 pub(crate) fn pay_deadline_ms(order_id: i64, timeout: std::time::Duration) -> i64 {
     let (issued_secs, _) = hmdp_id::decode(order_id);
     issued_secs * 1000 + timeout.as_millis() as i64

@@ -14,7 +14,6 @@ use crate::{
     kv::{Keys, RedisConn},
     order_stream::{self, PendingRecord},
     storage::orders::{self, NewOrder, SyncOutcome},
-    worker::OrderTransport,
 };
 
 /// How long a grab keeps warming a voucher that Redis keeps losing before it gives up (with a
@@ -112,13 +111,7 @@ impl Seckill {
         let shard = self.shard(voucher);
         let mut redis = self.redis.clone();
         let started = Instant::now();
-        // On the RabbitMQ transport the relay's delay message keeps the deadline instead.
-        let deadline = match self.settings.transport {
-            OrderTransport::Stream => {
-                pay_deadline_ms(order_id, self.settings.pay_timeout).to_string()
-            }
-            OrderTransport::RabbitMq => String::new(),
-        };
+        let deadline = pay_deadline_ms(order_id, self.settings.pay_timeout);
         let mut grab = scripts::evalsha(&scripts::GRAB, if pending.is_some() { 5 } else { 4 });
         grab.arg(self.keys.seckill_voucher(shard, voucher.get()))
             .arg(self.keys.seckill_buyers(shard, voucher.get()))
@@ -130,7 +123,7 @@ impl Seckill {
         grab.arg(voucher.get())
             .arg(user.get())
             .arg(order_id)
-            .arg(&deadline);
+            .arg(deadline);
         if let Some(record) = pending {
             grab.arg(record.to_string())
                 .arg(order_stream::PENDING_TTL.as_millis() as u64);

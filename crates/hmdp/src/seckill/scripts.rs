@@ -22,9 +22,8 @@ use crate::order_stream;
 /// KEYS: voucher hash, buyers hash (user id → order id), order stream, the shard's pay
 /// deadlines (sorted set), and optionally the order's pending record
 /// (`seckill:pending:<order id>`; never on a cluster, where it is in another slot).
-/// ARGV: voucher id, user id, order id, the order's pay deadline in ms (empty: none here, the
-/// RabbitMQ transport's delay queue keeps it), then with the pending record its value and
-/// lifetime in ms.
+/// ARGV: voucher id, user id, order id, the order's pay deadline in ms, then with the pending
+/// record its value and lifetime in ms.
 /// Answers `{code, …}`, decoded by [`GrabAnswer`]: accepted (stock taken, buyer recorded with
 /// the order, order appended to the stream with the [`order_stream`] fields and its deadline
 /// to the deadlines, in the one atomic step: no accepted order lacks a deadline), sold out,
@@ -57,7 +56,7 @@ redis.call('HINCRBY', KEYS[1], '{FIELD_STOCK}', -1)
 redis.call('HINCRBY', KEYS[1], '{FIELD_SOLD}', 1)
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('XADD', KEYS[3], '*', '{order}', ARGV[3], '{user}', ARGV[2], '{voucher}', ARGV[1])
-if ARGV[4] ~= '' then redis.call('ZADD', KEYS[4], ARGV[4], ARGV[3]) end
+redis.call('ZADD', KEYS[4], ARGV[4], ARGV[3])
 if KEYS[5] and not redis.call('SET', KEYS[5], ARGV[5], 'PX', ARGV[6], 'NX') then
   return {{{accepted}, gen, 1}}
 end

@@ -1,7 +1,9 @@
-//! The closer of the RabbitMQ transport: consumes `hmdp.order.close`, where the broker
-//! dead-letters each order's pay-deadline message once the delay queue's TTL has passed, and
-//! closes those orders ([`OrderLife::close`]: one conditional update, the unit back to the
-//! database and to Redis, idempotent).
+//! The broker's closer on the RabbitMQ transport: consumes `hmdp.order.close`, where the broker
+//! dead-letters a pay-deadline message once the delay queue's TTL has passed, and closes those
+//! orders ([`OrderLife::close`]: one conditional update, the unit back to the database and to
+//! Redis, idempotent). The relay no longer publishes such messages (the grab script records
+//! every deadline, on both transports, and `order_life`'s closer keeps them): this drains what
+//! earlier versions left in the delay queue, and any close another service sends the same way.
 //!
 //! Every message is acknowledged only once its deadline is settled: the order closed (or found
 //! paid, cancelled, ...), or dropped because neither the order nor its pending record exists

@@ -5,11 +5,11 @@
 //! lists the failures it survives and how.
 //!
 //! With `HMDP_ORDER_TRANSPORT=rabbitmq` the same shard loops relay the entries to RabbitMQ
-//! instead (acknowledged after the broker's confirm of the order and of its pay deadline, with
-//! several batches in flight: `relay.rs`), a
-//! queue consumer (`consume.rs`) writes the queue into the database with the same batches,
-//! stock guard and order statuses, and a closer (`close.rs`) closes the orders whose deadline
-//! the broker hands back unpaid.
+//! instead (acknowledged after the broker's confirm, with several batches in flight:
+//! `relay.rs`), and a queue consumer (`consume.rs`) writes the queue into the database with the
+//! same batches, stock guard and order statuses. Pay deadlines are the grab script's on both
+//! transports (`order_life`'s closer); `close.rs` still closes what earlier versions left in the
+//! broker's delay queue.
 
 mod close;
 mod consume;
@@ -183,15 +183,12 @@ impl OrderWorker {
             rabbitmq && settings.amqp_role.consumes(),
         );
         let publisher = rabbitmq.then(|| {
-            Arc::new(
-                Publisher::new(
-                    &settings.amqp_url,
-                    &format!("hmdp relay {consumer}"),
-                    settings.confirm_timeout,
-                    amqp.clone(),
-                )
-                .with_pay_deadlines(settings.pay_timeout),
-            )
+            Arc::new(Publisher::new(
+                &settings.amqp_url,
+                &format!("hmdp relay {consumer}"),
+                settings.confirm_timeout,
+                amqp.clone(),
+            ))
         });
         Self {
             publisher,
@@ -307,8 +304,7 @@ impl OrderWorker {
                 let rx = rx.clone();
                 tasks.push(tokio::spawn(async move { me.run_shard(shard, rx).await }));
             }
-            // The deadlines the grab script (and `sync` mode) records; on the RabbitMQ
-            // transport there are none but `sync` mode's (the relay's go to the broker).
+            // The deadlines the grab script (and `sync` mode) records, on both transports.
             if let Some(life) = self.life.clone() {
                 let rx = rx.clone();
                 tasks.push(tokio::spawn(async move { life.run_closer(rx).await }));
@@ -317,7 +313,8 @@ impl OrderWorker {
                 let me = self.clone();
                 let stop = rx.clone();
                 tasks.push(tokio::spawn(async move { me.consume_until(stop).await }));
-                // The relay's pay deadlines, dead-lettered into the close queue.
+                // Pay-deadline messages earlier versions put in the delay queue, dead-lettered
+                // into the close queue as they fall due.
                 if let Some(life) = self.life.clone() {
                     let me = self.clone();
                     let rx = rx.clone();

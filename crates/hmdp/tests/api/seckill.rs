@@ -575,7 +575,7 @@ async fn a_repeated_order_id_never_replaces_another_buyers_order(backend: Backen
         .arg(voucher)
         .arg(second_id)
         .arg(id)
-        .arg("")
+        .arg(i64::MAX)
         .arg(record.to_string())
         .arg(60_000)
         .invoke_async(&mut app.redis().await)
