@@ -85,7 +85,11 @@ for round in $(seq "$ROUNDS"); do
     TOKENS=$work/${names[0]}/buyers wrk -t2 -c256 -d120s --latency -s "$HERE/wrk-once.lua" \
       http://127.0.0.1:$floor_port/voucher-order/seckill/1 > "$work/wrk.out" &
     wrk=$!
-    until [ "$(floor_orders)" -ge $((before + users)) ]; do sleep 0.05; done
+    give_up=$((SECONDS + 120))
+    until [ "$(floor_orders)" -ge $((before + users)) ]; do
+      [ $SECONDS -lt $give_up ] || { echo "the floor did not take its orders:" >&2; cat "$work/wrk.out" >&2; exit 1; }
+      sleep 0.05
+    done
     h1=$(ticks "$floor") r1=$(ticks "$redis") t1=$(date +%s.%N)
     kill -INT $wrk; wait $wrk || true
     out=$(cat "$work/wrk.out")
@@ -115,7 +119,11 @@ for round in $(seq "$ROUNDS"); do
     TOKENS=$work/$n/buyers wrk -t2 -c256 -d120s --latency -s "$HERE/wrk-once.lua" \
       http://127.0.0.1:$port/voucher-order/seckill/$voucher > "$work/wrk.out" &
     wrk=$!
-    until [ "$(orders "${DB[$n]}" "$voucher")" -ge "$users" ]; do sleep 0.05; done
+    give_up=$((SECONDS + 120))
+    until [ "$(orders "${DB[$n]}" "$voucher")" -ge "$users" ]; do
+      [ $SECONDS -lt $give_up ] || { echo "$n did not write its orders:" >&2; cat "$work/wrk.out" >&2; exit 1; }
+      sleep 0.05
+    done
     h1=$(ticks "$pid") r1=$(ticks "$redis") t1=$(date +%s.%N)
     kill -INT $wrk; wait $wrk || true
     [ -z "$perf" ] || { kill -INT $perf; wait $perf || true; }

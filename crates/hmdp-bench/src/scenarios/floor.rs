@@ -70,7 +70,8 @@ pub async fn serve_grab_floor(listen: SocketAddr, redis_url: &str) -> anyhow::Re
     let keys = Keys::new(GRAB_PREFIX);
     let now_ms = chrono::Utc::now().timestamp_millis();
     let sale = Sale {
-        stock: i64::MAX / 2,
+        // Far more than any run grabs, and exact as a Lua number (the load script passes it).
+        stock: 1_000_000_000,
         begin_ms: now_ms - 60_000,
         end_ms: now_ms + 365 * 24 * 3_600_000,
         sold: 0,
