@@ -7,7 +7,7 @@
 //! are confirmed and every batch sent before it has been settled. When a batch fails, it and
 //! every batch sent after it are held and published again, confirmed or not, so nothing is
 //! acknowledged ahead of a batch that may be lost; a repeat is harmless (the consumer's insert
-//! is idempotent, a second deadline closes nothing). A relay that dies with batches in flight
+//! is idempotent). A relay that dies with batches in flight
 //! leaves their entries pending, to be read again by its successor.
 
 use std::collections::VecDeque;
