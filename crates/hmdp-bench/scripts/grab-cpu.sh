@@ -75,32 +75,46 @@ orders() {
 c = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True, timeout=10)
 print(c.execute("select count(*) from tb_voucher_order where voucher_id = ?", (int(sys.argv[2]),)).fetchone()[0])' "$1" "$2"
 }
+# One measured load: each token of TOKENS_FILE grabs once at URL (wrk -t2 -c256, wrk-once.lua),
+# until the command in the remaining arguments succeeds (the orders taken); prints and records
+# the CPU of PID and of redis-server per accepted grab. `perf`, when set, is stopped with it.
+measure() { # NAME PID TOKENS_FILE URL CHECK...
+  local name=$1 pid=$2 tokens=$3 url=$4 h0 r0 t0 h1 r1 t1 wrk out once accepted requests give_up
+  shift 4
+  h0=$(ticks "$pid") r0=$(ticks "$redis") t0=$(date +%s.%N)
+  # wrk sleeps its whole -d even once every thread has stopped: it is interrupted (and then
+  # prints its summary) as soon as the orders are taken.
+  TOKENS=$tokens wrk -t2 -c256 -d120s --latency -s "$HERE/wrk-once.lua" "$url" > "$work/wrk.out" &
+  wrk=$!
+  give_up=$((SECONDS + 120))
+  until "$@"; do
+    [ $SECONDS -lt $give_up ] || { echo "$name did not take its orders:" >&2; cat "$work/wrk.out" >&2; exit 1; }
+    sleep 0.05
+  done
+  h1=$(ticks "$pid") r1=$(ticks "$redis") t1=$(date +%s.%N)
+  kill -INT $wrk; wait $wrk || true
+  [ -z "${perf:-}" ] || { kill -INT $perf; wait $perf || true; }
+  out=$(cat "$work/wrk.out")
+  once=$(grep '^once:' <<<"$out")
+  accepted=$(awk '{print $5}' <<<"$once")
+  requests=$(awk '/requests in/ {print $1}' <<<"$out")
+  echo "round $round $name accepted=$accepted requests=$requests" \
+    "hmdp_us=$(python3 -c "print(f'{($h1 - $h0) / $hz * 1e6 / $accepted:.1f}')")" \
+    "redis_us=$(python3 -c "print(f'{($r1 - $r0) / $hz * 1e6 / $accepted:.1f}')")" \
+    "wall_s=$(python3 -c "print(f'{$t1 - $t0:.2f}')")" \
+    "req/s=$(awk '{print $NF}' <<<"$once") p99=$(awk '$1 == "99%" {print $2}' <<<"$out")" \
+    | tee -a "$R/grab-cpu.txt"
+}
+floor_taken() { [ "$(floor_orders)" -ge $((floor_before + users)) ]; }
+build_written() { [ "$(orders "${DB[$n]}" "$voucher")" -ge "$users" ]; }
 uptime > "$R/grab-cpu.uptime"
 : > "$R/grab-cpu.txt"
 for round in $(seq "$ROUNDS"); do
   if [ -n "${GRAB_FLOOR:-}" ]; then
     sleep 1
-    before=$(floor_orders)
-    h0=$(ticks "$floor") r0=$(ticks "$redis") t0=$(date +%s.%N)
-    TOKENS=$work/${names[0]}/buyers wrk -t2 -c256 -d120s --latency -s "$HERE/wrk-once.lua" \
-      http://127.0.0.1:$floor_port/voucher-order/seckill/1 > "$work/wrk.out" &
-    wrk=$!
-    give_up=$((SECONDS + 120))
-    until [ "$(floor_orders)" -ge $((before + users)) ]; do
-      [ $SECONDS -lt $give_up ] || { echo "the floor did not take its orders:" >&2; cat "$work/wrk.out" >&2; exit 1; }
-      sleep 0.05
-    done
-    h1=$(ticks "$floor") r1=$(ticks "$redis") t1=$(date +%s.%N)
-    kill -INT $wrk; wait $wrk || true
-    out=$(cat "$work/wrk.out")
-    once=$(grep '^once:' <<<"$out")
-    accepted=$(awk '{print $5}' <<<"$once")
-    echo "round $round grab-floor accepted=$accepted" \
-      "hmdp_us=$(python3 -c "print(f'{($h1 - $h0) / $hz * 1e6 / $accepted:.1f}')")" \
-      "redis_us=$(python3 -c "print(f'{($r1 - $r0) / $hz * 1e6 / $accepted:.1f}')")" \
-      "wall_s=$(python3 -c "print(f'{$t1 - $t0:.2f}')")" \
-      "req/s=$(awk '{print $NF}' <<<"$once") p99=$(awk '$1 == "99%" {print $2}' <<<"$out")" \
-      | tee -a "$R/grab-cpu.txt"
+    floor_before=$(floor_orders) perf=""
+    measure grab-floor "$floor" "$work/${names[0]}/buyers" \
+      http://127.0.0.1:$floor_port/voucher-order/seckill/1 floor_taken
   fi
   for n in "${names[@]}"; do
     port=${PORT[$n]} pid=${PID[$n]}
@@ -113,30 +127,8 @@ for round in $(seq "$ROUNDS"); do
       perf=$!
       sleep 0.5
     fi
-    h0=$(ticks "$pid") r0=$(ticks "$redis") t0=$(date +%s.%N)
-    # wrk sleeps its whole -d even once every thread has stopped: it is interrupted (and then
-    # prints its summary) as soon as the orders are in the database.
-    TOKENS=$work/$n/buyers wrk -t2 -c256 -d120s --latency -s "$HERE/wrk-once.lua" \
-      http://127.0.0.1:$port/voucher-order/seckill/$voucher > "$work/wrk.out" &
-    wrk=$!
-    give_up=$((SECONDS + 120))
-    until [ "$(orders "${DB[$n]}" "$voucher")" -ge "$users" ]; do
-      [ $SECONDS -lt $give_up ] || { echo "$n did not write its orders:" >&2; cat "$work/wrk.out" >&2; exit 1; }
-      sleep 0.05
-    done
-    h1=$(ticks "$pid") r1=$(ticks "$redis") t1=$(date +%s.%N)
-    kill -INT $wrk; wait $wrk || true
-    [ -z "$perf" ] || { kill -INT $perf; wait $perf || true; }
-    out=$(cat "$work/wrk.out")
-    once=$(grep '^once:' <<<"$out")
-    accepted=$(awk '{print $5}' <<<"$once")
-    requests=$(awk '/requests in/ {print $1}' <<<"$out")
-    echo "round $round $n accepted=$accepted requests=$requests" \
-      "hmdp_us=$(python3 -c "print(f'{($h1 - $h0) / $hz * 1e6 / $accepted:.1f}')")" \
-      "redis_us=$(python3 -c "print(f'{($r1 - $r0) / $hz * 1e6 / $accepted:.1f}')")" \
-      "wall_s=$(python3 -c "print(f'{$t1 - $t0:.2f}')")" \
-      "req/s=$(awk '{print $NF}' <<<"$once") p99=$(awk '$1 == "99%" {print $2}' <<<"$out")" \
-      | tee -a "$R/grab-cpu.txt"
+    measure "$n" "$pid" "$work/$n/buyers" \
+      http://127.0.0.1:$port/voucher-order/seckill/$voucher build_written
   done
 done
 uptime >> "$R/grab-cpu.uptime"
