@@ -35,6 +35,9 @@ use redis::aio::ConnectionLike;
 
 use crate::Result;
 
+/// Between two attempts to subscribe again after the subscription broke.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
+
 /// Size and lifetime of the L1.
 ///
 /// ```
@@ -182,6 +185,7 @@ impl<V: Clone + Send + Sync + 'static> InvalidatedCache<V> {
         let tombstones = Tombstones::new(capacity);
         // Subscribe before returning, so no invalidation published after start is missed.
         let subscriber: Arc<dyn PubSubSource> = Arc::new(subscriber);
+        let moved = subscriber.moved();
         let mut pubsub = subscriber.pubsub().await?;
         pubsub.subscribe(&channel).await?;
         let task_cache = cache.clone();
@@ -190,6 +194,7 @@ impl<V: Clone + Send + Sync + 'static> InvalidatedCache<V> {
         let handle = tokio::spawn(async move {
             listen(
                 pubsub,
+                moved,
                 subscriber,
                 task_channel,
                 task_cache,
@@ -277,27 +282,48 @@ fn drop_all<V: Clone>(cache: &Entries<V>, tombstones: &Tombstones) {
     cache.clear();
 }
 
+/// Listens on `pubsub` until it breaks or `moved` (see [`PubSubSource::moved`]) resolves.
 async fn listen<V: Clone + Send + Sync + 'static>(
     mut pubsub: redis::aio::PubSub,
+    mut moved: futures_util::future::BoxFuture<'static, ()>,
     client: Arc<dyn PubSubSource>,
     channel: String,
     cache: Entries<V>,
     tombstones: Tombstones,
 ) {
     loop {
-        {
+        let followed = {
             let mut messages = pubsub.on_message();
-            while let Some(msg) = messages.next().await {
-                if let Ok(key) = msg.get_payload::<String>() {
-                    drop_key(&cache, &tombstones, &key);
+            loop {
+                tokio::select! {
+                    msg = messages.next() => match msg {
+                        Some(msg) => {
+                            if let Ok(key) = msg.get_payload::<String>() {
+                                drop_key(&cache, &tombstones, &key);
+                            }
+                        }
+                        None => break false,
+                    },
+                    () = &mut moved => break true,
                 }
             }
-        }
-        // The subscription broke: anything may have changed meanwhile.
+        };
+        // The subscription broke or went stale: anything may have changed meanwhile.
         drop_all(&cache, &tombstones);
-        tracing::warn!(%channel, "invalidation subscription lost; cache cleared, reconnecting");
+        if followed {
+            tracing::info!(%channel, "the Redis primary moved; cache cleared, the invalidation subscription follows it");
+        } else {
+            tracing::warn!(%channel, "invalidation subscription lost; cache cleared, reconnecting");
+        }
+        let mut pause = if followed {
+            Duration::ZERO
+        } else {
+            RECONNECT_PAUSE
+        };
         loop {
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            tokio::time::sleep(pause).await;
+            pause = RECONNECT_PAUSE;
+            moved = client.moved();
             match client.pubsub().await {
                 Ok(mut p) => {
                     if p.subscribe(&channel).await.is_ok() {

@@ -27,6 +27,14 @@ use tokio::sync::{Notify, mpsc, oneshot};
 pub trait PubSubSource: Send + Sync + 'static {
     /// A new pub/sub connection.
     fn pubsub(&self) -> BoxFuture<'_, redis::RedisResult<redis::aio::PubSub>>;
+
+    /// Resolves once a connection that [`PubSubSource::pubsub`] opens after this call is stale:
+    /// the writes (and so the publishes) have moved to another server, and a subscriber still
+    /// on the old one would hear nothing more. The subscriber then makes a new connection. The
+    /// default never resolves: a plain client's server does not move.
+    fn moved(&self) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::pending())
+    }
 }
 
 impl PubSubSource for redis::Client {
@@ -199,6 +207,7 @@ async fn run(
 ) {
     let mut backoff = Duration::from_millis(50);
     loop {
+        let mut moved = client.moved();
         let connected = tokio::time::timeout(SUBSCRIBE_TIMEOUT, client.pubsub()).await;
         let pubsub = match connected {
             Ok(Ok(p)) => p,
@@ -275,6 +284,10 @@ async fn run(
                     Some(msg) => shared.bump(msg.get_channel_name()),
                     None => healthy = false,
                 },
+                () = &mut moved => {
+                    tracing::info!("the Redis primary moved; the lock subscriber follows it");
+                    healthy = false;
+                }
             }
         }
         tracing::warn!("lock subscriber connection lost; reconnecting");

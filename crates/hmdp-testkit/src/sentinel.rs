@@ -79,6 +79,20 @@ impl SentinelSet {
             .kill();
     }
 
+    /// Asks a Sentinel for a planned failover (`SENTINEL FAILOVER`): a replica is promoted
+    /// while the primary keeps running, and the primary is made its replica afterwards.
+    pub async fn fail_over(&self) {
+        let mut conn = conn(&self.sentinels[0].url())
+            .await
+            .expect("a connection to a Sentinel");
+        let _: () = redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(Self::MASTER)
+            .query_async(&mut conn)
+            .await
+            .expect("the Sentinel starts the failover");
+    }
+
     /// Waits until every Sentinel names another primary than `old_port`, and returns it.
     pub async fn wait_promotion(&self, old_port: u16) -> u16 {
         let urls: Vec<String> = self.sentinels.iter().map(RedisServer::url).collect();

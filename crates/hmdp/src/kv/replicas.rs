@@ -9,13 +9,20 @@
 //! connection has written nothing, so its `WAIT` would confirm at once). The connections are
 //! opened from the [`RedisTarget`], and one made before the primary moved (Sentinel) is
 //! replaced before its next use.
+//!
+//! While the Sentinels fail the primary over, such writes are refused (`TRYAGAIN`, answered 503),
+//! and one in flight when a failover is announced counts as confirmed by no replica: the
+//! replica that confirmed it may not be the one promoted.
 
 use std::{
     sync::atomic::{AtomicUsize, Ordering},
     time::Duration,
 };
 
-use redis::{AsyncConnectionConfig, RedisResult, aio::MultiplexedConnection};
+use redis::{
+    AsyncConnectionConfig, ErrorKind, RedisError, RedisResult, ServerErrorKind,
+    aio::MultiplexedConnection,
+};
 use tokio::sync::Mutex;
 
 use super::RedisTarget;
@@ -85,6 +92,14 @@ impl ReplicaWait {
     ) -> RedisResult<(T, Option<Replicated>)> {
         let slot = &self.slots[self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()];
         let mut guard = slot.lock().await;
+        let announced = self.target.failovers_announced();
+        if self.target.failing_over() {
+            return Err(RedisError::from((
+                ErrorKind::Server(ServerErrorKind::TryAgain),
+                "the Redis primary is being failed over",
+                "writes that wait for replicas resume on the new primary".to_owned(),
+            )));
+        }
         let epoch = self.target.epoch();
         if guard.as_ref().is_some_and(|(made, _)| *made != epoch) {
             *guard = None;
@@ -111,11 +126,19 @@ impl ReplicaWait {
             if !wrote(&value) {
                 return Ok((value, None));
             }
-            let confirmed: u32 = redis::cmd("WAIT")
+            let mut confirmed: u32 = redis::cmd("WAIT")
                 .arg(self.replicas)
                 .arg(self.timeout.as_millis() as u64)
                 .query_async(conn)
                 .await?;
+            if self.target.failovers_announced() != announced {
+                tracing::warn!(
+                    confirmed,
+                    "a failover began while a write waited for its replicas: their confirmation \
+                     does not count"
+                );
+                confirmed = 0;
+            }
             let replicated = Replicated {
                 confirmed,
                 wanted: self.replicas,

@@ -15,17 +15,26 @@
 //!
 //! A command is never sent twice here: one that failed with an I/O error or a timeout may have
 //! run (a grab script may have taken stock), so its caller sees the error and decides.
+//!
+//! A failover is also heard as it starts: every Sentinel's `+try-failover` is subscribed to.
+//! From then until the primary moved, [`SentinelPrimary::failing_over`] is true and the writes
+//! that must survive a promotion (grabs waiting for replicas, `kv::replicas`) are refused. The
+//! old primary keeps taking writes until it is demoted, and a replica still following it would
+//! confirm them: in a planned failover (`SENTINEL FAILOVER`) such a write is acknowledged and
+//! then lost with the old primary's data.
 
 use std::{
     fmt,
     str::FromStr,
     sync::{
-        Arc, RwLock, Weak,
+        Arc, Mutex, RwLock, Weak,
         atomic::{AtomicU64, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
+use futures_util::StreamExt;
+use prometheus_client::metrics::counter::Counter;
 use redis::{
     AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError,
     RedisFuture, RedisResult, ServerErrorKind, Value,
@@ -44,6 +53,18 @@ const MIN_PAUSE: Duration = Duration::from_millis(100);
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long one question to one Sentinel may take.
 const SENTINEL_TIMEOUT: Duration = Duration::from_millis(500);
+/// The longest a failover announced by a Sentinel holds the replicated writes back without the
+/// primary moving (the Sentinels may give up without saying so to this process). After it, such
+/// writes go to the old primary again; its replicas are being moved away, so they are mostly
+/// answered `not_replicated` rather than lost.
+const FAILOVER_HOLD: Duration = Duration::from_secs(10);
+/// How long a lost subscription to a Sentinel's announcements waits before it is made again.
+const RESUBSCRIBE_PAUSE: Duration = Duration::from_secs(1);
+/// The Sentinel channels listened to: a failover starts, the primary moved.
+const TRY_FAILOVER: &str = "+try-failover";
+const SWITCH_MASTER: &str = "+switch-master";
+/// A failover given up (`-failover-abort-not-elected`, `-failover-abort-no-good-slave`, …).
+const ABORTED: &str = "-failover-abort-*";
 
 /// `HMDP_REDIS_SENTINELS`: the Sentinels' addresses, `host:port` comma-separated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +149,17 @@ struct Inner {
     epoch: watch::Sender<u64>,
     /// Asks the watcher to look now.
     suspect: Arc<Notify>,
+    /// The failover a Sentinel announced and that has not moved the primary yet.
+    failover: Mutex<Option<Announced>>,
+    /// Failovers announced by a Sentinel (`hmdp_redis_failovers_announced_total`).
+    announced: Counter,
+}
+
+/// A failover under way: announced while the primary was at `epoch`, held until `until`.
+#[derive(Clone, Copy)]
+struct Announced {
+    epoch: u64,
+    until: Instant,
 }
 
 #[derive(Clone)]
@@ -180,8 +212,13 @@ impl SentinelPrimary {
             current: RwLock::new(Current { addr, client }),
             epoch: watch::Sender::new(0),
             suspect: suspect.clone(),
+            failover: Mutex::new(None),
+            announced: Counter::default(),
         });
         tokio::spawn(watch_primary(Arc::downgrade(&inner), suspect));
+        for i in 0..inner.spec.sentinels.addrs().len() {
+            tokio::spawn(hear_announcements(Arc::downgrade(&inner), i));
+        }
         Ok(Self { inner })
     }
 
@@ -209,6 +246,23 @@ impl SentinelPrimary {
     /// The configured master name and Sentinels, for messages.
     pub fn spec(&self) -> &SentinelSpec {
         &self.inner.spec
+    }
+
+    /// Whether a Sentinel announced a failover that has not moved the primary yet (and has not
+    /// been given up): writes sent now may land on a primary about to be demoted.
+    pub fn failing_over(&self) -> bool {
+        let epoch = self.epoch();
+        self.inner
+            .failover
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|f| f.epoch == epoch && Instant::now() < f.until)
+    }
+
+    /// Counts the failovers announced by a Sentinel: a write confirmed while this changed may
+    /// have been confirmed by a replica that is not the one promoted.
+    pub fn failovers_announced(&self) -> &Counter {
+        &self.inner.announced
     }
 
     /// Something failed in a way that may mean the primary moved: look again now.
@@ -306,7 +360,8 @@ impl Inner {
         None
     }
 
-    async fn connect_sentinel(&self, i: usize) -> RedisResult<MultiplexedConnection> {
+    /// A client of the `i`-th Sentinel, with the Sentinels' password.
+    fn sentinel_client(&self, i: usize) -> RedisResult<redis::Client> {
         let (host, port) = &self.spec.sentinels.addrs()[i];
         let mut info = ConnectionAddr::Tcp(host.clone(), *port).into_connection_info()?;
         if let Some(password) = &self.spec.sentinel_password {
@@ -316,10 +371,14 @@ impl Inner {
                 .set_password(password.expose());
             info = info.set_redis_settings(settings);
         }
+        redis::Client::open(info)
+    }
+
+    async fn connect_sentinel(&self, i: usize) -> RedisResult<MultiplexedConnection> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(SENTINEL_TIMEOUT))
             .set_response_timeout(Some(SENTINEL_TIMEOUT));
-        redis::Client::open(info)?
+        self.sentinel_client(i)?
             .get_multiplexed_async_connection_with_config(&config)
             .await
     }
@@ -362,6 +421,83 @@ impl Inner {
             to = %format!("{}:{}", addr.0, addr.1),
             "the Sentinels promoted another Redis primary; every connection moves to it"
         );
+    }
+}
+
+impl Inner {
+    /// A Sentinel said something of a failover of this master.
+    fn announcement(&self, channel: &str, payload: &str) {
+        // `+try-failover` and the aborts name the master as `master <name> <ip> <port>`;
+        // `+switch-master` as `<name> <old ip> <old port> <new ip> <new port>`.
+        let mut words = payload.split_whitespace();
+        let name = if channel == SWITCH_MASTER {
+            words.next()
+        } else {
+            words.nth(1)
+        };
+        if name != Some(self.spec.master.as_str()) {
+            return;
+        }
+        let epoch = *self.epoch.borrow();
+        let mut failover = self.failover.lock().unwrap_or_else(|e| e.into_inner());
+        match channel {
+            TRY_FAILOVER => {
+                let fresh = failover.is_none_or(|f| f.epoch != epoch);
+                *failover = Some(Announced {
+                    epoch,
+                    until: Instant::now() + FAILOVER_HOLD,
+                });
+                drop(failover);
+                if fresh {
+                    self.announced.inc();
+                    tracing::warn!(
+                        master = %self.spec.master,
+                        "a Sentinel started a failover; grabs that wait for replicas are refused \
+                         (503) until the new primary is found"
+                    );
+                }
+            }
+            SWITCH_MASTER => {
+                drop(failover);
+                self.suspect.notify_one();
+            }
+            _ => {
+                if failover.take().is_some() {
+                    tracing::warn!(master = %self.spec.master, event = channel, "the Sentinels gave the failover up");
+                }
+            }
+        }
+    }
+}
+
+/// Listens to the announcements of the `i`-th Sentinel for as long as the primary is watched.
+async fn hear_announcements(inner: Weak<Inner>, i: usize) {
+    loop {
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let subscribed = async {
+            let mut pubsub = strong.sentinel_client(i)?.get_async_pubsub().await?;
+            pubsub.subscribe(&[TRY_FAILOVER, SWITCH_MASTER]).await?;
+            pubsub.psubscribe(ABORTED).await?;
+            RedisResult::Ok(pubsub)
+        };
+        let subscribed = tokio::time::timeout(LOOKUP_TIMEOUT, subscribed).await;
+        drop(strong);
+        if let Ok(Ok(pubsub)) = subscribed {
+            let mut messages = pubsub.into_on_message();
+            while let Some(msg) = messages.next().await {
+                let Some(inner) = inner.upgrade() else { return };
+                if let Ok(payload) = msg.get_payload::<String>() {
+                    inner.announcement(msg.get_channel_name(), &payload);
+                }
+            }
+            tracing::debug!(
+                sentinel = i,
+                "lost the subscription to a Sentinel's announcements"
+            );
+        }
+        tokio::time::sleep(RESUBSCRIBE_PAUSE).await;
     }
 }
 

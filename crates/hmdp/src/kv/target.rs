@@ -72,6 +72,23 @@ impl RedisTarget {
         }
     }
 
+    /// Whether the Sentinels are failing the primary over (always false but with Sentinel): see
+    /// [`SentinelPrimary::failing_over`].
+    pub fn failing_over(&self) -> bool {
+        match self {
+            Self::Sentinel(primary) => primary.failing_over(),
+            _ => false,
+        }
+    }
+
+    /// How many failovers a Sentinel announced to this process (always 0 but with Sentinel).
+    pub fn failovers_announced(&self) -> u64 {
+        match self {
+            Self::Sentinel(primary) => primary.failovers_announced().get(),
+            _ => 0,
+        }
+    }
+
     /// Told each time the Sentinels' primary moves; `None` unless on Sentinel.
     pub fn moves(&self) -> Option<watch::Receiver<u64>> {
         match self {
@@ -131,5 +148,18 @@ impl hmdp_lock::PubSubSource for RedisTarget {
             }
             result
         })
+    }
+
+    /// Resolves when the Sentinels' primary moves; never on one node or a cluster.
+    fn moved(&self) -> BoxFuture<'static, ()> {
+        match self.moves() {
+            Some(mut moves) => Box::pin(async move {
+                if moves.changed().await.is_err() {
+                    // The primary's watcher is gone with the last handle: nothing moves again.
+                    std::future::pending::<()>().await;
+                }
+            }),
+            None => Box::pin(std::future::pending()),
+        }
     }
 }

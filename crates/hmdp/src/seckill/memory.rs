@@ -19,7 +19,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures_util::StreamExt;
+use futures_util::{StreamExt, future::BoxFuture};
 use hmdp_lock::PubSubSource;
 
 use super::{Seckill, SeckillError, scripts};
@@ -40,6 +40,8 @@ const BUYER_CAPACITY: usize = 50_000;
 const ACK_WAIT: Duration = Duration::from_millis(500);
 /// How long an acknowledgement counter lives in Redis.
 const ACK_KEY_TTL: Duration = Duration::from_secs(10);
+/// Between two attempts to subscribe again after the subscription broke.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 /// Sold-out flags kept before expired ones are swept.
 const SWEEP_ABOVE: usize = 1024;
 
@@ -223,12 +225,14 @@ impl Seckill {
     ) -> redis::RedisResult<()> {
         let channel = self.keys.seckill_clear_channel();
         let subscriber: Arc<dyn PubSubSource> = Arc::new(subscriber);
+        let moved = subscriber.moved();
         let mut pubsub = subscriber.pubsub().await?;
         pubsub.subscribe(&channel).await?;
         let memory = Arc::new(SaleMemory::new());
         memory.subscribed();
         let task = tokio::spawn(listen(
             pubsub,
+            moved,
             subscriber,
             channel,
             memory.clone(),
@@ -326,8 +330,10 @@ impl Publisher {
     }
 }
 
+/// Listens on `pubsub` until it breaks or `moved` (see [`PubSubSource::moved`]) resolves.
 async fn listen(
     mut pubsub: redis::aio::PubSub,
+    mut moved: BoxFuture<'static, ()>,
     client: Arc<dyn PubSubSource>,
     channel: String,
     memory: Arc<SaleMemory>,
@@ -335,9 +341,14 @@ async fn listen(
     keys: Keys,
 ) {
     loop {
-        {
+        let followed = {
             let mut messages = pubsub.on_message();
-            while let Some(msg) = messages.next().await {
+            loop {
+                let msg = tokio::select! {
+                    msg = messages.next() => msg,
+                    () = &mut moved => break true,
+                };
+                let Some(msg) = msg else { break false };
                 let Ok(payload) = msg.get_payload::<String>() else {
                     continue;
                 };
@@ -358,12 +369,23 @@ async fn listen(
                     tracing::warn!(voucher, error = %e, "could not acknowledge a flash-sale load announcement");
                 }
             }
-        }
-        // The subscription broke: announcements may have been missed.
+        };
+        // The subscription broke or went stale: announcements may have been missed.
         memory.lost();
-        tracing::warn!(%channel, "flash-sale announcement subscription lost; forgot every remembered refusal, reconnecting");
+        if followed {
+            tracing::info!(%channel, "the Redis primary moved; forgot every remembered refusal, the announcement subscription follows it");
+        } else {
+            tracing::warn!(%channel, "flash-sale announcement subscription lost; forgot every remembered refusal, reconnecting");
+        }
+        let mut pause = if followed {
+            Duration::ZERO
+        } else {
+            RECONNECT_PAUSE
+        };
         loop {
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            tokio::time::sleep(pause).await;
+            pause = RECONNECT_PAUSE;
+            moved = client.moved();
             if let Ok(mut p) = client.pubsub().await
                 && p.subscribe(&channel).await.is_ok()
             {

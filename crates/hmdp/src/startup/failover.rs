@@ -15,7 +15,7 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
 
 use crate::{
-    kv::{Keys, RedisConn},
+    kv::{Keys, RedisConn, RedisTarget},
     metrics::Registry,
     seckill::Seckill,
 };
@@ -32,10 +32,30 @@ pub(crate) struct FailoverStats {
     pub failovers: Counter,
     /// Reconciliations of the live sales this process ran after a promotion.
     pub reconciles: Counter,
+    /// Failovers a Sentinel announced (counted by [`crate::kv::SentinelPrimary`]).
+    pub announced: Counter,
 }
 
 impl FailoverStats {
+    /// Counters for a process on `target`: the announced failovers are its primary's.
+    pub(crate) fn for_target(target: &RedisTarget) -> Self {
+        let announced = match target {
+            RedisTarget::Sentinel(primary) => primary.failovers_announced().clone(),
+            _ => Counter::default(),
+        };
+        Self {
+            announced,
+            ..Self::default()
+        }
+    }
+
     pub(crate) fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "hmdp_redis_failovers_announced",
+            "Failovers a Redis Sentinel announced to this process; grabs that wait for replicas \
+             are refused from then until the primary moved",
+            self.announced.clone(),
+        );
         registry.register(
             "hmdp_redis_failovers",
             "Promotions of another Redis primary (Sentinel) this process followed",

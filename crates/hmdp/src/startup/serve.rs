@@ -110,7 +110,7 @@ impl Application {
         let http_metrics = Arc::new(http::HttpMetrics::default());
         let connections = Arc::new(http::ConnectionStats::default());
         let stream_metrics = StreamMetrics::default();
-        let failover_stats = Arc::new(FailoverStats::default());
+        let failover_stats = Arc::new(FailoverStats::for_target(&redis.target));
         let registry = Exposed {
             service: Some(ServiceStats {
                 http: &http_metrics,

@@ -14,10 +14,21 @@ use crate::helpers::{
     login_many, order_id_of, spawn_app_with, test_config, wait_until,
 };
 
-/// Stock of the sale, buyers before the kill, buyers through the failover.
-const STOCK: i64 = 120;
-const EARLY: usize = 40;
-const LATE: usize = 160;
+/// How the primary goes, and the sale it goes in the middle of.
+#[derive(Debug, Clone, Copy)]
+struct Failover {
+    /// `kill -9` of the primary; otherwise a planned `SENTINEL FAILOVER`, the primary running on.
+    kill: bool,
+    stock: i64,
+    /// Buyers served before the failover, buyers through it.
+    early: usize,
+    late: usize,
+    /// Between the starts of two late buyers (zero: all at once).
+    stagger: Duration,
+    /// No order worker runs until the failover is over: a grab lost with the old primary's data
+    /// cannot have been written to the database from its stream first.
+    write_after: bool,
+}
 /// How often a buyer whose grab failed tries again (a client's retry pace).
 const RETRY_PACE: Duration = Duration::from_millis(50);
 /// How long a buyer keeps trying: the failover takes a few seconds on a busy machine.
@@ -90,6 +101,38 @@ fn code_of_or_body(body: &str) -> String {
 /// instance by pub/sub on the new primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flash_sale_goes_on_through_a_sentinel_failover() {
+    sale_through(Failover {
+        kill: true,
+        stock: 120,
+        early: 40,
+        late: 160,
+        stagger: Duration::ZERO,
+        write_after: false,
+    })
+    .await;
+}
+
+/// A planned failover (`SENTINEL FAILOVER`): the old primary keeps taking writes until it is
+/// demoted, and the replica still following it would confirm them, so a grab acknowledged then
+/// would be lost. The buyers keep coming through the switch (stock for all of them): every
+/// acknowledged grab is written, and the service heard the failover announced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_sentinel_failover_loses_no_acknowledged_grab() {
+    sale_through(Failover {
+        kill: false,
+        stock: 200,
+        early: 40,
+        late: 160,
+        stagger: Duration::from_millis(20),
+        write_after: true,
+    })
+    .await;
+}
+
+async fn sale_through(plan: Failover) {
+    let Failover {
+        stock, early, late, ..
+    } = plan;
     let mut set = SentinelSet::start(2).await;
     let first_primary = set.primary_port().await.expect("a primary");
     let a = spawn_app_with(Backend::Sqlite, |c| {
@@ -97,6 +140,7 @@ async fn a_flash_sale_goes_on_through_a_sentinel_failover() {
         c.seckill.wait_replicas = 1;
         c.seckill.wait_timeout = Duration::from_millis(1000);
         c.seckill.claim_idle = Duration::from_millis(500);
+        c.seckill.worker = !plan.write_after;
     })
     .await;
     let b = spawn_app_with(Backend::Sqlite, |c| {
@@ -106,35 +150,65 @@ async fn a_flash_sale_goes_on_through_a_sentinel_failover() {
         c.seckill.worker = false;
     })
     .await;
-    let voucher = create_sale(&a, STOCK, -1, 3600).await;
+    let voucher = create_sale(&a, stock, -1, 3600).await;
     let a = Arc::new(a);
-    let tokens = login_many(&a, EARLY + LATE).await;
+    let tokens = login_many(&a, early + late).await;
 
     let log: Log = Arc::default();
-    let early: Vec<_> = tokens[..EARLY]
+    let first: Vec<_> = tokens[..early]
         .iter()
         .map(|t| tokio::spawn(buy(a.clone(), voucher, t.clone(), log.clone())))
         .collect();
-    for task in early {
+    for task in first {
         task.await
             .unwrap()
             .expect("every early buyer gets an order");
     }
-    let late: Vec<_> = tokens[EARLY..]
-        .iter()
-        .map(|t| tokio::spawn(buy(a.clone(), voucher, t.clone(), log.clone())))
-        .collect();
-    let killed_at = Instant::now();
-    set.kill_node(first_primary);
+    // The late buyers arrive one `stagger` after another (a client's pace, not a wait), so
+    // that grabs meet the switch and go on after it.
+    let starts = {
+        let (a, log, tokens) = (a.clone(), log.clone(), tokens[early..].to_vec());
+        tokio::spawn(async move {
+            let mut pace = (!plan.stagger.is_zero()).then(|| tokio::time::interval(plan.stagger));
+            let mut buyers = Vec::new();
+            for token in tokens {
+                if let Some(pace) = &mut pace {
+                    pace.tick().await;
+                }
+                buyers.push(tokio::spawn(buy(a.clone(), voucher, token, log.clone())));
+            }
+            buyers
+        })
+    };
+    let began_at = Instant::now();
+    if plan.kill {
+        set.kill_node(first_primary);
+    } else {
+        set.fail_over().await;
+    }
     let new_primary = set.wait_promotion(first_primary).await;
     let mut acknowledged = HashSet::new();
     let mut buyers_with_orders = 0;
-    for task in late {
+    for task in starts.await.unwrap() {
         if let Some(id) = task.await.unwrap() {
             acknowledged.insert(id);
             buyers_with_orders += 1;
         }
     }
+    // The orders' writer, once the failover is over.
+    let _writer = if plan.write_after {
+        Some(
+            spawn_app_with(Backend::Sqlite, |c| {
+                on_sentinel(c, &set);
+                c.redis_prefix = a.prefix.clone();
+                c.database_url = a.state.config.database_url.clone();
+                c.seckill.claim_idle = Duration::from_millis(500);
+            })
+            .await,
+        )
+    } else {
+        None
+    };
     let log = log.lock().unwrap().clone();
     for (_, outcome) in &log {
         if let Outcome::Order(id) = outcome {
@@ -163,13 +237,14 @@ async fn a_flash_sale_goes_on_through_a_sentinel_failover() {
         }
     }
     println!(
-        "sentinel failover: primary :{first_primary} killed, :{new_primary} promoted; {} grabs, \
-         {failed} failed ({failures:?}); outage {:?} (first failure {:?} after the kill, first \
-         success after it {:?} after the kill); {} orders acknowledged",
+        "sentinel failover: primary :{first_primary} {}, :{new_primary} promoted; {} grabs, \
+         {failed} failed ({failures:?}); outage {:?} (first failure {:?} after it began, first \
+         success after it {:?} after it began); {} orders acknowledged",
+        if plan.kill { "killed" } else { "failed over" },
         log.len(),
         recovered.zip(first_failure).map(|(r, f)| r - f),
-        first_failure.map(|f| f.saturating_duration_since(killed_at)),
-        recovered.map(|r| r.saturating_duration_since(killed_at)),
+        first_failure.map(|f| f.saturating_duration_since(began_at)),
+        recovered.map(|r| r.saturating_duration_since(began_at)),
         acknowledged.len(),
     );
     assert!(
@@ -178,8 +253,8 @@ async fn a_flash_sale_goes_on_through_a_sentinel_failover() {
     );
     assert!(
         log.iter()
-            .any(|(at, o)| *at > killed_at && matches!(o, Outcome::Order(_))),
-        "grabs are accepted after the kill"
+            .any(|(at, o)| *at > began_at && matches!(o, Outcome::Order(_))),
+        "grabs are accepted after the failover began"
     );
     assert!(buyers_with_orders > 0);
 
@@ -196,8 +271,8 @@ async fn a_flash_sale_goes_on_through_a_sentinel_failover() {
     })
     .await;
     assert!(
-        written.len() as i64 <= STOCK,
-        "oversold: {} orders for {STOCK}",
+        written.len() as i64 <= stock,
+        "oversold: {} orders for {stock}",
         written.len()
     );
     let buyers = db_count(
@@ -213,9 +288,14 @@ async fn a_flash_sale_goes_on_through_a_sentinel_failover() {
         voucher,
     )
     .await;
-    assert_eq!(stock_left + written.len() as i64, STOCK);
+    assert_eq!(stock_left + written.len() as i64, stock);
 
-    // The service followed the promotion and reconciled the sale once.
+    // The service heard the failover start, followed the promotion and reconciled the sale
+    // once.
+    assert!(
+        metric(&a, "hmdp_redis_failovers_announced_total").await >= 1,
+        "the failover's start is heard"
+    );
     assert!(
         metric(&a, "hmdp_redis_failovers_total").await >= 1,
         "the failover is counted"
