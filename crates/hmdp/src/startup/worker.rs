@@ -62,7 +62,7 @@ pub async fn run_worker_with(
             worker: Some(&worker),
             orders: Some(life.stats()),
             streams: &stream_metrics,
-            failovers: &FailoverStats::default(),
+            failovers: &FailoverStats::for_target(&redis.target),
         }
         .registry();
         OpsListener::start(
