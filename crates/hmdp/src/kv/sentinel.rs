@@ -383,48 +383,6 @@ impl Inner {
             .await
     }
 
-    /// Resolves the primary through the Sentinels (with its `ROLE` checked) and, if it is
-    /// another node, moves to it.
-    async fn resolve(&self) {
-        let mut resolver = self.resolver.lock().await;
-        let found = tokio::time::timeout(LOOKUP_TIMEOUT, resolver.async_get_client()).await;
-        let client = match found {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "no primary confirmed by the Sentinels yet");
-                return;
-            }
-            Err(_) => {
-                tracing::debug!("the Sentinels did not confirm a primary in time");
-                return;
-            }
-        };
-        let Ok(addr) = addr_of(&client) else { return };
-        let from = {
-            let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
-            if current.addr == addr {
-                return;
-            }
-            std::mem::replace(
-                &mut *current,
-                Current {
-                    addr: addr.clone(),
-                    client,
-                },
-            )
-            .addr
-        };
-        self.epoch.send_modify(|e| *e += 1);
-        tracing::warn!(
-            master = %self.spec.master,
-            from = %format!("{}:{}", from.0, from.1),
-            to = %format!("{}:{}", addr.0, addr.1),
-            "the Sentinels promoted another Redis primary; every connection moves to it"
-        );
-    }
-}
-
-impl Inner {
     /// A Sentinel said something of a failover of this master.
     fn announcement(&self, channel: &str, payload: &str) {
         // `+try-failover` and the aborts name the master as `master <name> <ip> <port>`;
@@ -468,6 +426,46 @@ impl Inner {
             }
         }
     }
+
+    /// Resolves the primary through the Sentinels (with its `ROLE` checked) and, if it is
+    /// another node, moves to it.
+    async fn resolve(&self) {
+        let mut resolver = self.resolver.lock().await;
+        let found = tokio::time::timeout(LOOKUP_TIMEOUT, resolver.async_get_client()).await;
+        let client = match found {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "no primary confirmed by the Sentinels yet");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!("the Sentinels did not confirm a primary in time");
+                return;
+            }
+        };
+        let Ok(addr) = addr_of(&client) else { return };
+        let from = {
+            let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+            if current.addr == addr {
+                return;
+            }
+            std::mem::replace(
+                &mut *current,
+                Current {
+                    addr: addr.clone(),
+                    client,
+                },
+            )
+            .addr
+        };
+        self.epoch.send_modify(|e| *e += 1);
+        tracing::warn!(
+            master = %self.spec.master,
+            from = %format!("{}:{}", from.0, from.1),
+            to = %format!("{}:{}", addr.0, addr.1),
+            "the Sentinels promoted another Redis primary; every connection moves to it"
+        );
+    }
 }
 
 /// Listens to the announcements of the `i`-th Sentinel for as long as the primary is watched.
@@ -483,10 +481,20 @@ async fn hear_announcements(inner: Weak<Inner>, i: usize) {
             RedisResult::Ok(pubsub)
         };
         let subscribed = tokio::time::timeout(LOOKUP_TIMEOUT, subscribed).await;
+        // Closed when the last handle is dropped: the subscription goes with it.
+        let mut watched = strong.epoch.subscribe();
         drop(strong);
         if let Ok(Ok(pubsub)) = subscribed {
             let mut messages = pubsub.into_on_message();
-            while let Some(msg) = messages.next().await {
+            loop {
+                let msg = tokio::select! {
+                    msg = messages.next() => msg,
+                    gone = watched.changed() => match gone {
+                        Ok(()) => continue,
+                        Err(_) => return,
+                    },
+                };
+                let Some(msg) = msg else { break };
                 let Some(inner) = inner.upgrade() else { return };
                 if let Ok(payload) = msg.get_payload::<String>() {
                     inner.announcement(msg.get_channel_name(), &payload);
@@ -653,6 +661,62 @@ impl ConnectionLike for SentinelConn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A primary of `master` as if discovered, with no Sentinel behind it.
+    fn watched(master: &str) -> SentinelPrimary {
+        let spec = SentinelSpec {
+            sentinels: "127.0.0.1:1".parse().unwrap(),
+            master: master.to_owned(),
+            sentinel_password: None,
+            password: None,
+        };
+        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+        SentinelPrimary {
+            inner: Arc::new(Inner {
+                resolver: tokio::sync::Mutex::new(sentinel_client(&spec).unwrap()),
+                spec,
+                current: RwLock::new(Current {
+                    addr: ("127.0.0.1".to_owned(), 1),
+                    client,
+                }),
+                epoch: watch::Sender::new(0),
+                suspect: Arc::new(Notify::new()),
+                failover: Mutex::new(None),
+                announced: Counter::default(),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_failover_holds_from_its_announcement_until_the_primary_moves_or_it_is_given_up() {
+        let p = watched("hmdp");
+        let about = |name: &str| format!("master {name} 127.0.0.1 6379");
+        assert!(!p.failing_over());
+        p.inner.announcement(TRY_FAILOVER, &about("another"));
+        assert!(!p.failing_over(), "another master's failover");
+        p.inner.announcement(TRY_FAILOVER, &about("hmdp"));
+        assert!(p.failing_over());
+        p.inner.announcement(TRY_FAILOVER, &about("hmdp"));
+        assert_eq!(
+            p.failovers_announced().get(),
+            1,
+            "one failover, tried twice"
+        );
+        p.inner
+            .announcement("-failover-abort-not-elected", &about("another"));
+        assert!(p.failing_over(), "another master's abort");
+        p.inner
+            .announcement("-failover-abort-not-elected", &about("hmdp"));
+        assert!(!p.failing_over(), "given up");
+
+        p.inner.announcement(TRY_FAILOVER, &about("hmdp"));
+        assert_eq!(p.failovers_announced().get(), 2);
+        p.inner
+            .announcement(SWITCH_MASTER, "hmdp 127.0.0.1 6379 127.0.0.1 6380");
+        assert!(p.failing_over(), "held until this process has moved");
+        p.inner.epoch.send_modify(|e| *e += 1);
+        assert!(!p.failing_over(), "the primary moved");
+    }
 
     #[test]
     fn sentinel_addresses_parse_and_show() {
