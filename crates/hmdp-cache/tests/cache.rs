@@ -1058,40 +1058,6 @@ async fn a_read_that_raced_an_invalidation_is_not_kept() {
     }
 }
 
-/// A subscription source whose server can move, as a Sentinel failover moves the primary.
-#[derive(Clone)]
-struct Movable(Arc<(std::sync::Mutex<String>, tokio::sync::watch::Sender<u64>)>);
-
-impl Movable {
-    fn new(url: String) -> Self {
-        Self(Arc::new((
-            std::sync::Mutex::new(url),
-            tokio::sync::watch::Sender::new(0),
-        )))
-    }
-
-    fn move_to(&self, url: String) {
-        *self.0.0.lock().unwrap() = url;
-        self.0.1.send_modify(|n| *n += 1);
-    }
-}
-
-impl hmdp_lock::PubSubSource for Movable {
-    fn pubsub(
-        &self,
-    ) -> futures_util::future::BoxFuture<'_, redis::RedisResult<redis::aio::PubSub>> {
-        let url = self.0.0.lock().unwrap().clone();
-        Box::pin(async move { redis::Client::open(url)?.get_async_pubsub().await })
-    }
-
-    fn moved(&self) -> futures_util::future::BoxFuture<'static, ()> {
-        let mut moves = self.0.1.subscribe();
-        Box::pin(async move {
-            let _ = moves.changed().await;
-        })
-    }
-}
-
 /// When its source moves to another server, an `InvalidatedCache` subscribes there (no
 /// connection broke: the old server still runs), forgets what it held (what was published
 /// meanwhile is unknown), and hears the invalidations published on the new server.
@@ -1100,7 +1066,7 @@ async fn an_invalidated_cache_follows_its_source_to_another_server() {
     let other = RedisServer::start().await;
     let prefix = KeyPrefix::new();
     let channel = format!("{}drop", prefix.0);
-    let source = Movable::new(redis_url());
+    let source = hmdp_lock::testing::MovingSource::new(redis_url());
     let cache = InvalidatedCache::<u64>::start(
         L1Options::new(100, Duration::from_secs(60)),
         source.clone(),

@@ -182,6 +182,8 @@ mod redlock;
 mod scripts;
 mod stats;
 mod subscriber;
+#[cfg(feature = "test-util")]
+pub mod testing;
 
 pub use client::{
     DEFAULT_MIN_ATTEMPT_TIMEOUT, DEFAULT_RETRY_INTERVAL, DEFAULT_WATCHDOG_TIMEOUT, LockClient,

@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use hmdp_lock::{LockClient, LockKind, LockOptions, MultiLock, RedLock};
+use hmdp_lock::{LockClient, LockKind, LockOptions, MultiLock, RedLock, testing::MovingSource};
 use hmdp_testkit::{RedisServer, redis_url, unique_prefix, wait_until};
 use redis::AsyncCommands;
 use support::{conn_for, lock_client, wait_for_waiter};
@@ -312,4 +312,44 @@ async fn subscriber_reconnects_and_wakes_waiters_after_a_restart() {
         "{:?}",
         at - unlocked_at
     );
+}
+
+/// When its subscription source moves to another server (a Sentinel failover; the old server
+/// still runs and the connection to it is fine), the lock subscriber resubscribes there, and a
+/// waiter is woken by an unlock published on the new server, long before the holder's lease
+/// would have let it in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriber_follows_its_source_to_another_server() {
+    let (old, new) = (RedisServer::start().await, RedisServer::start().await);
+    let p = unique_prefix();
+    let holder = node_clients(std::slice::from_ref(&new), &p).await.remove(0);
+    let g = holder
+        .lock("mv")
+        .unwrap()
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .unwrap();
+    let source = MovingSource::new(old.url());
+    let waiter = LockClient::builder(conn_for(&new.url()).await.1)
+        .subscriber(source.clone())
+        .key_prefix(&p)
+        .retry_interval(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let wlock = waiter.lock("mv").unwrap();
+    let channel = wlock.channel().to_owned();
+    let task =
+        tokio::spawn(async move { wlock.try_lock(Duration::from_secs(50), Some(LEASE)).await });
+    wait_for_waiter(&[old.url()], &channel).await;
+
+    source.move_to(new.url());
+    wait_for_waiter(&[new.url()], &channel).await;
+    assert!(g.unlock().await.unwrap());
+    let woken = tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .expect("woken by the unlock on the new server, not by the lease's end")
+        .unwrap()
+        .unwrap();
+    assert!(woken.is_some());
 }
