@@ -8,12 +8,13 @@
 //! the promotion done, so the others skip it. A promotion is named by the new primary's
 //! replication id, which every instance reads alike and which changes at each promotion.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use hmdp_lock::LockClient;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
 
+use super::connect::Redis;
 use crate::{
     kv::{Keys, RedisConn, RedisTarget},
     metrics::Registry,
@@ -71,16 +72,47 @@ impl FailoverStats {
 
 /// What the follower needs; runs until `moves` closes (the primary's watcher is gone).
 pub(super) struct Follower {
-    pub moves: watch::Receiver<u64>,
-    pub conn: RedisConn,
-    pub keys: Keys,
-    pub locks: LockClient<RedisConn>,
-    pub seckill: Seckill,
-    pub stats: std::sync::Arc<FailoverStats>,
+    moves: watch::Receiver<u64>,
+    conn: RedisConn,
+    keys: Keys,
+    locks: LockClient<RedisConn>,
+    seckill: Seckill,
+    stats: Arc<FailoverStats>,
+}
+
+/// The follower's task, stopped when dropped.
+pub(super) struct Following(tokio::task::JoinHandle<()>);
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Follower {
-    pub(super) async fn run(mut self) {
+    /// A follower of `redis`'s primary; `None` unless it can move (Sentinel).
+    pub(super) fn of(
+        redis: &Redis,
+        locks: &LockClient<RedisConn>,
+        seckill: &Seckill,
+        stats: Arc<FailoverStats>,
+    ) -> Option<Self> {
+        Some(Self {
+            moves: redis.target.moves()?,
+            conn: redis.conn.clone(),
+            keys: redis.keys.clone(),
+            locks: locks.clone(),
+            seckill: seckill.clone(),
+            stats,
+        })
+    }
+
+    /// Follows in the background until the returned handle is dropped.
+    pub(super) fn start(self) -> Following {
+        Following(tokio::spawn(self.run()))
+    }
+
+    async fn run(mut self) {
         while self.moves.changed().await.is_ok() {
             self.stats.failovers.inc();
             // Several quick moves are one reconciliation, on the primary of the last.

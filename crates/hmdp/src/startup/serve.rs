@@ -126,14 +126,7 @@ impl Application {
             failovers: &failover_stats,
         }
         .registry();
-        let follower = redis.target.moves().map(|moves| Follower {
-            moves,
-            conn: redis.conn.clone(),
-            keys: redis.keys.clone(),
-            locks: locks.clone(),
-            seckill: seckill.clone(),
-            stats: failover_stats,
-        });
+        let follower = Follower::of(&redis, &locks, &seckill, failover_stats);
         let Redis { conn, keys, .. } = redis;
         let state = AppState::new(AppStateInner {
             catalogue,
@@ -247,7 +240,7 @@ impl Application {
                 let _ = worker_stopped.await;
             }))
         });
-        let follower = self.follower.map(|f| AbortOnDrop(tokio::spawn(f.run())));
+        let follower = self.follower.map(Follower::start);
         // Like sets from before the likes table (or from the original) go into it now, not
         // when their note is next opened, so a Redis that loses its data later loses none.
         self.state.social.adopt_likes_in_background();
@@ -283,14 +276,5 @@ impl Application {
     /// Serves until SIGINT or SIGTERM.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         self.run_until(shutdown_signal()).await
-    }
-}
-
-/// A background task that ends with its owner.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }

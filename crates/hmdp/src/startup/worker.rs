@@ -10,7 +10,7 @@ use super::{
     admin_token::settle_pay_secret,
     components,
     connect::{Redis, connect_database},
-    failover::FailoverStats,
+    failover::{FailoverStats, Follower},
     metrics::Exposed,
     ops::OpsListener,
     shutdown_signal,
@@ -44,6 +44,10 @@ pub async fn run_worker_with(
     let redis = Redis::configured(&config).await?;
     let locks = redis.locks()?;
     let seckill = components::seckill(&config, &db, &redis, &locks)?;
+    // On Sentinel this process follows the primary too, and may be the one that reconciles.
+    let failover_stats = Arc::new(FailoverStats::for_target(&redis.target));
+    let follower =
+        Follower::of(&redis, &locks, &seckill, failover_stats.clone()).map(Follower::start);
     let life = components::order_life(&config, &db, &redis, seckill, settle_pay_secret(&config)?);
     let worker = components::order_worker(&config, db.clone(), &redis, life.clone());
     // Refuse to start on another shard count than the one recorded: the streams of the other
@@ -62,7 +66,7 @@ pub async fn run_worker_with(
             worker: Some(&worker),
             orders: Some(life.stats()),
             streams: &stream_metrics,
-            failovers: &FailoverStats::for_target(&redis.target),
+            failovers: &failover_stats,
         }
         .registry();
         OpsListener::start(
@@ -84,6 +88,7 @@ pub async fn run_worker_with(
     if let Some(endpoint) = endpoint {
         endpoint.stop().await;
     }
+    drop(follower);
     db.close().await;
     Ok(())
 }

@@ -24,9 +24,10 @@ use hmdp::testing::{
 use sqlx::{Connection, Executor};
 
 use crate::helpers::{
-    Backend, Patience, TestApp, assert_same_orders, code_of, create_sale, db_buyers, db_count,
-    db_order_ids, db_stock, drain, grab_raw, login_many, lose_voucher, order_id_of, prior_order_of,
-    redis_stock, redis_url, spawn_app_with, wait_for_orders, wait_until, worker_for,
+    Backend, Patience, TestApp, WorkerProcess, assert_same_orders, code_of, create_sale, db_buyers,
+    db_count, db_order_ids, db_stock, drain, grab_raw, login_many, lose_voucher, order_id_of,
+    prior_order_of, redis_stock, redis_url, spawn_app_with, wait_for_orders, wait_until,
+    worker_for,
 };
 
 /// Runs one statement with integer parameters on the test's database.
@@ -1166,17 +1167,8 @@ async fn a_standalone_worker_serves_its_metrics_and_health() {
     let ids = grab_all(&app, voucher, &tokens).await;
 
     // `hmdp worker` on the app's Redis and database, its listener on a free port.
-    let config = (*app.state.config).clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let worker = tokio::spawn(hmdp::testing::startup::run_worker_with(
-        config,
-        Some(listener),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let worker = WorkerProcess::start((*app.state.config).clone()).await;
+    let base = worker.base.clone();
 
     let metrics = format!("{base}/metrics");
     let body = scrape_until(&app.client, &metrics, "hmdp_worker_orders_written_total 3").await;
@@ -1225,12 +1217,7 @@ async fn a_standalone_worker_serves_its_metrics_and_health() {
     assert_eq!(health["data"]["redis"], "ok");
 
     // Shutdown stops the worker and then its listener.
-    stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(20), worker)
-        .await
-        .expect("the worker stops on the signal")
-        .unwrap()
-        .unwrap();
+    worker.stop().await;
     assert!(
         app.client.get(&metrics).send().await.is_err(),
         "the listener is closed after the worker stopped"

@@ -10,8 +10,8 @@ use std::{
 use hmdp::{Application, config::Config};
 
 use crate::helpers::{
-    Backend, Patience, SentinelSet, TestApp, code_of, create_sale, db_count, db_order_ids,
-    login_many, order_id_of, spawn_app_with, test_config, wait_until,
+    Backend, Patience, SentinelSet, TestApp, WorkerProcess, code_of, create_sale, db_count,
+    db_order_ids, login_many, order_id_of, spawn_app_with, test_config, wait_until,
 };
 
 /// How the primary goes, and the sale it goes in the middle of.
@@ -25,8 +25,9 @@ struct Failover {
     late: usize,
     /// Between the starts of two late buyers (zero: all at once).
     stagger: Duration,
-    /// No order worker runs until the failover is over: a grab lost with the old primary's data
-    /// cannot have been written to the database from its stream first.
+    /// The orders' writer (an `hmdp worker` process) starts only once the failover is over: a
+    /// grab lost with the old primary's data cannot have been written to the database from its
+    /// stream first. Otherwise it runs throughout and follows the failover.
     write_after: bool,
 }
 /// How often a buyer whose grab failed tries again (a client's retry pace).
@@ -140,7 +141,7 @@ async fn sale_through(plan: Failover) {
         c.seckill.wait_replicas = 1;
         c.seckill.wait_timeout = Duration::from_millis(1000);
         c.seckill.claim_idle = Duration::from_millis(500);
-        c.seckill.worker = !plan.write_after;
+        c.seckill.worker = false;
     })
     .await;
     let b = spawn_app_with(Backend::Sqlite, |c| {
@@ -150,6 +151,11 @@ async fn sale_through(plan: Failover) {
         c.seckill.worker = false;
     })
     .await;
+    let worker_config = (*a.state.config).clone();
+    let mut writer = None;
+    if !plan.write_after {
+        writer = Some(WorkerProcess::start(worker_config.clone()).await);
+    }
     let voucher = create_sale(&a, stock, -1, 3600).await;
     let a = Arc::new(a);
     let tokens = login_many(&a, early + late).await;
@@ -195,19 +201,9 @@ async fn sale_through(plan: Failover) {
             buyers_with_orders += 1;
         }
     }
-    // The orders' writer, once the failover is over.
-    let _writer = if plan.write_after {
-        Some(
-            spawn_app_with(Backend::Sqlite, |c| {
-                on_sentinel(c, &set);
-                c.redis_prefix = a.prefix.clone();
-                c.database_url = a.state.config.database_url.clone();
-                c.seckill.claim_idle = Duration::from_millis(500);
-            })
-            .await,
-        )
-    } else {
-        None
+    let writer = match writer {
+        Some(writer) => writer,
+        None => WorkerProcess::start(worker_config).await,
     };
     let log = log.lock().unwrap().clone();
     for (_, outcome) in &log {
@@ -291,21 +287,31 @@ async fn sale_through(plan: Failover) {
     assert_eq!(stock_left + written.len() as i64, stock);
 
     // The service heard the failover start, followed the promotion and reconciled the sale
-    // once.
+    // once, in whichever of its processes got there first; a worker that ran through the
+    // failover followed it too.
+    let (a_text, worker_text) = (a.metrics().await, scrape(&a, &writer).await);
     assert!(
-        metric(&a, "hmdp_redis_failovers_announced_total").await >= 1,
+        counter(&a_text, "hmdp_redis_failovers_announced_total") >= 1,
         "the failover's start is heard"
     );
     assert!(
-        metric(&a, "hmdp_redis_failovers_total").await >= 1,
+        counter(&a_text, "hmdp_redis_failovers_total") >= 1,
         "the failover is counted"
     );
+    if !plan.write_after {
+        assert!(
+            counter(&worker_text, "hmdp_redis_failovers_total") >= 1,
+            "the worker process followed the failover"
+        );
+    }
     wait_until(
         Duration::from_secs(60),
         "the sale reconciled once after the promotion",
         async || {
-            metric(&a, "hmdp_redis_failover_reconciles_total").await
-                + metric(&b, "hmdp_redis_failover_reconciles_total").await
+            let reconciles = "hmdp_redis_failover_reconciles_total";
+            counter(&a.metrics().await, reconciles)
+                + counter(&b.metrics().await, reconciles)
+                + counter(&scrape(&a, &writer).await, reconciles)
                 == 1
         },
     )
@@ -324,12 +330,24 @@ async fn sale_through(plan: Failover) {
     .await;
 }
 
-/// A counter's value in `/metrics`.
-async fn metric(app: &TestApp, name: &str) -> u64 {
-    let text = app.metrics().await;
+/// A counter's value in a `/metrics` text.
+fn counter(text: &str, name: &str) -> u64 {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// The worker process's `/metrics`.
+async fn scrape(app: &TestApp, worker: &WorkerProcess) -> String {
+    let url = format!("{}/metrics", worker.base);
+    app.client
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
 
 /// A master name the Sentinels do not monitor stops the start with an error that names it and

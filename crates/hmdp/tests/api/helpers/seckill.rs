@@ -240,3 +240,50 @@ pub async fn kill_a_worker_process_mid_drain(
     assert_eq!(db_stock(app, voucher).await, 0);
     after_kill
 }
+
+/// `hmdp worker` (run in this process) on a configuration's Redis and database, its `/metrics`
+/// and `/health` on a free port at `base`. Aborted if dropped without [`WorkerProcess::stop`].
+pub struct WorkerProcess {
+    pub base: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl WorkerProcess {
+    pub async fn start(config: hmdp::config::Config) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(hmdp::testing::startup::run_worker_with(
+            config,
+            Some(listener),
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        Self {
+            base,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Sends the shutdown signal and waits for the worker to finish.
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        let task = self.task.take().unwrap();
+        tokio::time::timeout(Duration::from_secs(20), task)
+            .await
+            .expect("the worker stops on the signal")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
