@@ -11,7 +11,7 @@ use hmdp::{Application, config::Config};
 
 use crate::helpers::{
     Backend, Patience, SentinelSet, TestApp, WorkerProcess, code_of, create_sale, db_count,
-    db_order_ids, login_many, order_id_of, spawn_app_with, test_config, wait_until,
+    db_order_ids, login_many, order_id_of, prior_order_of, spawn_app_with, test_config, wait_until,
 };
 
 /// How the primary goes, and the sale it goes in the middle of.
@@ -45,9 +45,9 @@ fn on_sentinel(config: &mut Config, set: &SentinelSet) {
 /// What one grab attempt got, and when.
 #[derive(Debug, Clone)]
 enum Outcome {
-    /// Accepted: the order id.
+    /// The buyer's order: accepted now, or named by a refusal to sell him a second one.
     Order(i64),
-    /// A final refusal: sold out, or this buyer's order exists.
+    /// A final refusal: sold out (or a second order refused without naming the first).
     Refused,
     /// Anything to try again: 503, a transport error, a timeout.
     Failed(String),
@@ -74,7 +74,9 @@ async fn buy(app: Arc<TestApp>, voucher: i64, token: String, log: Log) -> Option
                 let body = r.text().await.unwrap_or_default();
                 match (status, order_id_of(&body)) {
                     (200, Some(id)) => Outcome::Order(id),
-                    (200, None) => Outcome::Refused,
+                    // A buyer told of the order he has (his earlier answer was lost or not
+                    // confirmed) holds it as much as one answered with it.
+                    (200, None) => prior_order_of(&body).map_or(Outcome::Refused, Outcome::Order),
                     _ => Outcome::Failed(format!("{status} {}", code_of_or_body(&body))),
                 }
             }
