@@ -29,14 +29,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures_util::StreamExt;
-use hmdp_lock::PubSubSource;
+use hmdp_lock::{ChannelSubscription, Gap, PubSubSource};
 use redis::aio::ConnectionLike;
 
 use crate::Result;
-
-/// Between two attempts to subscribe again after the subscription broke.
-const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 
 /// Size and lifetime of the L1.
 ///
@@ -184,24 +180,8 @@ impl<V: Clone + Send + Sync + 'static> InvalidatedCache<V> {
         let cache: Entries<V> = Arc::new(quick_cache::sync::Cache::new(capacity));
         let tombstones = Tombstones::new(capacity);
         // Subscribe before returning, so no invalidation published after start is missed.
-        let subscriber: Arc<dyn PubSubSource> = Arc::new(subscriber);
-        let moved = subscriber.moved();
-        let mut pubsub = subscriber.pubsub().await?;
-        pubsub.subscribe(&channel).await?;
-        let task_cache = cache.clone();
-        let task_tombstones = tombstones.clone();
-        let task_channel = channel.clone();
-        let handle = tokio::spawn(async move {
-            listen(
-                pubsub,
-                moved,
-                subscriber,
-                task_channel,
-                task_cache,
-                task_tombstones,
-            )
-            .await;
-        });
+        let sub = ChannelSubscription::open(subscriber, channel.clone()).await?;
+        let handle = tokio::spawn(listen(sub, cache.clone(), tombstones.clone()));
         Ok(Self {
             cache,
             tombstones,
@@ -282,57 +262,34 @@ fn drop_all<V: Clone>(cache: &Entries<V>, tombstones: &Tombstones) {
     cache.clear();
 }
 
-/// Listens on `pubsub` until it breaks or `moved` (see [`PubSubSource::moved`]) resolves.
+/// Drops the keys published on the subscription's channel, and everything at each gap (a
+/// message may have been missed in it).
 async fn listen<V: Clone + Send + Sync + 'static>(
-    mut pubsub: redis::aio::PubSub,
-    mut moved: futures_util::future::BoxFuture<'static, ()>,
-    client: Arc<dyn PubSubSource>,
-    channel: String,
+    mut sub: ChannelSubscription,
     cache: Entries<V>,
     tombstones: Tombstones,
 ) {
     loop {
-        let followed = {
-            let mut messages = pubsub.on_message();
-            loop {
-                tokio::select! {
-                    msg = messages.next() => match msg {
-                        Some(msg) => {
-                            if let Ok(key) = msg.get_payload::<String>() {
-                                drop_key(&cache, &tombstones, &key);
-                            }
-                        }
-                        None => break false,
-                    },
-                    () = &mut moved => break true,
+        match sub.next().await {
+            Ok(msg) => {
+                if let Ok(key) = msg.get_payload::<String>() {
+                    drop_key(&cache, &tombstones, &key);
                 }
             }
-        };
-        // The subscription broke or went stale: anything may have changed meanwhile.
-        drop_all(&cache, &tombstones);
-        if followed {
-            tracing::info!(%channel, "the Redis primary moved; cache cleared, the invalidation subscription follows it");
-        } else {
-            tracing::warn!(%channel, "invalidation subscription lost; cache cleared, reconnecting");
-        }
-        let mut pause = if followed {
-            Duration::ZERO
-        } else {
-            RECONNECT_PAUSE
-        };
-        loop {
-            tokio::time::sleep(pause).await;
-            pause = RECONNECT_PAUSE;
-            moved = client.moved();
-            match client.pubsub().await {
-                Ok(mut p) => {
-                    if p.subscribe(&channel).await.is_ok() {
-                        drop_all(&cache, &tombstones);
-                        pubsub = p;
-                        break;
+            Err(gap) => {
+                drop_all(&cache, &tombstones);
+                let channel = sub.channel();
+                match gap {
+                    Gap::Moved => {
+                        tracing::info!(%channel, "the Redis primary moved; cache cleared, the invalidation subscription follows it")
+                    }
+                    Gap::Lost => {
+                        tracing::warn!(%channel, "invalidation subscription lost; cache cleared, reconnecting")
                     }
                 }
-                Err(_) => continue,
+                sub.reopen(gap).await;
+                // What was published before the new subscription is unknown.
+                drop_all(&cache, &tombstones);
             }
         }
     }

@@ -173,6 +173,7 @@
 
 #![warn(missing_docs)]
 
+mod channel;
 mod client;
 mod error;
 mod keys;
@@ -185,6 +186,7 @@ mod subscriber;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
+pub use channel::{ChannelSubscription, Gap};
 pub use client::{
     DEFAULT_MIN_ATTEMPT_TIMEOUT, DEFAULT_RETRY_INTERVAL, DEFAULT_WATCHDOG_TIMEOUT, LockClient,
     LockClientBuilder, LockConnection, LockKind, LockOptions,

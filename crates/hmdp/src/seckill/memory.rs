@@ -19,8 +19,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures_util::{StreamExt, future::BoxFuture};
-use hmdp_lock::PubSubSource;
+use hmdp_lock::{ChannelSubscription, Gap, PubSubSource};
 
 use super::{Seckill, SeckillError, scripts};
 use crate::{
@@ -40,8 +39,6 @@ const BUYER_CAPACITY: usize = 50_000;
 const ACK_WAIT: Duration = Duration::from_millis(500);
 /// How long an acknowledgement counter lives in Redis.
 const ACK_KEY_TTL: Duration = Duration::from_secs(10);
-/// Between two attempts to subscribe again after the subscription broke.
-const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 /// Sold-out flags kept before expired ones are swept.
 const SWEEP_ABOVE: usize = 1024;
 
@@ -224,17 +221,11 @@ impl Seckill {
         subscriber: impl PubSubSource,
     ) -> redis::RedisResult<()> {
         let channel = self.keys.seckill_clear_channel();
-        let subscriber: Arc<dyn PubSubSource> = Arc::new(subscriber);
-        let moved = subscriber.moved();
-        let mut pubsub = subscriber.pubsub().await?;
-        pubsub.subscribe(&channel).await?;
+        let sub = ChannelSubscription::open(subscriber, channel).await?;
         let memory = Arc::new(SaleMemory::new());
         memory.subscribed();
         let task = tokio::spawn(listen(
-            pubsub,
-            moved,
-            subscriber,
-            channel,
+            sub,
             memory.clone(),
             self.redis.clone(),
             self.keys.clone(),
@@ -330,69 +321,51 @@ impl Publisher {
     }
 }
 
-/// Listens on `pubsub` until it breaks or `moved` (see [`PubSubSource::moved`]) resolves.
+/// Clears what each announcement on the subscription's channel names and acknowledges it;
+/// forgets everything at each gap (an announcement may have been missed in it).
 async fn listen(
-    mut pubsub: redis::aio::PubSub,
-    mut moved: BoxFuture<'static, ()>,
-    client: Arc<dyn PubSubSource>,
-    channel: String,
+    mut sub: ChannelSubscription,
     memory: Arc<SaleMemory>,
     redis: RedisConn,
     keys: Keys,
 ) {
     loop {
-        let followed = {
-            let mut messages = pubsub.on_message();
-            loop {
-                let msg = tokio::select! {
-                    msg = messages.next() => msg,
-                    () = &mut moved => break true,
-                };
-                let Some(msg) = msg else { break false };
-                let Ok(payload) = msg.get_payload::<String>() else {
-                    continue;
-                };
-                let Some((voucher, generation, nonce)) = parse(&payload) else {
-                    tracing::warn!(%payload, "unreadable flash-sale load announcement");
-                    continue;
-                };
-                memory.clear(voucher, generation);
-                let ack = keys.seckill_clear_ack(nonce);
-                let acked: redis::RedisResult<()> = redis::pipe()
-                    .incr(&ack, 1)
-                    .ignore()
-                    .pexpire(&ack, ACK_KEY_TTL.as_millis() as i64)
-                    .ignore()
-                    .query_async(&mut redis.clone())
-                    .await;
-                if let Err(e) = acked {
-                    tracing::warn!(voucher, error = %e, "could not acknowledge a flash-sale load announcement");
+        let msg = match sub.next().await {
+            Ok(msg) => msg,
+            Err(gap) => {
+                memory.lost();
+                let channel = sub.channel();
+                match gap {
+                    Gap::Moved => {
+                        tracing::info!(%channel, "the Redis primary moved; forgot every remembered refusal, the announcement subscription follows it")
+                    }
+                    Gap::Lost => {
+                        tracing::warn!(%channel, "flash-sale announcement subscription lost; forgot every remembered refusal, reconnecting")
+                    }
                 }
-            }
-        };
-        // The subscription broke or went stale: announcements may have been missed.
-        memory.lost();
-        if followed {
-            tracing::info!(%channel, "the Redis primary moved; forgot every remembered refusal, the announcement subscription follows it");
-        } else {
-            tracing::warn!(%channel, "flash-sale announcement subscription lost; forgot every remembered refusal, reconnecting");
-        }
-        let mut pause = if followed {
-            Duration::ZERO
-        } else {
-            RECONNECT_PAUSE
-        };
-        loop {
-            tokio::time::sleep(pause).await;
-            pause = RECONNECT_PAUSE;
-            moved = client.moved();
-            if let Ok(mut p) = client.pubsub().await
-                && p.subscribe(&channel).await.is_ok()
-            {
+                sub.reopen(gap).await;
                 memory.subscribed();
-                pubsub = p;
-                break;
+                continue;
             }
+        };
+        let Ok(payload) = msg.get_payload::<String>() else {
+            continue;
+        };
+        let Some((voucher, generation, nonce)) = parse(&payload) else {
+            tracing::warn!(%payload, "unreadable flash-sale load announcement");
+            continue;
+        };
+        memory.clear(voucher, generation);
+        let ack = keys.seckill_clear_ack(nonce);
+        let acked: redis::RedisResult<()> = redis::pipe()
+            .incr(&ack, 1)
+            .ignore()
+            .pexpire(&ack, ACK_KEY_TTL.as_millis() as i64)
+            .ignore()
+            .query_async(&mut redis.clone())
+            .await;
+        if let Err(e) = acked {
+            tracing::warn!(voucher, error = %e, "could not acknowledge a flash-sale load announcement");
         }
     }
 }
