@@ -15,21 +15,9 @@
 //! - `testing` (feature `test-util` only): the one door for this crate's tests and the bench
 //!   to the internals they drive directly (the database, Redis keys, the worker, ...).
 //!
-//! ## The rooms inside, bottom to top (all crate-private)
-//! - `config`, `domain`: settings; newtypes parsed at the edge (phone, code, token, ids).
-//! - `storage`: SQLite or MySQL/MariaDB behind one `Db`, with embedded migrations.
-//! - `kv`: Redis (node or cluster) behind one `RedisConn`; every key name (`Keys`); the
-//!   managed `redis-server` of the embedded defaults.
-//! - `metrics`: the Prometheus registry; `secret_files`: credentials on disk, mode 600.
-//! - `auth`: login codes, sessions, SMS sending; `catalogue`: shops behind the cache.
-//! - `order_stream`: the contract between the flash sale and the worker (entry fields, group,
-//!   pending records, shard-count guard). `seckill` and `worker` meet only there.
-//! - `seckill`: the flash sale (one Lua script decides; `voucher_hash` is the sale's hash).
-//! - `worker`, `amqp`: orders written into the database, or relayed through RabbitMQ.
-//! - `social`, `activity`, `uploads`: notes, likes, follows, feed; sign-in and visitors; photos.
-//! - `http`: axum routers by resource, the envelope, errors, extractors.
-//! - `startup`: one file per command (`serve`, `worker`, `reconcile`), components built from
-//!   their settings; `telemetry`: logs.
+//! ## The rooms inside
+//! Every other module is crate-private. Which room holds what, and which may import which, is
+//! the code map of `ARCHITECTURE.md` ("The service's rooms, bottom to top"), kept in one place.
 
 // Internals are `pub(crate)`: what stays `pub` is reachable from the surface above or from
 // `testing`, and the lint (on in every build that has `testing`) keeps it so.

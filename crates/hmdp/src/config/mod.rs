@@ -212,7 +212,7 @@ settings! {
         /// on a loopback `HMDP_LISTEN`; on any other address `hmdp serve` refuses to start
         HMDP_SMS mode: Option<SmsMode> = None, unset "`log` on loopback, else required";
         /// `http`: the gateway URL; each code is POSTed there as JSON
-        /// `{"id","phone","code","template","ttlSecs"}` (see [SMS gateway](../ARCHITECTURE.md#sms-gateway))
+        /// `{"id","phone","code","template","ttlSecs"}` (see [SMS gateway](internals/operations.md#sms-gateway))
         HMDP_SMS_URL url: Option<String> as Url = None, check scheme("http", "https");
         /// `http`: the header that carries `HMDP_SMS_SECRET`
         HMDP_SMS_HEADER header: String = "authorization".to_owned(), check header_name();
@@ -241,7 +241,7 @@ settings! {
         /// how `GET /shop/{id}` rebuilds: `mutex` (single-flight + distributed lock; the default:
         /// no warm-up, updates visible at once, unread shops expire), `logical` (logical expiry:
         /// hot shops never miss, stale for one rebuild, entries never leave Redis), `aside` (plain
-        /// cache-aside); switching needs no flush (see [The shop cache](../ARCHITECTURE.md#the-shop-cache))
+        /// cache-aside); switching needs no flush (see [The shop cache](internals/request-path.md#the-shop-cache))
         HMDP_SHOP_CACHE shop_strategy: ShopCacheStrategy = ShopCacheStrategy::Mutex;
         /// cached entry lifetime (the original's 30 min; the logical lifetime with `logical`)
         HMDP_CACHE_TTL_SECS ttl: Duration as Secs = Duration::from_secs(30 * 60),

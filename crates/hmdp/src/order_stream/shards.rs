@@ -1,6 +1,6 @@
 //! The shard count is part of the data: a voucher's keys and queued orders live in shard
 //! `voucher id mod HMDP_SECKILL_SHARDS`, so every instance and worker must use the count that
-//! is recorded in Redis (ARCHITECTURE.md, "Changing `HMDP_SECKILL_SHARDS`").
+//! is recorded in Redis (docs/internals/flash-sale.md, "Changing `HMDP_SECKILL_SHARDS`").
 
 use std::sync::LazyLock;
 

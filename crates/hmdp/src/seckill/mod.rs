@@ -4,7 +4,7 @@
 //! ([`crate::order_stream`]), which the worker writes later; a voucher Redis lacks is loaded
 //! from the database first ([`Seckill::warm`]). `sync` mode is the course's database path.
 //! Sold-out and already-bought answers are then repeated from memory without Redis
-//! ([`memory`]). ARCHITECTURE.md, "The flash sale, and what survives what", says why each step
+//! ([`memory`]). docs/internals/flash-sale.md says why each step
 //! is safe.
 
 mod grab;

@@ -6,7 +6,7 @@
 //! will ever write. The check compares what the warm-up would load ([`super::warm`]: the
 //! database snapshot plus the orders still in the streams) with what Redis holds, and the
 //! repair rebuilds the sale through that same warm-up, after queueing again the acknowledged
-//! orders nothing else holds. ARCHITECTURE.md, "Replicas, failover and `hmdp reconcile`", says
+//! orders nothing else holds. docs/internals/flash-sale.md, "Replicas, failover and `hmdp reconcile`", says
 //! when to run it.
 
 use std::{collections::HashMap, fmt, time::Duration};

@@ -1,6 +1,6 @@
 //! Loading a voucher into Redis from the database, without handing out stock twice: the
 //! order streams are read first, then one database snapshot of the voucher and its orders
-//! (ARCHITECTURE.md, "The flash sale, and what survives what").
+//! (docs/internals/flash-sale.md).
 
 use std::{
     collections::{BTreeMap, HashSet},

@@ -51,7 +51,7 @@ pub async fn run_worker_with(
     let life = components::order_life(&config, &db, &redis, seckill, settle_pay_secret(&config)?);
     let worker = components::order_worker(&config, db.clone(), &redis, life.clone());
     // Refuse to start on another shard count than the one recorded: the streams of the other
-    // shards would never be drained (ARCHITECTURE.md, "Changing HMDP_SECKILL_SHARDS").
+    // shards would never be drained (docs/internals/flash-sale.md, "Changing HMDP_SECKILL_SHARDS").
     worker
         .check_shards()
         .await

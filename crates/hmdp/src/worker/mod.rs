@@ -1,7 +1,7 @@
 //! The order worker: drains the order streams ([`crate::order_stream`]) into the database
 //! through their consumer group, losing nothing and writing nothing twice: each batch is one
 //! idempotent transaction, acknowledged only after the commit. Several workers (tasks or
-//! processes) can share a stream. ARCHITECTURE.md, "The flash sale, and what survives what",
+//! processes) can share a stream. docs/internals/flash-sale.md
 //! lists the failures it survives and how.
 //!
 //! With `HMDP_ORDER_TRANSPORT=rabbitmq` the same shard loops relay the entries to RabbitMQ
