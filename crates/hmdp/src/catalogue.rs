@@ -49,10 +49,9 @@
 use std::{sync::Arc, time::Duration};
 
 use hmdp_cache::{BloomFilter, BloomOptions, CacheClient, Membership, ReadOptions, Strategy};
-use strum::{Display, EnumString, VariantNames};
 
 use crate::{
-    config::{CacheSettings, Choice},
+    config::{CacheSettings, ShopCacheStrategy},
     domain::ShopId,
     kv::{Keys, RedisConn},
     storage::{
@@ -60,20 +59,6 @@ use crate::{
         catalogue::{self, Shop, ShopInput, ShopType},
     },
 };
-
-/// How `GET /shop/{id}` rebuilds a missing or stale entry (`HMDP_SHOP_CACHE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
-#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
-pub enum ShopCacheStrategy {
-    /// Cache-aside with a rebuild mutex (single-flight + distributed lock). The default.
-    Mutex,
-    /// Logical expiry: never expires in Redis; stale is served while one task rebuilds.
-    Logical,
-    /// Plain cache-aside with null caching, no lock (the course's first version).
-    Aside,
-}
-
-impl Choice for ShopCacheStrategy {}
 
 /// Errors of the catalogue service.
 #[derive(Debug, thiserror::Error)]

@@ -2,20 +2,9 @@
 
 use std::io::IsTerminal;
 
-use strum::{Display, EnumString, VariantNames};
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
-use crate::config::{Choice, Config};
-
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
-#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-impl Choice for LogFormat {}
+use crate::config::{Config, LogFormat};
 
 /// Installs the global subscriber. Call once, from `main`.
 pub(crate) fn init(config: &Config) {

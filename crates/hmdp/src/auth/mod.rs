@@ -22,4 +22,4 @@ pub(crate) use session::{SessionStore, SessionUser};
 #[cfg(feature = "test-util")]
 pub use sms::CapturingSms;
 pub(crate) use sms::sender_for;
-pub use sms::{SmsError, SmsMode, SmsSender};
+pub use sms::{SmsError, SmsSender};

@@ -18,21 +18,8 @@ use reqwest::{
     header::{HeaderName, HeaderValue},
 };
 use serde::Serialize;
-use strum::{Display, EnumString, VariantNames};
 
-use crate::config::{Choice, SmsSettings};
-
-/// Where login codes go (`HMDP_SMS`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
-#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
-pub enum SmsMode {
-    /// Written to the service log (development, demos): whoever reads the log can log in.
-    Log,
-    /// POSTed to an SMS gateway (`HMDP_SMS_URL`, see [`HttpSmsSender`]).
-    Http,
-}
-
-impl Choice for SmsMode {}
+use crate::config::{SmsMode, SmsSettings};
 
 /// The pause before retry `n` (0-based) of an SMS: 200 ms, doubling, at most 2 s.
 fn sms_backoff(n: u32) -> Duration {

@@ -15,6 +15,7 @@
 //! the standard library and parsing crates, so these declarations can name it without reaching
 //! above this layer.
 
+mod choices;
 mod load;
 mod redact;
 mod rules;
@@ -37,19 +38,13 @@ use load::{
     scheme, settings,
 };
 
-/// The value types of the settings, named here for whoever builds a [`Config`] in code; each is
-/// defined by the feature it steers.
 pub use crate::{
-    auth::SmsMode,
-    catalogue::ShopCacheStrategy,
     http::TrustedProxies,
-    kv::{
-        SentinelAddrs, SentinelSpec,
-        managed::{AppendFsync, ManagedMode},
-    },
-    seckill::{IdMode, SeckillMode},
-    telemetry::LogFormat,
-    worker::{AmqpRole, OrderTransport},
+    kv::{SentinelAddrs, SentinelSpec},
+};
+pub use choices::{
+    AmqpRole, AppendFsync, IdMode, LogFormat, ManagedMode, OrderTransport, SeckillMode,
+    ShopCacheStrategy, SmsMode,
 };
 
 /// The default Redis URL, used when `HMDP_REDIS_URL` is unset.

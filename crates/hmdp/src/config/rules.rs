@@ -1,8 +1,7 @@
 //! Rules between settings, checked once each setting has parsed and passed its own check. Each
 //! refusal names the setting to change.
 
-use super::{Config, ConfigError, SmsSettings};
-use crate::{auth::SmsMode, kv::managed::ManagedMode};
+use super::{Config, ConfigError, ManagedMode, SmsMode, SmsSettings};
 
 /// Every rule, in the order a refusal is reported.
 pub(super) fn check(config: &Config) -> Result<(), ConfigError> {

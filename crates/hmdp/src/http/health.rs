@@ -59,7 +59,7 @@ async fn health(State(state): State<AppState>) -> Response {
 /// `Some(HMDP_REDIS_WAIT_REPLICAS)` when accepted orders wait in Redis (`async` mode), for
 /// [`check`]'s durability warning.
 pub(crate) fn sale_redis(config: &crate::Config) -> Option<u32> {
-    (config.seckill.mode == crate::seckill::SeckillMode::Async)
+    (config.seckill.mode == crate::config::SeckillMode::Async)
         .then_some(config.seckill.wait_replicas)
 }
 

@@ -24,46 +24,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use strum::{Display, EnumString, VariantNames};
 use tokio::process::{Child, Command};
 
 use crate::{
-    config::{Choice, Secret, redact_url},
+    config::{AppendFsync, Secret, redact_url},
     secret_files::{make_private_dir, write_private},
 };
-
-/// When to start a private `redis-server` child instead of using `redis_url`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
-#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
-pub enum ManagedMode {
-    /// Only when `HMDP_REDIS_URL` is unset and nothing answers at the default URL.
-    Auto,
-    /// Always start one (tests, demos on a machine with a busy Redis).
-    Always,
-    /// Never: fail if Redis does not answer.
-    Never,
-}
-
-impl Choice for ManagedMode {}
-
-/// When a managed `redis-server` flushes its append-only file to disk (`HMDP_REDIS_APPENDFSYNC`).
-///
-/// This decides what a Redis crash can lose: an accepted flash-sale order exists only in Redis
-/// until the worker writes it, so with `everysec` up to about one second of accepted orders can
-/// vanish in a crash of Redis (or of the machine); `always` loses none, at the price of one
-/// `fsync` per write. Its `Display` is Redis's own name for the value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
-#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
-pub enum AppendFsync {
-    /// `fsync` after every write: nothing acknowledged is lost; slowest.
-    Always,
-    /// `fsync` once a second (Redis's default): up to a second of writes can be lost.
-    Everysec,
-    /// Leave flushing to the operating system (typically every 30 s): fastest, least safe.
-    No,
-}
-
-impl Choice for AppendFsync {}
 
 /// Why a managed Redis could not be started.
 #[derive(Debug, thiserror::Error)]

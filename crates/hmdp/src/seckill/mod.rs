@@ -25,7 +25,6 @@ use std::{
 use chrono::{Local, NaiveDateTime, TimeZone};
 use hmdp_id::IdGenerator;
 use hmdp_lock::LockClient;
-use strum::{Display, EnumString, VariantNames};
 
 pub use crate::order_stream::ShardCountMismatch;
 pub use reconcile::SaleCheck;
@@ -33,36 +32,12 @@ pub(crate) use stats::{SaleStats, SeckillStats};
 pub(crate) use status::OrderStatus;
 
 use crate::{
-    config::{Choice, SeckillSettings},
+    config::{SeckillMode, SeckillSettings},
     domain::{UserId, VoucherId},
     kv::{Keys, RedisConn, ReplicaWait, Replicated},
     order_stream,
     storage::{Db, StorageError},
 };
-
-/// How flash-sale orders are decided (`HMDP_SECKILL_MODE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
-#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
-pub enum SeckillMode {
-    /// One Lua script decides in Redis and queues the order on a stream; a worker writes it.
-    Async,
-    /// The database decides, under a per-user lock (the course's baseline).
-    Sync,
-}
-
-impl Choice for SeckillMode {}
-
-/// How order ids are drawn (`HMDP_ID_MODE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
-#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
-pub enum IdMode {
-    /// One `INCR` per id, exactly the original `RedisIdWorker`.
-    Compatible,
-    /// Blocks of ids reserved with `INCRBY`; most ids need no round trip.
-    Segment,
-}
-
-impl Choice for IdMode {}
 
 /// Errors of the flash-sale service (refusals are not errors: see [`Refusal`]).
 #[derive(Debug, thiserror::Error)]

@@ -13,10 +13,10 @@ use super::connect::{Redis, worker_database};
 use crate::{
     auth::SessionStore,
     catalogue::Catalogue,
-    config::{Config, Secret, redact_url},
+    config::{Config, IdMode, SeckillMode, Secret, redact_url},
     kv::{RedisConn, RedisTarget, ReplicaWait},
     order_life::OrderLife,
-    seckill::{IdMode, Seckill, SeckillMode},
+    seckill::Seckill,
     storage::Db,
     worker::OrderWorker,
 };

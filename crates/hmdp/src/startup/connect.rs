@@ -5,10 +5,10 @@ use anyhow::Context;
 use hmdp_lock::LockClient;
 
 use crate::{
-    config::{Config, DEFAULT_REDIS_URL, redact_url},
+    config::{Config, DEFAULT_REDIS_URL, ManagedMode, redact_url},
     kv::{
         Keys, RedisConn, RedisTarget, SentinelPrimary,
-        managed::{ManagedMode, ManagedRedis, answers_ping},
+        managed::{ManagedRedis, answers_ping},
     },
     storage::{self, Db},
 };

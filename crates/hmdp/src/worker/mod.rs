@@ -30,7 +30,6 @@ use std::{
 };
 
 use redis::streams::StreamId;
-use strum::{Display, EnumString, VariantNames};
 use tokio::sync::watch;
 
 pub use crate::order_stream::GROUP;
@@ -39,36 +38,12 @@ pub(crate) use statuses::DEFAULT_STATUS_REFRESH_EVERY;
 
 use crate::{
     amqp::{AmqpStats, PublishError, Publisher},
-    config::{Choice, SeckillSettings},
+    config::{AmqpRole, OrderTransport, SeckillSettings},
     kv::{Keys, RedisConn, RedisTarget},
     order_life::OrderLife,
     order_stream::{self, ShardCountMismatch},
     storage::{Db, StorageError},
 };
-
-/// How accepted flash-sale orders travel to the database writer (`HMDP_ORDER_TRANSPORT`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
-#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
-pub enum OrderTransport {
-    /// The worker reads the Redis order streams itself.
-    Stream,
-    /// A relay moves the stream entries to RabbitMQ; the worker consumes the queue.
-    RabbitMq,
-}
-
-impl Choice for OrderTransport {}
-
-/// Which halves of the RabbitMQ pipeline a worker runs (`HMDP_AMQP_ROLE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Display, EnumString, VariantNames)]
-#[strum(serialize_all = "lowercase", ascii_case_insensitive)]
-pub enum AmqpRole {
-    /// The relay (stream to exchange) and the consumer (queue to database).
-    Both,
-    /// Only the relay.
-    Relay,
-    /// Only the consumer.
-    Consumer,
-}
 
 impl AmqpRole {
     /// Whether this worker relays the streams to the exchange.
@@ -81,8 +56,6 @@ impl AmqpRole {
         matches!(self, AmqpRole::Both | AmqpRole::Consumer)
     }
 }
-
-impl Choice for AmqpRole {}
 
 /// A worker for every shard of the order streams.
 #[derive(Clone)]
