@@ -28,6 +28,7 @@ both_backends!(
     notes_are_deleted_by_their_author_only,
     a_deleted_note_vanishes_everywhere_and_frees_its_photos,
     a_deleted_note_leaves_its_author_s_icon_alone,
+    notes_and_comments_load_nothing_from_other_hosts,
 );
 
 // ---- helpers ----
@@ -569,4 +570,83 @@ async fn a_deleted_note_leaves_its_author_s_icon_alone(backend: Backend) {
         .unwrap();
     assert_eq!(swept.deleted, 0, "{swept:?}");
     assert_eq!(app.get_bytes(&format!("/imgs{photo}")).await.0, 200);
+}
+
+/// An image on another host would learn the address of every reader of the note: notes and
+/// comments keep images (and anything else fetched on view) only on this site, whatever the
+/// spelling of the other host; links elsewhere stay (they need a click).
+async fn notes_and_comments_load_nothing_from_other_hosts(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let author = app.login("13812345613").await;
+    let remote = "<p>看<img src=\"https://evil.example/a.png\"><img src=\"//evil.example/b.png\">\
+        <img src=\"/\\evil.example/c.png\"><img src=\"/&#9;/evil.example/d.png\">\
+        <img src=\"HTTPS://evil.example/e.png\" srcset=\"https://evil.example/f.png 2x\">\
+        <img src=\" https://evil.example/g.png\"><img src=\"data:image/png;base64,AAAA\">\
+        <table background=\"https://evil.example/h.png\"><tbody><tr><td>表</td></tr></tbody></table>\
+        <img src=\"/imgs/blogs/1/2/a.jpg\"><img src=\"imgs/x.jpg\">\
+        <a href=\"https://example.com/\">链接</a></p>";
+    let r = app
+        .post_json(
+            "/api/blog",
+            &json!({"shopId": 1, "title": "remote", "content": remote,
+                    "images": "/imgs/blogs/1/2/a.jpg"}),
+            Some(&author),
+        )
+        .await;
+    assert!(r.success(), "{r:?}");
+    let blog = r.body["data"].as_i64().unwrap();
+    let shown = app.get(&format!("/api/blog/{blog}"), Some(&author)).await;
+    let content = shown.body["data"]["content"].as_str().unwrap();
+    assert_on_site(content);
+    assert!(content.contains("<td>表</td>"), "{content}");
+    assert!(
+        content.contains("<a href=\"https://example.com/\" rel=\"noopener noreferrer\">链接</a>"),
+        "links stay: {content}"
+    );
+
+    let c = comment(
+        &app,
+        blog,
+        &author,
+        json!({"content": "<img src=\"https://evil.example/a.png\">好 \
+                           <img src=\"/imgs/blogs/1/2/a.jpg\"><img src=\"imgs/x.jpg\">\
+                           <a href=\"https://example.com/\">链接</a>"}),
+    )
+    .await;
+    let listed = page(&app, blog, 1).await;
+    let shown = listed.iter().find(|x| x["id"] == c).expect("the comment");
+    let content = shown["content"].as_str().unwrap();
+    assert_on_site(content);
+    assert!(
+        content.contains("href=\"https://example.com/\""),
+        "{content}"
+    );
+
+    // A note's photos are paths of this site too.
+    for images in [
+        "https://evil.example/a.jpg",
+        "/imgs/blogs/1/2/a.jpg,//evil.example/b.jpg",
+    ] {
+        let r = app
+            .post_json(
+                "/api/blog",
+                &json!({"shopId": 1, "title": "remote photo", "content": "<p>x</p>",
+                        "images": images}),
+                Some(&author),
+            )
+            .await;
+        assert_eq!(r.code(), "invalid_blog", "{images}: {r:?}");
+    }
+}
+
+/// No image of `content` points at another host; the ones of this site stay.
+fn assert_on_site(content: &str) {
+    assert!(!content.contains("evil.example"), "{content}");
+    assert!(!content.contains("data:"), "{content}");
+    assert!(!content.contains("srcset"), "{content}");
+    assert!(
+        content.contains("<img src=\"/imgs/blogs/1/2/a.jpg\">"),
+        "{content}"
+    );
+    assert!(content.contains("<img src=\"imgs/x.jpg\">"), "{content}");
 }
