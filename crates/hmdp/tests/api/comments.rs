@@ -29,6 +29,7 @@ both_backends!(
     a_deleted_note_vanishes_everywhere_and_frees_its_photos,
     a_deleted_note_leaves_its_author_s_icon_alone,
     notes_and_comments_load_nothing_from_other_hosts,
+    a_deleted_note_hands_photos_back_to_their_uploader,
 );
 
 // ---- helpers ----
@@ -649,4 +650,93 @@ fn assert_on_site(content: &str) {
         "{content}"
     );
     assert!(content.contains("<img src=\"imgs/x.jpg\">"), "{content}");
+}
+
+/// Anyone may list anyone's photo in a note (a note keeps what it lists), but deleting the note
+/// hands each photo back to its uploader, never to the note's author: B cannot delete A's
+/// photo through a note of his, nor make it his icon, and A still can.
+async fn a_deleted_note_hands_photos_back_to_their_uploader(backend: Backend) {
+    let app = spawn_app_with(backend, |c| {
+        c.social.upload_grace = Duration::from_secs(30);
+    })
+    .await;
+    let alice = app.login("13812345614").await;
+    let bob = app.login("13812345615").await;
+    let hers = uploaded(&app, &alice, &square_png(1, [3, 1, 4])).await;
+    let his = uploaded(&app, &bob, &square_png(1, [1, 5, 9])).await;
+    let both = format!("/imgs{hers},/imgs{his}");
+
+    // One note of his is swept first (the photos are the note's, off the queue), one is
+    // deleted while they still wait for the sweep.
+    for swept in [true, false] {
+        let r = app
+            .post_json(
+                "/api/blog",
+                &json!({"shopId": 1, "title": "borrowed", "content": "<p>x</p>",
+                        "images": both}),
+                Some(&bob),
+            )
+            .await;
+        assert!(r.success(), "{r:?}");
+        let blog = r.body["data"].as_i64().unwrap();
+        if swept {
+            let later = SystemTime::now() + Duration::from_secs(60);
+            let r = app.state.uploads.sweep_once(later).await.unwrap();
+            assert_eq!(r.kept, 2, "{r:?}");
+        }
+        assert!(
+            delete(&app, &format!("/api/blog/{blog}"), Some(&bob))
+                .await
+                .success()
+        );
+
+        let as_icon = |token: &str, photo: &str| {
+            app.send(
+                app.client
+                    .put(app.url("/api/user/info"))
+                    .json(&json!({"icon": format!("/imgs{photo}")}))
+                    .header("authorization", token),
+            )
+        };
+        let r = as_icon(&bob, &hers).await;
+        assert_eq!(r.code(), "invalid_icon", "swept {swept}: {r:?}");
+        let r = app
+            .send(
+                app.client
+                    .get(app.url("/api/upload/blog/delete"))
+                    .query(&[("name", &hers)])
+                    .header("authorization", &bob),
+            )
+            .await;
+        assert_eq!(r.code(), "not_your_file", "swept {swept}: {r:?}");
+        // His own photo is his again.
+        assert!(
+            app.state
+                .uploads
+                .dir()
+                .join(his.trim_start_matches('/'))
+                .exists()
+        );
+        let mut redis = app.redis().await;
+        for (photo, owner) in [
+            (&hers, me(&app, &alice).await),
+            (&his, me(&app, &bob).await),
+        ] {
+            let recorded: Option<i64> = redis
+                .hget(app.state.keys.upload(photo), "user")
+                .await
+                .unwrap();
+            assert_eq!(recorded, Some(owner), "swept {swept}: {photo}");
+        }
+    }
+    // Hers is still hers: she makes it her icon.
+    let r = app
+        .send(
+            app.client
+                .put(app.url("/api/user/info"))
+                .json(&json!({"icon": format!("/imgs{hers}")}))
+                .header("authorization", &alice),
+        )
+        .await;
+    assert!(r.success(), "{r:?}");
 }
