@@ -13,7 +13,7 @@ mod token;
 mod user;
 
 pub(crate) use code::{LoginCode, LoginCodeError};
-pub(crate) use html::SafeHtml;
+pub(crate) use html::{SafeHtml, is_site_path, site_images};
 pub(crate) use ids::{BlogId, CommentId, OrderId};
 pub use ids::{ShopId, UserId, VoucherId};
 pub(crate) use order_status::{VoucherOrderStatus, pay_deadline_ms};

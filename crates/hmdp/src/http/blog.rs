@@ -75,7 +75,8 @@ async fn blog_by_id(
 /// Delete your note (`not_your_blog` for someone else's, `blog_not_found` if none).
 ///
 /// Its comments, likes and feed entries go with it; its photos are handed back to the upload
-/// clean-up, which deletes them after the grace period unless another note lists them.
+/// clean-up, which deletes them after the grace period unless another note lists them. Each
+/// photo is its uploader's again (to delete, or make his icon), never the note author's.
 #[utoipa::path(delete, path = "/blog/{id}", tag = TAG, security(("session" = [])),
     params(("id" = inline(BlogId), Path, description = "a positive id")))]
 async fn delete_blog(
@@ -83,10 +84,9 @@ async fn delete_blog(
     CurrentUser(session): CurrentUser,
     AppPath(id): AppPath<BlogId>,
 ) -> ApiResult<()> {
-    let author = session.user.id;
-    let images = state.social.delete_blog(id, author).await?;
+    let images = state.social.delete_blog(id, session.user.id).await?;
     // The note is gone either way; photos not handed back stay on disk (never deleted wrongly).
-    if let Err(e) = state.uploads.release(author, &images).await {
+    if let Err(e) = state.uploads.release(&images).await {
         tracing::warn!(error = %e, blog = %id, "cannot hand a deleted note's photos to the clean-up");
     }
     ok_empty()

@@ -23,7 +23,7 @@ use crate::{
     activity::{SignMonth, YearMonth},
     config::Config,
     domain::{Birthday, LoginCode, NickName, Phone, ProfileError, ProfileText, UserDto, UserId},
-    storage::users::{self, Profile, ProfileChange, UserInfo},
+    storage::users::{self, Profile, ProfileChange, PublicUserInfo},
 };
 
 const TAG: &str = "user";
@@ -176,20 +176,24 @@ async fn user_by_id(
     Ok(super::Reply(user.map(|u| u.dto())))
 }
 
-/// A user's profile (no data if none).
+/// A user's public profile (no data if none): `introduce`, `fans`, `followee`, `credits` and
+/// `level`.
+///
+/// The same for every caller, the user included: city, gender and birthday are private, shown
+/// only to their owner by `GET /user/info`.
 #[utoipa::path(get, path = "/user/info/{id}", tag = TAG, security(("session" = [])),
     params(("id" = inline(UserId), Path, description = "a positive id")),
-    responses((status = OK, body = UserInfo)))]
+    responses((status = OK, body = PublicUserInfo)))]
 async fn info(
     axum::extract::State(state): axum::extract::State<AppState>,
     _: CurrentUser,
     AppPath(id): AppPath<UserId>,
-) -> ApiResult<UserInfo> {
-    Ok(super::Reply(users::find_info(&state.db, id).await?))
+) -> ApiResult<PublicUserInfo> {
+    Ok(super::Reply(users::find_public_info(&state.db, id).await?))
 }
 
-/// The logged-in user's profile: the `/user/info/{id}` fields (absent while never set) with
-/// `nickName` and `icon`.
+/// The logged-in user's profile: the `/user/info/{id}` fields and the private ones (`city`,
+/// `gender`, `birthday`), absent while never set, with `nickName` and `icon`.
 #[utoipa::path(get, path = "/user/info", tag = TAG, security(("session" = [])),
     responses((status = OK, body = Profile)))]
 async fn my_profile(

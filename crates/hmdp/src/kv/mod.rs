@@ -421,8 +421,10 @@ impl Keys {
         format!("{}upload:pending", self.prefix)
     }
 
-    /// `upload:{name}` (`upload:/blogs/…`): who uploaded a photo (`user`), when (`at`, ms) and
-    /// the newest note id at that moment (`after`), until a note uses it or it is cleaned up.
+    /// `upload:{name}` (`upload:/blogs/…`): who uploaded a photo (`user`), for as long as it is
+    /// kept; while it waits for the clean-up (`upload:pending`) also when it was queued (`at`,
+    /// ms) and the newest note id at that moment (`after`), and it expires as a backstop. A
+    /// photo its uploader made their icon has none.
     pub fn upload(&self, name: &str) -> String {
         format!("{}upload:{name}", self.prefix)
     }

@@ -1,8 +1,9 @@
 //! Notes: writing one (checked and sanitised), deleting one, and the views the pages list.
 //!
 //! The original pages render `content` with `v-html`, so a note's HTML runs in every reader's
-//! browser. It is cleaned on write ([`SafeHtml`]: formatting, links and images stay; scripts,
-//! event handlers, `javascript:` URLs and styles go; the notes of an adopted database are
+//! browser. It is cleaned on write ([`SafeHtml`]: formatting, links and images of this site
+//! stay; scripts, event handlers, `javascript:` URLs, styles and images of other hosts go; its
+//! photos are paths of this site too; the notes of an adopted database are
 //! cleaned once, by a migration), and the length
 //! limits of the original columns (`varchar(255)` title, `varchar(2048)` content and images)
 //! are checked in characters after cleaning, so what is stored is exactly what was checked.
@@ -12,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Social, SocialError};
 use crate::{
-    domain::{BlogId, SafeHtml, ShopId, UserId},
+    domain::{BlogId, SafeHtml, ShopId, UserId, is_site_path},
     storage::{
         blogs::{self, BlogRow, NewBlog},
         datetime_format,
@@ -153,7 +154,7 @@ fn check(input: &BlogInput) -> Result<Checked, SocialError> {
     }
     if !paths.iter().all(|p| is_image_path(p)) {
         return Err(invalid(
-            "图片地址错误 (images must be paths like /imgs/blogs/… or http(s) URLs, comma-separated)",
+            "图片地址错误 (images must be paths of this site like /imgs/blogs/…, comma-separated)",
         ));
     }
     Ok(Checked {
@@ -184,15 +185,11 @@ pub(super) fn clean_content(raw: &str, max: usize) -> Result<String, String> {
     Ok(content)
 }
 
-/// A photo reference the pages can put in `<img src>`: a path on this site or an http(s)
-/// URL, without characters that could leave the attribute.
+/// A photo reference the pages can put in `<img src>`: a path on this site (a photo on another
+/// host would learn every reader's address), without characters that could leave the
+/// attribute.
 fn is_image_path(p: &str) -> bool {
-    let site_path = p.starts_with('/') && !p.starts_with("//");
-    let url = p.starts_with("https://") || p.starts_with("http://");
-    (site_path || url)
-        && !p
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || "\"'<>`\\".contains(c))
+    is_site_path(p) && !p.chars().any(|c| "\"'<>`".contains(c))
 }
 
 /// Now in server-local time, to the second (the original stores `LocalDateTime.now()`).
@@ -344,15 +341,17 @@ mod tests {
     }
 
     #[test]
-    fn images_are_site_paths_or_urls() {
+    fn images_are_site_paths_only() {
         assert_eq!(
             check(&input("t", "x", "/imgs/a.jpg, /imgs/b.png"))
                 .unwrap()
                 .images,
             "/imgs/a.jpg,/imgs/b.png"
         );
-        assert!(check(&input("t", "x", "https://example.com/a.jpg")).is_ok());
         for bad in [
+            "https://example.com/a.jpg",
+            "http://example.com/a.jpg",
+            "/\\example.com/a.jpg",
             "javascript:alert(1)",
             "//evil.example/a.jpg",
             "/a.jpg\" onerror=\"x",

@@ -8,7 +8,7 @@
 //! harmless by construction.
 
 use super::{Db, Result, StorageError, seed};
-use crate::domain::SafeHtml;
+use crate::domain::{SafeHtml, site_images};
 
 /// One schema change, with its SQL for each dialect.
 struct Migration {
@@ -40,8 +40,11 @@ enum Step {
     /// Demo users, notes and follows, inserted only right after the demo catalogue (in the same
     /// run) and only where there are no notes, follows or demo users yet.
     SeedDemoPeople,
-    /// Every note's `content` cleaned as a new note's is (rows hmdp wrote stay as they are).
+    /// Every note's `content` and `images` cleaned as a new note's are (rows hmdp wrote under
+    /// the same rules stay as they are).
     SanitizeNotes,
+    /// Every comment's `content` cleaned as a new comment's is.
+    SanitizeComments,
 }
 
 /// What a migration run did.
@@ -483,6 +486,15 @@ const MIGRATIONS: &[Migration] = &[
             },
         ],
     },
+    Migration {
+        version: 12,
+        name: "notes and comments load nothing from other hosts",
+        // Images on other hosts were kept until now (in `content`, and as a note's photos),
+        // and each told its host the address of every reader. The cleaning of version 8 runs
+        // again under the narrower rule, and comments, stored as cleaned HTML too, get it as
+        // well.
+        steps: &[Step::SanitizeNotes, Step::SanitizeComments],
+    },
 ];
 
 /// Brings the schema up to date. Safe to run any number of times, on an empty database or on
@@ -531,8 +543,19 @@ pub async fn migrate(db: &Db) -> Result<MigrationReport> {
                         seed::seed_people_if_fresh(db, report.seeded_demo).await?
                 }
                 Step::SanitizeNotes => {
-                    let n = sanitize_notes(db).await?;
-                    tracing::info!(notes = n, "notes sanitized");
+                    let content = clean_column(db, "tb_blog", "content", |c| {
+                        SafeHtml::clean_within(c, CONTENT_MAX).into_string()
+                    })
+                    .await?;
+                    let images = clean_column(db, "tb_blog", "images", site_images).await?;
+                    tracing::info!(content, images, "notes sanitized");
+                }
+                Step::SanitizeComments => {
+                    let n = clean_column(db, "tb_blog_comments", "content", |c| {
+                        SafeHtml::clean_within(c, COMMENT_MAX).into_string()
+                    })
+                    .await?;
+                    tracing::info!(comments = n, "comments sanitized");
                 }
             }
         }
@@ -556,38 +579,39 @@ pub async fn migrate(db: &Db) -> Result<MigrationReport> {
 /// The width of `tb_blog.content` in the original schema (`varchar(2048)`).
 const CONTENT_MAX: usize = 2048;
 
-/// Cleans every note's `content` ([`SafeHtml`]), a batch of rows at a time; writes only the
-/// rows that change (keeping their `update_time`). How many changed.
-async fn sanitize_notes(db: &Db) -> Result<u64> {
+/// The width of `tb_blog_comments.content` in the original schema (`varchar(255)`).
+const COMMENT_MAX: usize = 255;
+
+/// Cleans one text column of every row of `table` (keyed by `id`) with `clean`, a batch of
+/// rows at a time; writes only the rows that change (keeping their `update_time`). How many
+/// changed.
+async fn clean_column(
+    db: &Db,
+    table: &'static str,
+    column: &'static str,
+    clean: fn(&str) -> String,
+) -> Result<u64> {
     const BATCH: i64 = 200;
+    let select = format!(
+        "SELECT CAST(id AS SIGNED), {column} FROM {table} WHERE id > ? ORDER BY id LIMIT ?"
+    );
+    let update = format!("UPDATE {table} SET {column} = ?, update_time = update_time WHERE id = ?");
     let (mut after, mut changed) = (0_i64, 0_u64);
     loop {
         let rows: Vec<(i64, String)> = crate::storage::on_pool!(db, pool => {
-            sqlx::query_as(
-                "SELECT CAST(id AS SIGNED), content FROM tb_blog WHERE id > ? ORDER BY id LIMIT ?",
-            )
-            .bind(after)
-            .bind(BATCH)
-            .fetch_all(pool)
-            .await?
+            sqlx::query_as(&select).bind(after).bind(BATCH).fetch_all(pool).await?
         });
         let Some((last, _)) = rows.last() else {
             return Ok(changed);
         };
         after = *last;
-        for (id, content) in rows {
-            let clean = SafeHtml::clean_within(&content, CONTENT_MAX);
-            if clean.as_str() == content {
+        for (id, value) in rows {
+            let cleaned = clean(&value);
+            if cleaned == value {
                 continue;
             }
             crate::storage::on_pool!(db, pool => {
-                sqlx::query(
-                    "UPDATE tb_blog SET content = ?, update_time = update_time WHERE id = ?",
-                )
-                .bind(clean.as_str())
-                .bind(id)
-                .execute(pool)
-                .await?;
+                sqlx::query(&update).bind(&cleaned).bind(id).execute(pool).await?;
             });
             changed += 1;
         }

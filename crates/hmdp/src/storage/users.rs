@@ -43,7 +43,8 @@ impl_from_row!(UserRow, |row| {
     })
 });
 
-/// The original's `UserInfo`, without the time stamps (the original nulls them out).
+/// The original's `UserInfo`, without the time stamps (the original nulls them out): the
+/// owner's own view ([`Profile`]); others see [`PublicUserInfo`].
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct UserInfo {
@@ -136,11 +137,46 @@ pub(crate) async fn find_or_create(db: &Db, phone: &Phone, nick_name: &str) -> R
     }
 }
 
-/// The `tb_user_info` row of a user, if any.
-pub(crate) async fn find_info(db: &Db, id: UserId) -> Result<Option<UserInfo>> {
+/// What anyone logged in may see of another user's `tb_user_info` row: the original's
+/// `UserInfo` without the owner's private fields (city, gender, birthday), which only the
+/// owner's own profile shows.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PublicUserInfo {
+    pub user_id: UserId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub introduce: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fans: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub followee: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credits: Option<i64>,
+    /// Serialised as a Boolean, as the original does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<bool>,
+}
+
+impl_from_row!(PublicUserInfo, |row| {
+    let id: i64 = row.try_get_unchecked("user_id")?;
+    Ok(PublicUserInfo {
+        user_id: UserId::new(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+        introduce: row.try_get_unchecked("introduce")?,
+        fans: row.try_get_unchecked("fans")?,
+        followee: row.try_get_unchecked("followee")?,
+        credits: row.try_get_unchecked("credits")?,
+        level: row
+            .try_get_unchecked::<Option<i64>, _>("level")?
+            .map(|l| l != 0),
+    })
+});
+
+/// The public part of a user's `tb_user_info` row, if there is a row (the private columns are
+/// not even read).
+pub(crate) async fn find_public_info(db: &Db, id: UserId) -> Result<Option<PublicUserInfo>> {
     Ok(crate::storage::on_pool!(db, pool => {
-        sqlx::query_as::<_, UserInfo>(
-            "SELECT user_id, city, introduce, fans, followee, gender, birthday, credits, level \
+        sqlx::query_as::<_, PublicUserInfo>(
+            "SELECT user_id, introduce, fans, followee, credits, level \
              FROM tb_user_info WHERE user_id = ?",
         )
         .bind(id.get())

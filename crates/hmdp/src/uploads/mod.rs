@@ -10,10 +10,13 @@
 //! published note keeps its photos); a background task deletes the
 //! queued photos that no note lists once `HMDP_UPLOAD_GRACE_SECS` have passed
 //! ([`Uploads::sweep_once`]). A photo a note uses leaves the queue, so a sweep only looks at
-//! the photos uploaded since the one before; deleting the note queues its photos again
-//! ([`Uploads::release`]), unless one is somebody's icon. A photo its uploader makes their icon
-//! ([`Uploads::adopt`]) leaves the queue and its record the same way: kept, and nobody's to
-//! delete.
+//! the photos uploaded since the one before, but its record keeps the uploader: deleting the
+//! note queues its photos again ([`Uploads::release`]), unless one is somebody's icon, each
+//! its uploader's again and nobody else's, whoever wrote the note (a note may list any
+//! photo). A photo with no record of its uploader (one the original wrote, or whose record a
+//! Redis lost) is queued as nobody's: the sweep may delete it, no user may delete it or make it
+//! their icon. A photo its uploader makes their icon ([`Uploads::adopt`]) leaves the queue and
+//! its record: kept, and nobody's to delete.
 //!
 //! The folder must be shared by every instance (or there is one instance): any instance's
 //! sweep deletes the files of photos uploaded through another. A Redis that loses its data
@@ -240,7 +243,7 @@ impl Uploads {
         let kind = ImageKind::sniff(&head).ok_or(UploadError::NotAnImage)?;
         let name = PhotoName::generate(kind);
         let after = storage::uploads::newest_blog_id(&self.inner.db).await?;
-        self.record(user, &name, after).await?;
+        self.record(Some(user), &name, after).await?;
         let stored = self.write(user, &name, first, body, len, limit).await;
         if stored.is_err()
             && let Err(e) = self.forget(&name).await
@@ -259,9 +262,14 @@ impl Uploads {
     pub async fn delete(&self, user: UserId, raw: &str) -> Result<(), UploadError> {
         let name = PhotoName::parse(raw)?;
         let mut redis = self.inner.redis.clone();
-        let (owner, after): (Option<i64>, Option<i64>) = redis
-            .hmget(self.inner.keys.upload(name.as_str()), &["user", "after"])
+        let (owner, after, at): (Option<i64>, Option<i64>, Option<i64>) = redis
+            .hmget(
+                self.inner.keys.upload(name.as_str()),
+                &["user", "after", "at"],
+            )
             .await?;
+        // A kept photo's record names its uploader but gives him nothing: a note has it.
+        let owner = owner.filter(|_| at.is_some());
         match owner {
             Some(owner) if owner == user.get() => {
                 let after = after.unwrap_or(0);
@@ -284,13 +292,14 @@ impl Uploads {
     /// [`UploadError::NotYours`].
     pub async fn adopt(&self, user: UserId, raw: &str) -> Result<PhotoName, UploadError> {
         let name = PhotoName::parse(raw)?;
-        let owner: Option<i64> = self
+        let (owner, at): (Option<i64>, Option<i64>) = self
             .inner
             .redis
             .clone()
-            .hget(self.inner.keys.upload(name.as_str()), "user")
+            .hmget(self.inner.keys.upload(name.as_str()), &["user", "at"])
             .await?;
-        if owner != Some(user.get()) || self.locate(&name).await?.is_none() {
+        let pending = at.is_some();
+        if !pending || owner != Some(user.get()) || self.locate(&name).await?.is_none() {
             return Err(UploadError::NotYours);
         }
         self.forget(&name).await?;
@@ -300,12 +309,14 @@ impl Uploads {
     /// Hands the photos of a deleted note back to the clean-up; how many were queued.
     ///
     /// Each of this service's photos that `images` lists (comma-separated, as a note stores
-    /// them) and whose file is here is queued again as if `owner` had uploaded it now, with
-    /// every note to be looked at (another note may list it too): the sweep deletes it once
-    /// the grace period has passed unless a note uses it then. Other paths, and photos that are
-    /// somebody's icon, are left alone.
-    pub async fn release(&self, owner: UserId, images: &str) -> Result<usize, UploadError> {
+    /// them) and whose file is here is queued again as if its uploader had uploaded it now
+    /// (as nobody's when there is no record of who did), with every note to be looked at
+    /// (another note may list it too): the sweep deletes it once the grace period has passed
+    /// unless a note uses it then. The note's author gets nothing of photos he did not upload.
+    /// Other paths, and photos that are somebody's icon, are left alone.
+    pub async fn release(&self, images: &str) -> Result<usize, UploadError> {
         let mut queued = 0;
+        let mut redis = self.inner.redis.clone();
         for path in images.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let Ok(name) = PhotoName::parse(path) else {
                 continue;
@@ -314,7 +325,11 @@ impl Uploads {
             if self.locate(&name).await?.is_some()
                 && !storage::uploads::is_an_icon(&self.inner.db, name.as_str()).await?
             {
-                self.record(owner, &name, 0).await?;
+                let uploader: Option<i64> = redis
+                    .hget(self.inner.keys.upload(name.as_str()), "user")
+                    .await?;
+                let uploader = uploader.and_then(|id| UserId::new(id).ok());
+                self.record(uploader, &name, 0).await?;
                 queued += 1;
             }
         }
@@ -365,7 +380,10 @@ impl Uploads {
                 .await?;
                 if used {
                     report.kept += 1;
-                } else if self.remove_files(&name).await? {
+                    self.keep(&name).await?;
+                    continue;
+                }
+                if self.remove_files(&name).await? {
                     report.deleted += 1;
                 } else {
                     report.missing += 1;
@@ -419,25 +437,56 @@ impl Uploads {
         Ok(())
     }
 
-    /// Queues the name, then records the uploader (in this order: a failure between the two
-    /// leaves a photo the sweep still visits).
-    async fn record(&self, user: UserId, name: &PhotoName, after: i64) -> Result<(), UploadError> {
+    /// Queues the name, then records the uploader, if known (in this order: a failure between
+    /// the two leaves a photo the sweep still visits).
+    async fn record(
+        &self,
+        user: Option<UserId>,
+        name: &PhotoName,
+        after: i64,
+    ) -> Result<(), UploadError> {
         let now = epoch_ms(SystemTime::now());
         let key = self.inner.keys.upload(name.as_str());
-        // Only a backstop: the sweep deletes the record once it has decided the photo.
+        // Only a backstop: the sweep decides the photo long before.
         let ttl = self.inner.grace * 2 + Duration::from_secs(3600);
         let mut redis = self.inner.redis.clone();
         let _: () = redis
             .zadd(self.inner.keys.upload_pending(), name.as_str(), now)
             .await?;
-        let _: () = redis::pipe()
-            .hset_multiple(&key, &[("user", user.get()), ("at", now), ("after", after)])
-            .ignore()
+        let mut pipe = redis::pipe();
+        match user {
+            Some(user) => pipe
+                .hset_multiple(&key, &[("user", user.get()), ("at", now), ("after", after)])
+                .ignore(),
+            None => pipe
+                .del(&key)
+                .ignore()
+                .hset_multiple(&key, &[("at", now), ("after", after)])
+                .ignore(),
+        };
+        let _: () = pipe
             .pexpire(&key, ttl.as_millis() as i64)
             .ignore()
             .query_async(&mut redis)
             .await?;
         Ok(())
+    }
+
+    /// Takes a photo a note uses off the queue; its record keeps only the uploader, for as
+    /// long as the photo is kept, so that a deleted note hands it back to him.
+    async fn keep(&self, name: &PhotoName) -> Result<(), redis::RedisError> {
+        let key = self.inner.keys.upload(name.as_str());
+        let mut redis = self.inner.redis.clone();
+        let _: () = redis
+            .zrem(self.inner.keys.upload_pending(), name.as_str())
+            .await?;
+        redis::pipe()
+            .hdel(&key, &["at", "after"])
+            .ignore()
+            .persist(&key)
+            .ignore()
+            .query_async(&mut redis)
+            .await
     }
 
     /// Drops the queue entry and the record of a photo.

@@ -28,6 +28,8 @@ both_backends!(
     notes_are_deleted_by_their_author_only,
     a_deleted_note_vanishes_everywhere_and_frees_its_photos,
     a_deleted_note_leaves_its_author_s_icon_alone,
+    notes_and_comments_load_nothing_from_other_hosts,
+    a_deleted_note_hands_photos_back_to_their_uploader,
 );
 
 // ---- helpers ----
@@ -569,4 +571,172 @@ async fn a_deleted_note_leaves_its_author_s_icon_alone(backend: Backend) {
         .unwrap();
     assert_eq!(swept.deleted, 0, "{swept:?}");
     assert_eq!(app.get_bytes(&format!("/imgs{photo}")).await.0, 200);
+}
+
+/// An image on another host would learn the address of every reader of the note: notes and
+/// comments keep images (and anything else fetched on view) only on this site, whatever the
+/// spelling of the other host; links elsewhere stay (they need a click).
+async fn notes_and_comments_load_nothing_from_other_hosts(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let author = app.login("13812345613").await;
+    let remote = "<p>看<img src=\"https://evil.example/a.png\"><img src=\"//evil.example/b.png\">\
+        <img src=\"/\\evil.example/c.png\"><img src=\"/&#9;/evil.example/d.png\">\
+        <img src=\"HTTPS://evil.example/e.png\" srcset=\"https://evil.example/f.png 2x\">\
+        <img src=\" https://evil.example/g.png\"><img src=\"data:image/png;base64,AAAA\">\
+        <table background=\"https://evil.example/h.png\"><tbody><tr><td>表</td></tr></tbody></table>\
+        <img src=\"/imgs/blogs/1/2/a.jpg\"><img src=\"imgs/x.jpg\">\
+        <a href=\"https://example.com/\">链接</a></p>";
+    let r = app
+        .post_json(
+            "/api/blog",
+            &json!({"shopId": 1, "title": "remote", "content": remote,
+                    "images": "/imgs/blogs/1/2/a.jpg"}),
+            Some(&author),
+        )
+        .await;
+    assert!(r.success(), "{r:?}");
+    let blog = r.body["data"].as_i64().unwrap();
+    let shown = app.get(&format!("/api/blog/{blog}"), Some(&author)).await;
+    let content = shown.body["data"]["content"].as_str().unwrap();
+    assert_on_site(content);
+    assert!(content.contains("<td>表</td>"), "{content}");
+    assert!(
+        content.contains("<a href=\"https://example.com/\" rel=\"noopener noreferrer\">链接</a>"),
+        "links stay: {content}"
+    );
+
+    let c = comment(
+        &app,
+        blog,
+        &author,
+        json!({"content": "<img src=\"https://evil.example/a.png\">好 \
+                           <img src=\"/imgs/blogs/1/2/a.jpg\"><img src=\"imgs/x.jpg\">\
+                           <a href=\"https://example.com/\">链接</a>"}),
+    )
+    .await;
+    let listed = page(&app, blog, 1).await;
+    let shown = listed.iter().find(|x| x["id"] == c).expect("the comment");
+    let content = shown["content"].as_str().unwrap();
+    assert_on_site(content);
+    assert!(
+        content.contains("href=\"https://example.com/\""),
+        "{content}"
+    );
+
+    // A note's photos are paths of this site too.
+    for images in [
+        "https://evil.example/a.jpg",
+        "/imgs/blogs/1/2/a.jpg,//evil.example/b.jpg",
+    ] {
+        let r = app
+            .post_json(
+                "/api/blog",
+                &json!({"shopId": 1, "title": "remote photo", "content": "<p>x</p>",
+                        "images": images}),
+                Some(&author),
+            )
+            .await;
+        assert_eq!(r.code(), "invalid_blog", "{images}: {r:?}");
+    }
+}
+
+/// No image of `content` points at another host; the ones of this site stay.
+fn assert_on_site(content: &str) {
+    assert!(!content.contains("evil.example"), "{content}");
+    assert!(!content.contains("data:"), "{content}");
+    assert!(!content.contains("srcset"), "{content}");
+    assert!(
+        content.contains("<img src=\"/imgs/blogs/1/2/a.jpg\">"),
+        "{content}"
+    );
+    assert!(content.contains("<img src=\"imgs/x.jpg\">"), "{content}");
+}
+
+/// Anyone may list anyone's photo in a note (a note keeps what it lists), but deleting the note
+/// hands each photo back to its uploader, never to the note's author: B cannot delete A's
+/// photo through a note of his, nor make it his icon, and A still can.
+async fn a_deleted_note_hands_photos_back_to_their_uploader(backend: Backend) {
+    let app = spawn_app_with(backend, |c| {
+        c.social.upload_grace = Duration::from_secs(30);
+    })
+    .await;
+    let alice = app.login("13812345614").await;
+    let bob = app.login("13812345615").await;
+    let hers = uploaded(&app, &alice, &square_png(1, [3, 1, 4])).await;
+    let his = uploaded(&app, &bob, &square_png(1, [1, 5, 9])).await;
+    let both = format!("/imgs{hers},/imgs{his}");
+
+    // One note of his is swept first (the photos are the note's, off the queue), one is
+    // deleted while they still wait for the sweep.
+    for swept in [true, false] {
+        let r = app
+            .post_json(
+                "/api/blog",
+                &json!({"shopId": 1, "title": "borrowed", "content": "<p>x</p>",
+                        "images": both}),
+                Some(&bob),
+            )
+            .await;
+        assert!(r.success(), "{r:?}");
+        let blog = r.body["data"].as_i64().unwrap();
+        if swept {
+            let later = SystemTime::now() + Duration::from_secs(60);
+            let r = app.state.uploads.sweep_once(later).await.unwrap();
+            assert_eq!(r.kept, 2, "{r:?}");
+        }
+        assert!(
+            delete(&app, &format!("/api/blog/{blog}"), Some(&bob))
+                .await
+                .success()
+        );
+
+        let as_icon = |token: &str, photo: &str| {
+            app.send(
+                app.client
+                    .put(app.url("/api/user/info"))
+                    .json(&json!({"icon": format!("/imgs{photo}")}))
+                    .header("authorization", token),
+            )
+        };
+        let r = as_icon(&bob, &hers).await;
+        assert_eq!(r.code(), "invalid_icon", "swept {swept}: {r:?}");
+        let r = app
+            .send(
+                app.client
+                    .get(app.url("/api/upload/blog/delete"))
+                    .query(&[("name", &hers)])
+                    .header("authorization", &bob),
+            )
+            .await;
+        assert_eq!(r.code(), "not_your_file", "swept {swept}: {r:?}");
+        // His own photo is his again.
+        assert!(
+            app.state
+                .uploads
+                .dir()
+                .join(his.trim_start_matches('/'))
+                .exists()
+        );
+        let mut redis = app.redis().await;
+        for (photo, owner) in [
+            (&hers, me(&app, &alice).await),
+            (&his, me(&app, &bob).await),
+        ] {
+            let recorded: Option<i64> = redis
+                .hget(app.state.keys.upload(photo), "user")
+                .await
+                .unwrap();
+            assert_eq!(recorded, Some(owner), "swept {swept}: {photo}");
+        }
+    }
+    // Hers is still hers: she makes it her icon.
+    let r = app
+        .send(
+            app.client
+                .put(app.url("/api/user/info"))
+                .json(&json!({"icon": format!("/imgs{hers}")}))
+                .header("authorization", &alice),
+        )
+        .await;
+    assert!(r.success(), "{r:?}");
 }

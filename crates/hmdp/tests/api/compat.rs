@@ -13,7 +13,15 @@ use crate::{
     helpers::{Backend, SchemaDump, TestApp, TestDatabase, spawn_with_config, test_config},
 };
 
-both_backends!(adopted_notes_are_sanitized_once_and_ours_are_left_alone);
+both_backends!(
+    adopted_notes_are_sanitized_once_and_ours_are_left_alone,
+    a_database_that_kept_remote_images_loses_them,
+);
+
+/// Every migration version, in order.
+fn all_versions() -> Vec<i64> {
+    (1..=10).chain([12]).collect()
+}
 
 /// What a dump holds, for the checks to compare with.
 struct Facts {
@@ -141,7 +149,7 @@ async fn migrations_adopt(dump: &SchemaDump) {
 
     let blogs = count(&db, "SELECT COUNT(*) FROM tb_blog").await;
     let first = hmdp::testing::storage::migrate(&pool).await.unwrap();
-    assert_eq!(first.applied, (1..=10).collect::<Vec<i64>>());
+    assert_eq!(first.applied, all_versions());
     assert!(!first.seeded_demo, "an existing catalogue is never seeded");
     assert!(!first.seeded_demo_people, "nor are demo people added");
     assert_eq!(count(&db, "SELECT COUNT(*) FROM tb_blog").await, blogs);
@@ -188,7 +196,7 @@ async fn migrations_are_idempotent_on_sqlite_too() {
     let url = format!("sqlite://{}/x.db", dir.path().display());
     let db = hmdp::testing::storage::Db::connect(&url, 1).await.unwrap();
     let first = hmdp::testing::storage::migrate(&db).await.unwrap();
-    assert_eq!(first.applied, (1..=10).collect::<Vec<i64>>());
+    assert_eq!(first.applied, all_versions());
     assert!(first.seeded_demo);
     assert!(first.seeded_demo_people);
     assert!(
@@ -206,7 +214,7 @@ async fn migrations_are_idempotent_on_sqlite_too() {
             .unwrap();
     }
     let again = hmdp::testing::storage::migrate(&db).await.unwrap();
-    assert_eq!(again.applied, (1..=10).collect::<Vec<i64>>());
+    assert_eq!(again.applied, all_versions());
     assert!(!again.seeded_demo, "the catalogue is not seeded twice");
     assert!(!again.seeded_demo_people, "nor the people");
     if let hmdp::testing::storage::Db::Sqlite(pool) = &db {
@@ -334,4 +342,80 @@ async fn note_content(app: &TestApp, id: i64) -> String {
             .await
             .unwrap()
     })
+}
+
+/// A database migrated before version 12 kept images of other hosts (in notes' `content` and
+/// `images`, and in comments): version 12 drops them and keeps the rest, once.
+async fn a_database_that_kept_remote_images_loses_them(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _test_db) = match backend {
+        Backend::MySql => {
+            let db = TestDatabase::create().await;
+            (db.url.clone(), Some(db))
+        }
+        Backend::Sqlite => (format!("sqlite://{}/hmdp.db", dir.path().display()), None),
+    };
+    let db = hmdp::testing::storage::Db::connect(&url, 2).await.unwrap();
+    hmdp::testing::storage::migrate(&db).await.unwrap();
+    forget_migration(&db, 12).await;
+    let remote = "<p>店<img src=\"https://evil.example/a.png\"><img src=\"/imgs/blogs/1/2/a.jpg\">\
+        <a href=\"https://example.com/\" rel=\"noopener noreferrer\">链接</a></p>";
+    let note = insert_note(&db, remote, 0).await;
+    let comment = "<img src=\"//evil.example/b.png\">好<img src=\"/imgs/blogs/1/2/a.jpg\">";
+    hmdp::on_pool!(&db, pool => {
+        sqlx::query("UPDATE tb_blog SET images = ? WHERE id = ?")
+            .bind("https://evil.example/c.jpg,/imgs/blogs/blog1.jpg")
+            .bind(note)
+            .execute(pool)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO tb_blog_comments (user_id, blog_id, parent_id, answer_id, content, \
+             liked, status) VALUES (2, ?, 0, 0, ?, 0, 0)",
+        )
+        .bind(note)
+        .bind(comment)
+        .execute(pool)
+        .await
+        .unwrap();
+    });
+
+    let report = hmdp::testing::storage::migrate(&db).await.unwrap();
+    assert_eq!(report.applied, vec![12]);
+    let row = || async {
+        hmdp::on_pool!(&db, pool => {
+            let (content, images): (String, String) =
+                sqlx::query_as("SELECT content, images FROM tb_blog WHERE id = ?")
+                    .bind(note)
+                    .fetch_one(pool)
+                    .await
+                    .unwrap();
+            let comment: String =
+                sqlx::query_scalar("SELECT content FROM tb_blog_comments WHERE blog_id = ?")
+                    .bind(note)
+                    .fetch_one(pool)
+                    .await
+                    .unwrap();
+            (content, images, comment)
+        })
+    };
+    let cleaned = row().await;
+    assert_eq!(
+        cleaned,
+        (
+            "<p>店<img><img src=\"/imgs/blogs/1/2/a.jpg\">\
+             <a href=\"https://example.com/\" rel=\"noopener noreferrer\">链接</a></p>"
+                .to_owned(),
+            "/imgs/blogs/blog1.jpg".to_owned(),
+            "<img>好<img src=\"/imgs/blogs/1/2/a.jpg\">".to_owned(),
+        )
+    );
+    // Once cleaned, a repeat changes nothing.
+    forget_migration(&db, 12).await;
+    assert_eq!(
+        hmdp::testing::storage::migrate(&db).await.unwrap().applied,
+        vec![12]
+    );
+    assert_eq!(row().await, cleaned);
+    db.close().await;
 }

@@ -19,6 +19,7 @@ both_backends!(
     bad_fields_are_refused_and_change_nothing,
     the_icon_is_a_photo_of_ones_own,
     concurrent_changes_do_not_mix,
+    others_see_only_the_public_profile,
 );
 
 async fn put_info(app: &TestApp, body: &Value, token: Option<&str>) -> Resp {
@@ -76,16 +77,67 @@ async fn every_field_is_stored_and_shown(backend: Backend) {
         "followee": 0, "credits": 0, "level": false});
     assert_eq!(r.body["data"], expected);
     assert_eq!(profile(&app, &token).await, expected);
-    // The public view of the same row, and the session.
+    // The public view of the same row (see `others_see_only_the_public_profile`), and the
+    // session.
     let public = app.get(&format!("/api/user/info/{id}"), Some(&token)).await;
     assert_eq!(public.body["data"]["introduce"], hostile);
-    assert_eq!(public.body["data"]["birthday"], "1990-05-06");
     let me = app.get("/api/user/me", Some(&token)).await;
     assert_eq!(me.body["data"]["nickName"], "小明");
 
     // The column's tinyint is accepted as well.
     let r = put_info(&app, &json!({"gender": 0}), Some(&token)).await;
     assert_eq!(r.body["data"]["gender"], false, "{r:?}");
+}
+
+/// `GET /user/info/{id}` is anyone's to read (ids are sequential): it carries the public
+/// fields only, for the owner as for everyone else; city, gender and birthday stay in the
+/// owner's `GET /user/info`.
+async fn others_see_only_the_public_profile(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let owner = app.login("13812340111").await;
+    let other = app.login("13812340112").await;
+    let id = app.get("/api/user/me", Some(&owner)).await.body["data"]["id"]
+        .as_i64()
+        .unwrap();
+    let r = put_info(
+        &app,
+        &json!({"city": "杭州", "introduce": "hi", "gender": true, "birthday": "1990-05-06"}),
+        Some(&owner),
+    )
+    .await;
+    assert!(r.success(), "{r:?}");
+
+    let public = json!({"userId": id, "introduce": "hi", "fans": 0, "followee": 0,
+        "credits": 0, "level": false});
+    for token in [&other, &owner] {
+        let r = app.get(&format!("/api/user/info/{id}"), Some(token)).await;
+        assert!(r.success(), "{r:?}");
+        assert_eq!(r.body["data"], public);
+    }
+    let mine = profile(&app, &owner).await;
+    assert_eq!(
+        (&mine["city"], &mine["gender"], &mine["birthday"]),
+        (&json!("杭州"), &json!(true), &json!("1990-05-06"))
+    );
+
+    // The documented answer is the public one.
+    let doc = app.get("/openapi.json", None).await.body;
+    let data = &doc["paths"]["/user/info/{id}"]["get"]["responses"]["200"]["content"]["application/json"]
+        ["schema"]["oneOf"][0]["properties"]["data"];
+    let name = data.to_string();
+    let name = name
+        .split("#/components/schemas/")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("a named schema: {data}"));
+    let props = &doc["components"]["schemas"][name]["properties"];
+    assert!(props["introduce"].is_object(), "{name}: {props}");
+    for private in ["city", "gender", "birthday"] {
+        assert!(
+            props[private].is_null(),
+            "{private} documented in {name}: {props}"
+        );
+    }
 }
 
 async fn a_partial_change_leaves_the_other_fields(backend: Backend) {

@@ -543,14 +543,21 @@ async fn the_sweep_deletes_unused_photos_and_keeps_used_ones(backend: Backend) {
     assert_eq!((status, body), (200, square_png(1, [0, 1, 0])));
 
     // Decided photos leave the queue: the next sweep has nothing to do, and the used photo
-    // now belongs to its note.
+    // now belongs to its note; its record keeps only the uploader, for good (a deleted note
+    // hands the photo back to him).
     let mut redis = app.redis().await;
     let queued: i64 = redis.zcard(app.state.keys.upload_pending()).await.unwrap();
     assert_eq!(queued, 0);
-    for name in [&unused, &used] {
-        let exists: bool = redis.exists(app.state.keys.upload(name)).await.unwrap();
-        assert!(!exists, "{name}");
-    }
+    let exists: bool = redis.exists(app.state.keys.upload(&unused)).await.unwrap();
+    assert!(!exists, "{unused}");
+    let kept: std::collections::HashMap<String, i64> =
+        redis.hgetall(app.state.keys.upload(&used)).await.unwrap();
+    let uploader = app.get("/api/user/me", Some(&token)).await.body["data"]["id"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(kept, [("user".to_owned(), uploader)].into());
+    let ttl: i64 = redis.ttl(app.state.keys.upload(&used)).await.unwrap();
+    assert_eq!(ttl, -1, "kept for as long as the photo");
     let r = app.state.uploads.sweep_once(later).await.unwrap();
     assert_eq!(r, SweepReport::default());
     assert!(on_disk(&app, &used).exists());
