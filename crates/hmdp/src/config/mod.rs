@@ -209,8 +209,11 @@ settings! {
     pub struct SmsSettings {
         /// where login codes go: `log` (written to the service log: whoever reads it can log in
         /// as anyone; for development) or `http` (POSTed to `HMDP_SMS_URL`). Unset means `log`
-        /// on a loopback `HMDP_LISTEN`; on any other address `hmdp serve` refuses to start
-        HMDP_SMS mode: Option<SmsMode> = None, unset "`log` on loopback, else required";
+        /// on a loopback `HMDP_LISTEN`; on any other address `hmdp serve` refuses to start. With
+        /// `HMDP_TRUSTED_PROXIES` set (a public service behind a proxy) it must be set, whatever
+        /// the address
+        HMDP_SMS mode: Option<SmsMode> = None,
+            unset "`log` on loopback without proxies, else required";
         /// `http`: the gateway URL; each code is POSTed there as JSON
         /// `{"id","phone","code","template","ttlSecs"}` (see [SMS gateway](../ARCHITECTURE.md#sms-gateway))
         HMDP_SMS_URL url: Option<String> as Url = None, check scheme("http", "https");
