@@ -351,7 +351,11 @@ settings! {
         /// the most users one user may follow; a follow beyond it is refused with `follow_limit`
         /// (it bounds the follow sets, their rebuilds and the common-follows intersection)
         HMDP_FOLLOW_MAX follow_max: u64 = 5_000, check at_least(1);
-        /// the time zone of "today" for sign-in days and daily visitor counts (an IANA name)
+        /// comments one user may post a day (in `HMDP_TIME_ZONE`); more are refused (429
+        /// `comment_quota`) until midnight. Deleting a comment gives nothing back
+        HMDP_COMMENT_USER_DAILY_COUNT comment_user_daily_count: u64 = 200, check at_least(1);
+        /// the time zone of "today" for sign-in days, daily visitor counts and daily caps (an
+        /// IANA name)
         HMDP_TIME_ZONE time_zone: TimeZone = TimeZone(chrono_tz::Asia::Shanghai);
         /// shop visits are buffered in memory and sent to Redis at least this often (at most 1 s)
         HMDP_UV_FLUSH_MS uv_flush: Duration as Millis = Duration::from_millis(1000),

@@ -141,7 +141,7 @@ async fn migrations_adopt(dump: &SchemaDump) {
 
     let blogs = count(&db, "SELECT COUNT(*) FROM tb_blog").await;
     let first = hmdp::testing::storage::migrate(&pool).await.unwrap();
-    assert_eq!(first.applied, (1..=10).collect::<Vec<i64>>());
+    assert_eq!(first.applied, (1..=11).collect::<Vec<i64>>());
     assert!(!first.seeded_demo, "an existing catalogue is never seeded");
     assert!(!first.seeded_demo_people, "nor are demo people added");
     assert_eq!(count(&db, "SELECT COUNT(*) FROM tb_blog").await, blogs);
@@ -168,6 +168,16 @@ async fn migrations_adopt(dump: &SchemaDump) {
         2,
         "a unique index over two columns"
     );
+    // The original's comments table gets the index a thread's delete goes through.
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() \
+             AND table_name = 'tb_blog_comments' AND index_name = 'idx_blog_comments_parent'"
+        )
+        .await,
+        1
+    );
     // Every flash-sale voucher has its initial stock: its stock plus its orders.
     assert_eq!(
         count(
@@ -188,7 +198,7 @@ async fn migrations_are_idempotent_on_sqlite_too() {
     let url = format!("sqlite://{}/x.db", dir.path().display());
     let db = hmdp::testing::storage::Db::connect(&url, 1).await.unwrap();
     let first = hmdp::testing::storage::migrate(&db).await.unwrap();
-    assert_eq!(first.applied, (1..=10).collect::<Vec<i64>>());
+    assert_eq!(first.applied, (1..=11).collect::<Vec<i64>>());
     assert!(first.seeded_demo);
     assert!(first.seeded_demo_people);
     assert!(
@@ -206,7 +216,7 @@ async fn migrations_are_idempotent_on_sqlite_too() {
             .unwrap();
     }
     let again = hmdp::testing::storage::migrate(&db).await.unwrap();
-    assert_eq!(again.applied, (1..=10).collect::<Vec<i64>>());
+    assert_eq!(again.applied, (1..=11).collect::<Vec<i64>>());
     assert!(!again.seeded_demo, "the catalogue is not seeded twice");
     assert!(!again.seeded_demo_people, "nor the people");
     if let hmdp::testing::storage::Db::Sqlite(pool) = &db {
