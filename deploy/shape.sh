@@ -264,6 +264,7 @@ EOF
     "HMDP_REDIS_MANAGED=never"
     "HMDP_UPLOAD_DIR=$STATE/uploads"
     "HMDP_TRUSTED_PROXIES=$trusted"
+    "HMDP_SMS=${HMDP_SMS:-log}"
     "HMDP_ORDER_TRANSPORT=$transport"
     # An accepted grab is answered once a replica holds it, so a failover keeps it.
     "HMDP_REDIS_WAIT_REPLICAS=${HMDP_REDIS_WAIT_REPLICAS:-1}"

@@ -94,6 +94,7 @@ pub mod startup {
 pub mod storage {
     pub use crate::storage::{
         Db,
+        comments::DELETE_REPLIES,
         follows::users_by_ids,
         migrate,
         orders::{self, NewOrder},

@@ -204,8 +204,11 @@ settings! {
     pub struct SmsSettings {
         /// where login codes go: `log` (written to the service log: whoever reads it can log in
         /// as anyone; for development) or `http` (POSTed to `HMDP_SMS_URL`). Unset means `log`
-        /// on a loopback `HMDP_LISTEN`; on any other address `hmdp serve` refuses to start
-        HMDP_SMS mode: Option<SmsMode> = None, unset "`log` on loopback, else required";
+        /// on a loopback `HMDP_LISTEN`; on any other address `hmdp serve` refuses to start. With
+        /// `HMDP_TRUSTED_PROXIES` set (a public service behind a proxy) it must be set, whatever
+        /// the address
+        HMDP_SMS mode: Option<SmsMode> = None,
+            unset "`log` on loopback without proxies, else required";
         /// `http`: the gateway URL; each code is POSTed there as JSON
         /// `{"id","phone","code","template","ttlSecs"}` (see [SMS gateway](internals/operations.md#sms-gateway))
         HMDP_SMS_URL url: Option<String> as Url = None, check scheme("http", "https");
@@ -343,7 +346,11 @@ settings! {
         /// the most users one user may follow; a follow beyond it is refused with `follow_limit`
         /// (it bounds the follow sets, their rebuilds and the common-follows intersection)
         HMDP_FOLLOW_MAX follow_max: u64 = 5_000, check at_least(1);
-        /// the time zone of "today" for sign-in days and daily visitor counts (an IANA name)
+        /// comments one user may post a day (in `HMDP_TIME_ZONE`); more are refused (429
+        /// `comment_quota`) until midnight. Deleting a comment gives nothing back
+        HMDP_COMMENT_USER_DAILY_COUNT comment_user_daily_count: u64 = 200, check at_least(1);
+        /// the time zone of "today" for sign-in days, daily visitor counts and daily caps (an
+        /// IANA name)
         HMDP_TIME_ZONE time_zone: TimeZone = TimeZone(chrono_tz::Asia::Shanghai);
         /// shop visits are buffered in memory and sent to Redis at least this often (at most 1 s)
         HMDP_UV_FLUSH_MS uv_flush: Duration as Millis = Duration::from_millis(1000),

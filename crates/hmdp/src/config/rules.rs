@@ -26,6 +26,17 @@ pub(super) fn check(config: &Config) -> Result<(), ConfigError> {
                 .to_owned(),
         });
     }
+    // Behind a reverse proxy the listen address is loopback by design, yet clients are public:
+    // a loopback address proves no developer's machine, so where codes go must be said.
+    if !config.trusted_proxies.is_empty() && config.sms.mode.is_none() {
+        return Err(ConfigError::Invalid {
+            name: "HMDP_SMS",
+            message: "must be set with HMDP_TRUSTED_PROXIES (behind a proxy a loopback \
+                      HMDP_LISTEN still serves the public): HMDP_SMS=http with HMDP_SMS_URL and \
+                      HMDP_SMS_SECRET, or HMDP_SMS=log on purpose"
+                .to_owned(),
+        });
+    }
     sms_gateway(&config.sms, config.request_timeout)
 }
 

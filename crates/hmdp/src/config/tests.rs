@@ -230,7 +230,10 @@ fn sentinel_replaces_the_url_needs_a_master_and_allows_replica_waits() {
 fn trusted_proxies_are_cidrs_or_addresses() {
     let c = Config::from_sources(
         None,
-        &env(&[("HMDP_TRUSTED_PROXIES", "127.0.0.1, 10.1.2.3/8 fd00::/8")]),
+        &env(&[
+            ("HMDP_TRUSTED_PROXIES", "127.0.0.1, 10.1.2.3/8 fd00::/8"),
+            ("HMDP_SMS", "log"),
+        ]),
     )
     .unwrap();
     assert_eq!(
@@ -311,12 +314,46 @@ fn secrets_never_show_in_debug_output_or_the_summary() {
 }
 
 #[test]
+fn behind_trusted_proxies_the_sms_setting_must_be_given() {
+    let proxied = ("HMDP_TRUSTED_PROXIES", "127.0.0.1/32");
+    // The deploy shape: loopback listen address, nginx in front.
+    for listen in ["127.0.0.1:8081", "0.0.0.0:8081"] {
+        let err = Config::from_sources(None, &env(&[proxied, ("HMDP_LISTEN", listen)]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("HMDP_SMS") && err.contains("HMDP_TRUSTED_PROXIES"),
+            "{err}"
+        );
+    }
+    for mode in [SmsMode::Log, SmsMode::Http] {
+        let mut given = vec![
+            proxied,
+            (
+                "HMDP_SMS",
+                if mode == SmsMode::Log { "log" } else { "http" },
+            ),
+        ];
+        if mode == SmsMode::Http {
+            given.extend([
+                ("HMDP_SMS_URL", "https://sms.example/send"),
+                ("HMDP_SMS_SECRET", "k"),
+            ]);
+        }
+        let c = Config::from_sources(None, &env(&given)).unwrap();
+        assert_eq!(c.sms.mode, Some(mode));
+    }
+    // Without proxies a loopback service may still leave it unset (a developer's machine).
+    assert!(Config::from_sources(None, &env(&[("HMDP_LISTEN", "127.0.0.1:8081")])).is_ok());
+}
+
+#[test]
 fn the_sms_gateway_needs_a_url_and_a_secret_and_must_fit_in_a_request() {
     let c = Config::from_sources(None, &env(&[])).unwrap();
     assert_eq!(c.sms.mode, None);
     assert!(
         c.redacted_summary()
-            .contains("sms=(log on loopback, else required)")
+            .contains("sms=(log on loopback without proxies, else required)")
     );
     let c = Config::from_sources(None, &env(&[("HMDP_SMS", "LOG")])).unwrap();
     assert_eq!(c.sms.mode, Some(SmsMode::Log));

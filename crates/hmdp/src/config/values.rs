@@ -1,6 +1,9 @@
-//! Value types of settings that belong to no one feature: a secret, a time zone.
+//! Value types of settings that belong to no one feature: a secret, a time zone (and the day it
+//! makes of a moment, which every daily cap counts by).
 
-use std::{fmt, str::FromStr};
+use std::{fmt, str::FromStr, time::Duration};
+
+use chrono::{DateTime, Days, TimeZone as _, Utc};
 
 /// A secret string that never shows up in `Debug`/`Display` output or logs.
 #[derive(Clone, PartialEq, Eq)]
@@ -27,6 +30,30 @@ impl fmt::Debug for Secret {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimeZone(pub chrono_tz::Tz);
 
+impl TimeZone {
+    /// How long a daily cap keeps a day's record: longer than a day in every time zone.
+    pub const DAY_RECORD_TTL: Duration = Duration::from_secs(2 * 24 * 3600);
+
+    /// The day `now` falls on in this zone, as `yyyyMMdd` (the day in a daily cap's key).
+    pub fn day(self, now: DateTime<Utc>) -> String {
+        now.with_timezone(&self.0)
+            .date_naive()
+            .format("%Y%m%d")
+            .to_string()
+    }
+
+    /// The time from `now` to the next midnight in this zone (when a spent day starts again).
+    pub fn until_midnight(self, now: DateTime<Utc>) -> Duration {
+        now.with_timezone(&self.0)
+            .date_naive()
+            .checked_add_days(Days::new(1))
+            .and_then(|d| d.and_hms_opt(0, 0, 0))
+            .and_then(|m| self.0.from_local_datetime(&m).earliest())
+            .and_then(|m| (m.with_timezone(&Utc) - now).to_std().ok())
+            .unwrap_or(Duration::from_secs(24 * 3600))
+    }
+}
+
 impl FromStr for TimeZone {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -40,5 +67,32 @@ impl FromStr for TimeZone {
 impl fmt::Display for TimeZone {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.0.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_day_is_the_zone_s_and_starts_again_at_its_midnight() {
+        let shanghai = TimeZone(chrono_tz::Asia::Shanghai);
+        let utc = TimeZone(chrono_tz::UTC);
+        // 15:30 UTC is 23:30 in Shanghai.
+        let now = Utc.with_ymd_and_hms(2024, 5, 1, 15, 30, 0).unwrap();
+        assert_eq!(shanghai.until_midnight(now), Duration::from_secs(30 * 60));
+        assert_eq!(
+            utc.until_midnight(now),
+            Duration::from_secs(8 * 3600 + 30 * 60)
+        );
+        assert_eq!(
+            (shanghai.day(now), utc.day(now)),
+            ("20240501".into(), "20240501".into())
+        );
+        let later = now + chrono::Duration::hours(1);
+        assert_eq!(
+            (shanghai.day(later), utc.day(later)),
+            ("20240502".into(), "20240501".into())
+        );
     }
 }

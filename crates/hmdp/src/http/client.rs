@@ -7,7 +7,9 @@
 //! it saw to `X-Forwarded-For`: the client is the rightmost entry that is not one of
 //! `HMDP_TRUSTED_PROXIES`. Entries further left were written by the client and prove nothing, and
 //! the header of a peer that is not a trusted proxy is ignored altogether: nobody picks their own
-//! address.
+//! address. Each entry is read from the raw bytes on its own and skipped when it is not an
+//! address, so garbage the client writes on the left (a byte that is not ASCII, say) cannot
+//! spoil the entry its proxy appended and make the client pass for the proxy.
 //!
 //! Limits key a client by [`ClientIp::key`]: an IPv4 address, or the /64 network of an IPv6 one.
 //! A subscriber gets a whole /64 (2^64 addresses), so per-address limits on full IPv6 addresses
@@ -86,25 +88,21 @@ impl ClientIp {
             return Self(client);
         }
         // Right to left: each entry was appended by the hop to its right, which is trusted.
+        // Several header lines are one list, in order; each entry is read from the raw bytes
+        // on its own, so a byte the client wrote elsewhere in the header spoils nothing else.
         let entries = headers
             .get_all("x-forwarded-for")
             .iter()
             .rev()
-            .flat_map(|value| value.to_str().unwrap_or("").rsplit(','));
-        for entry in entries {
-            match parse_entry(entry) {
-                Some(ip) => {
-                    client = ip.to_canonical();
-                    if !trusted.contains(client) {
-                        return Self(client);
-                    }
-                }
-                // Unreadable: stop at the last address a trusted hop vouched for.
-                None => break,
+            .flat_map(|value| value.as_bytes().rsplit(|&b| b == b','));
+        for ip in entries.filter_map(parse_entry) {
+            client = ip.to_canonical();
+            if !trusted.contains(client) {
+                return Self(client);
             }
         }
-        // Every hop was trusted (a request from inside), or the chain broke: the leftmost
-        // address that can be believed.
+        // Every hop was trusted (a request from inside), or no entry was an address: the
+        // leftmost address that can be believed.
         Self(client)
     }
 
@@ -129,9 +127,10 @@ pub(crate) fn limit_key(ip: IpAddr) -> IpAddr {
 }
 
 /// One `X-Forwarded-For` entry: an address, possibly with a port (`1.2.3.4:5678`,
-/// `[2001:db8::1]:443`) or in brackets, as some proxies write it.
-fn parse_entry(entry: &str) -> Option<IpAddr> {
-    let entry = entry.trim();
+/// `[2001:db8::1]:443`) or in brackets, as some proxies write it. Anything else (`unknown`,
+/// bytes that are not ASCII) is no address.
+fn parse_entry(entry: &[u8]) -> Option<IpAddr> {
+    let entry = std::str::from_utf8(entry.trim_ascii()).ok()?;
     entry
         .parse::<IpAddr>()
         .ok()
@@ -218,12 +217,59 @@ mod tests {
         // No header, or only trusted hops: the leftmost trusted address.
         assert_eq!(resolve("127.0.0.1", &[], trusted), "127.0.0.1");
         assert_eq!(resolve("127.0.0.1", &["10.0.0.5"], trusted), "10.0.0.5");
-        // Garbage ends the walk at the last hop that vouched for something.
+        // An entry that is no address is skipped; with no address at all, the peer is the client.
         assert_eq!(
             resolve("127.0.0.1", &["203.0.113.9, unknown, 10.0.0.5"], trusted),
-            "10.0.0.5"
+            "203.0.113.9"
         );
         assert_eq!(resolve("127.0.0.1", &["nonsense"], trusted), "127.0.0.1");
+    }
+
+    fn resolve_bytes(xff: &[&[u8]], trusted: &str) -> String {
+        let mut headers = HeaderMap::new();
+        for value in xff {
+            headers.append(
+                "x-forwarded-for",
+                axum::http::HeaderValue::from_bytes(value).unwrap(),
+            );
+        }
+        let peer = "127.0.0.1".parse().unwrap();
+        ClientIp::resolve(peer, &headers, &trusted.parse().unwrap())
+            .addr()
+            .to_string()
+    }
+
+    #[test]
+    fn bytes_the_client_wrote_never_make_it_its_proxy() {
+        let trusted = "127.0.0.1/32, 10.0.0.0/8";
+        // nginx appended the client's address to a value the client sent with a byte >= 0x80.
+        assert_eq!(
+            resolve_bytes(&[b"\xff\xfe, 203.0.113.9"], trusted),
+            "203.0.113.9"
+        );
+        assert_eq!(
+            resolve_bytes(&[b"1.1.1.1 \x80, 203.0.113.9, 10.0.0.5"], trusted),
+            "203.0.113.9"
+        );
+        // Several header lines are one list, joined in order; a bad line spoils only itself.
+        assert_eq!(
+            resolve_bytes(&[b"\xe4\xb8\xad", b"203.0.113.9"], trusted),
+            "203.0.113.9"
+        );
+        assert_eq!(
+            resolve_bytes(
+                &[b"198.51.100.1", b"203.0.113.9, \xff", b"10.0.0.5"],
+                trusted
+            ),
+            "203.0.113.9"
+        );
+        // A non-ASCII byte inside an entry makes that entry no address, never a neighbour.
+        assert_eq!(
+            resolve_bytes(&[b"198.51.100.1, 203.0.113.9\xff"], trusted),
+            "198.51.100.1"
+        );
+        // Only garbage: the peer.
+        assert_eq!(resolve_bytes(&[b"\xff"], trusted), "127.0.0.1");
     }
 
     #[test]

@@ -207,7 +207,7 @@ error_codes! {
     /// A comment that breaks a rule: empty or too long content, a `parentId` or `answerId`
     /// that names no comment of the note (or names comments of two threads).
     InvalidComment => ("invalid_comment", OK),
-    /// Deleting a comment someone else wrote.
+    /// Deleting a comment someone else wrote, on a note someone else wrote.
     NotYourComment => ("not_your_comment", OK),
     /// No such user.
     UserNotFound => ("user_not_found", OK),
@@ -252,6 +252,9 @@ error_codes! {
     /// The user's photos or bytes of the day are spent (`HMDP_UPLOAD_USER_DAILY_*`); until
     /// midnight (`Retry-After`).
     UploadQuota => ("upload_quota", TOO_MANY_REQUESTS),
+    /// The user's comments of the day are spent (`HMDP_COMMENT_USER_DAILY_COUNT`); until
+    /// midnight (`Retry-After`).
+    CommentQuota => ("comment_quota", TOO_MANY_REQUESTS),
     /// The upload folder's free space is below `HMDP_UPLOAD_MIN_FREE_BYTES`: uploads wait.
     DiskFull => ("disk_full", INSUFFICIENT_STORAGE),
     /// This client address used its wrong login-code tries of the day across all phones
@@ -669,8 +672,14 @@ impl From<SocialError> for ApiError {
             SocialError::InvalidComment(msg) => ApiError::new(ErrorCode::InvalidComment, msg),
             SocialError::NotYourComment => ApiError::new(
                 ErrorCode::NotYourComment,
-                "只能删除自己的评论 (only the author may delete a comment)",
+                "只能删除自己的评论或自己笔记下的评论 (only the comment's author or the note's \
+                 may delete a comment)",
             ),
+            SocialError::CommentQuota { count, retry_after } => ApiError::new(
+                ErrorCode::CommentQuota,
+                format!("今日评论已达上限 (daily comment quota spent: {count} comments a day)"),
+            )
+            .with_retry_after(retry_after),
             SocialError::UserNotFound => {
                 ApiError::new(ErrorCode::UserNotFound, "用户不存在 (no such user)")
             }

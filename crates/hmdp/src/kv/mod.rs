@@ -256,6 +256,12 @@ impl Keys {
         format!("{}feed:pulled-authors", self.prefix)
     }
 
+    /// `comment:quota:{userId}:{yyyyMMdd}`: how many comments one user posted on one day (in
+    /// `HMDP_TIME_ZONE`). Expires after two days.
+    pub fn comment_quota(&self, user_id: i64, day: &str) -> String {
+        format!("{}comment:quota:{user_id}:{day}", self.prefix)
+    }
+
     /// `cache:shop:{id}` *without* the prefix: the cache client adds it.
     pub fn cache_shop(id: crate::domain::ShopId) -> String {
         format!("cache:shop:{id}")

@@ -6,12 +6,22 @@
 //! may name the comment it answers (`answerId`, in that thread); either alone is enough, a
 //! mismatch is refused. Deleting a top-level comment deletes its thread. `storage::comments`
 //! keeps `tb_blog.comments` equal to the rows.
+//!
+//! Each user's comments a day are capped (`HMDP_COMMENT_USER_DAILY_COUNT`, the day in
+//! `HMDP_TIME_ZONE`), counted in Redis by every instance together, so one account cannot fill
+//! the table and the write lock for ever. A note's author may delete any comment on the note
+//! (what spam there is lands on their page); anyone else only their own.
 
-use chrono::NaiveDateTime;
+use chrono::{NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{Social, SocialError, blogs::PAGE_SIZE};
+use super::{
+    Social, SocialError,
+    blogs::PAGE_SIZE,
+    scripts::{CHARGE_COMMENT, REFUND_COMMENT},
+};
 use crate::{
+    config::TimeZone,
     domain::{BlogId, CommentId, UserId},
     storage::{
         blogs,
@@ -94,6 +104,7 @@ impl Social {
     ) -> Result<CommentId, SocialError> {
         let content = super::blogs::clean_content(&input.content, CONTENT_MAX)
             .map_err(SocialError::InvalidComment)?;
+        let quota = self.charge_comment(author).await?;
         let (now, _) = super::blogs::now_local();
         let added = comments::insert(
             &self.db,
@@ -106,8 +117,11 @@ impl Social {
                 now,
             },
         )
-        .await?;
-        added.map_err(|why| match why {
+        .await;
+        if !matches!(added, Ok(Ok(_))) {
+            self.refund_comment(&quota).await;
+        }
+        added?.map_err(|why| match why {
             NotAdded::NoNote => SocialError::BlogNotFound,
             NotAdded::BadParent => SocialError::InvalidComment(
                 "parentId 不是该笔记的一级评论 (parentId names no top-level comment of this note)"
@@ -124,6 +138,37 @@ impl Social {
         })
     }
 
+    /// Counts one comment of `author`'s day, or refuses it when the day is spent; the day's
+    /// key, to give it back with.
+    async fn charge_comment(&self, author: UserId) -> Result<String, SocialError> {
+        let now = Utc::now();
+        let zone = self.settings.time_zone;
+        let key = self.keys.comment_quota(author.get(), &zone.day(now));
+        let counted: i64 = CHARGE_COMMENT
+            .key(&key)
+            .arg(self.settings.comment_user_daily_count)
+            .arg(TimeZone::DAY_RECORD_TTL.as_secs())
+            .invoke_async(&mut self.conn())
+            .await?;
+        if counted == 1 {
+            Ok(key)
+        } else {
+            Err(SocialError::CommentQuota {
+                count: self.settings.comment_user_daily_count,
+                retry_after: zone.until_midnight(now),
+            })
+        }
+    }
+
+    /// Gives back a counted comment that was not written (refused, or the database failed).
+    async fn refund_comment(&self, key: &str) {
+        let refunded: redis::RedisResult<i64> =
+            REFUND_COMMENT.key(key).invoke_async(&mut self.conn()).await;
+        if let Err(e) = refunded {
+            tracing::warn!(error = %e, "a comment not written stays counted in its day's quota");
+        }
+    }
+
     /// Page `current` of a note's comments, newest first.
     pub async fn comments(&self, blog: BlogId, current: i64) -> Result<Vec<Comment>, SocialError> {
         if !blogs::exists(&self.db, blog).await? {
@@ -133,7 +178,8 @@ impl Social {
         Ok(rows.into_iter().map(Comment::from).collect())
     }
 
-    /// Deletes `user`'s comment (a top-level one with its thread); how many comments went.
+    /// Deletes a comment (a top-level one with its thread) if `user` wrote it or its note; how
+    /// many comments went.
     pub async fn delete_comment(&self, id: CommentId, user: UserId) -> Result<u64, SocialError> {
         comments::delete(&self.db, id, user)
             .await?

@@ -4,7 +4,8 @@
 //!   with their author and whether the viewer likes them; deleting one takes its comments,
 //!   likes and feed entries with it and hands its photos back to the upload clean-up.
 //! - [`comments`]: comments on a note, sanitised like notes, counted in `tb_blog.comments`
-//!   under the note's row lock.
+//!   under the note's row lock, each user's a day capped; a comment is deleted by its author
+//!   or the note's.
 //! - [`likes`]: `hmdp_blog_like` is the truth, `blog:liked:{id}` its copy with a marker
 //!   member (rebuilt when lost); one Lua script decides a toggle, and the row and
 //!   `tb_blog.liked` follow it under the note's row lock, so racing clicks never double-count.
@@ -69,9 +70,18 @@ pub enum SocialError {
     /// A comment that breaks a rule; the message says which.
     #[error("{0}")]
     InvalidComment(String),
-    /// Deleting someone else's comment.
-    #[error("只能删除自己的评论 (only the author may delete a comment)")]
+    /// Deleting a comment someone else wrote on someone else's note.
+    #[error(
+        "只能删除自己的评论或自己笔记下的评论 (only the comment's author or the note's may \
+         delete a comment)"
+    )]
     NotYourComment,
+    /// The user posted `HMDP_COMMENT_USER_DAILY_COUNT` comments today; until the next midnight.
+    #[error("daily comment quota spent ({count} comments a day)")]
+    CommentQuota {
+        count: u64,
+        retry_after: std::time::Duration,
+    },
     /// No such user.
     #[error("用户不存在 (no such user)")]
     UserNotFound,

@@ -94,3 +94,32 @@ return 1
 ",
     )
 });
+
+/// Counts one comment of a user's day unless the day's cap is reached: the check and the count
+/// in one step, so racing posts never pass the cap.
+///
+/// KEYS: `comment:quota:{userId}:{day}`. ARGV: comments a day, the key's lifetime (s).
+/// Returns 1 when counted, 0 when the day is spent.
+pub(super) static CHARGE_COMMENT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if tonumber(redis.call('GET', KEYS[1]) or '0') >= tonumber(ARGV[1]) then return 0 end
+redis.call('INCR', KEYS[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return 1
+",
+    )
+});
+
+/// Gives back a counted comment that was not written after all; a day's record that is gone
+/// is left gone (never recreated without its lifetime).
+///
+/// KEYS: `comment:quota:{userId}:{day}`.
+pub(super) static REFUND_COMMENT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then redis.call('DECR', KEYS[1]) end
+return 1
+",
+    )
+});

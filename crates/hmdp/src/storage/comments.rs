@@ -78,8 +78,14 @@ pub(crate) enum NotAdded {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum NotDeleted {
     NoComment,
+    /// The user wrote neither the comment nor its note.
     NotAuthor,
 }
+
+/// Deletes a thread's replies (found through `idx_blog_comments_parent`). Apart from the
+/// comment itself, which goes by its primary key: one `id = ? OR parent_id = ?` may use
+/// neither index and scan the table while it holds the write lock.
+pub const DELETE_REPLIES: &str = "DELETE FROM tb_blog_comments WHERE parent_id = ?";
 
 /// Reads (blog_id, parent_id, user_id) of a comment inside `tx`, locking it on MySQL.
 macro_rules! comment_head {
@@ -154,9 +160,9 @@ pub(crate) async fn insert(
     })
 }
 
-/// Deletes `user`'s comment (with the replies of its thread when it is a top-level one) and
-/// takes them off its note's count, under the note's lock; how many comments went, or why
-/// none did.
+/// Deletes a comment (with the replies of its thread when it is a top-level one) that `user`
+/// wrote, or that was written on `user`'s note, and takes them off its note's count, under the
+/// note's lock; how many comments went, or why none did.
 pub(crate) async fn delete(
     db: &Db,
     id: CommentId,
@@ -183,18 +189,27 @@ pub(crate) async fn delete(
             _ => return Ok(Err(NotDeleted::NoComment)),
         };
         if author != user.get() {
-            return Ok(Err(NotDeleted::NotAuthor));
+            let note_author: Option<i64> =
+                sqlx::query_scalar("SELECT CAST(user_id AS SIGNED) FROM tb_blog WHERE id = ?")
+                    .bind(blog.get())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if note_author != Some(user.get()) {
+                return Ok(Err(NotDeleted::NotAuthor));
+            }
         }
-        let gone = if parent == 0 {
-            sqlx::query("DELETE FROM tb_blog_comments WHERE id = ? OR parent_id = ?")
+        let mut gone = sqlx::query("DELETE FROM tb_blog_comments WHERE id = ?")
+            .bind(id.get())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if parent == 0 {
+            gone += sqlx::query(DELETE_REPLIES)
                 .bind(id.get())
-                .bind(id.get())
-        } else {
-            sqlx::query("DELETE FROM tb_blog_comments WHERE id = ?").bind(id.get())
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
         }
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
         let n = i64::try_from(gone).unwrap_or(i64::MAX);
         sqlx::query(
             "UPDATE tb_blog SET comments = CASE WHEN COALESCE(comments, 0) > ? \

@@ -487,6 +487,17 @@ const MIGRATIONS: &[Migration] = &[
         ],
     },
     Migration {
+        version: 11,
+        name: "comment replies found by thread",
+        // Deleting a top-level comment deletes its replies: without an index on `parent_id` that
+        // read every comment of every note while holding the database's write lock.
+        steps: &[Step::Index {
+            table: "tb_blog_comments",
+            name: "idx_blog_comments_parent",
+            columns: "parent_id",
+        }],
+    },
+    Migration {
         version: 12,
         name: "notes and comments load nothing from other hosts",
         // Images on other hosts were kept until now (in `content`, and as a note's photos),

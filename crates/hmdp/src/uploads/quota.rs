@@ -9,9 +9,9 @@
 //! actually stored, so a refused or failed upload costs nothing. A cheap read before the body
 //! is read turns away a user whose day is spent without writing anything.
 
-use std::{path::Path, sync::LazyLock, time::Duration};
+use std::{path::Path, sync::LazyLock};
 
-use chrono::{Days, TimeZone as _, Utc};
+use chrono::Utc;
 use redis::{AsyncCommands, Script};
 
 use super::UploadError;
@@ -40,9 +40,6 @@ return 1
 ",
     )
 });
-
-/// A day's record outlives the day in every time zone.
-const KEY_TTL: Duration = Duration::from_secs(2 * 24 * 3600);
 
 /// The daily caps of one deployment (`HMDP_UPLOAD_USER_DAILY_*`).
 pub(super) struct Quota {
@@ -76,7 +73,7 @@ impl Quota {
             .arg(self.daily_count)
             .arg(self.daily_bytes)
             .arg(len)
-            .arg(KEY_TTL.as_secs())
+            .arg(TimeZone::DAY_RECORD_TTL.as_secs())
             .invoke_async(&mut redis)
             .await?;
         if charged == 1 {
@@ -103,27 +100,14 @@ impl Quota {
         UploadError::QuotaExceeded {
             count: self.daily_count,
             bytes: self.daily_bytes,
-            retry_after: until_midnight(self.time_zone, Utc::now()),
+            retry_after: self.time_zone.until_midnight(Utc::now()),
         }
     }
 
     fn key(&self, user: UserId) -> String {
-        let day = Utc::now().with_timezone(&self.time_zone.0).date_naive();
         self.keys
-            .upload_quota(user.get(), &day.format("%Y%m%d").to_string())
+            .upload_quota(user.get(), &self.time_zone.day(Utc::now()))
     }
-}
-
-/// The time from `now` to the next midnight in `tz` (when a spent day starts again).
-fn until_midnight(tz: TimeZone, now: chrono::DateTime<Utc>) -> Duration {
-    let local = now.with_timezone(&tz.0);
-    local
-        .date_naive()
-        .checked_add_days(Days::new(1))
-        .and_then(|d| d.and_hms_opt(0, 0, 0))
-        .and_then(|m| tz.0.from_local_datetime(&m).earliest())
-        .and_then(|m| (m.with_timezone(&Utc) - now).to_std().ok())
-        .unwrap_or(Duration::from_secs(24 * 3600))
 }
 
 /// The bytes free for an unprivileged user on the file system holding `dir`.
@@ -138,19 +122,6 @@ pub(super) async fn free_space(dir: &Path) -> std::io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_spent_day_starts_again_at_local_midnight() {
-        let shanghai = TimeZone(chrono_tz::Asia::Shanghai);
-        // 15:30 UTC is 23:30 in Shanghai.
-        let now = Utc.with_ymd_and_hms(2024, 5, 1, 15, 30, 0).unwrap();
-        assert_eq!(until_midnight(shanghai, now), Duration::from_secs(30 * 60));
-        let utc = TimeZone(chrono_tz::UTC);
-        assert_eq!(
-            until_midnight(utc, now),
-            Duration::from_secs(8 * 3600 + 30 * 60)
-        );
-    }
 
     #[tokio::test]
     async fn the_free_space_is_read_from_the_file_system() {

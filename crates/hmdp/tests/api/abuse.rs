@@ -322,15 +322,31 @@ async fn slow_and_idle_connections_are_closed_after_the_idle_timeout() {
 /// `POST /user/code` for a fresh phone, as relayed by a proxy on 127.0.0.1 that says the
 /// request came through `forwarded_for` (an `X-Forwarded-For` value; none when empty).
 async fn code_forwarded_for(app: &TestApp, forwarded_for: &str) -> Resp {
+    let lines: &[&[u8]] = if forwarded_for.is_empty() {
+        &[]
+    } else {
+        &[forwarded_for.as_bytes()]
+    };
+    code_forwarded_lines(app, lines).await
+}
+
+/// Like [`code_forwarded_for`], with `X-Forwarded-For` as raw header lines (any bytes a
+/// header may carry), in order.
+async fn code_forwarded_lines(app: &TestApp, lines: &[&[u8]]) -> Resp {
     use std::sync::atomic::{AtomicU32, Ordering};
     static PHONES: AtomicU32 = AtomicU32::new(0);
     let phone = format!("1380000{:04}", PHONES.fetch_add(1, Ordering::Relaxed));
-    let mut req = app
-        .client
-        .post(app.url(&format!("/api/user/code?phone={phone}")));
-    if !forwarded_for.is_empty() {
-        req = req.header("x-forwarded-for", forwarded_for);
+    let mut headers = reqwest::header::HeaderMap::new();
+    for line in lines {
+        headers.append(
+            "x-forwarded-for",
+            reqwest::header::HeaderValue::from_bytes(line).unwrap(),
+        );
     }
+    let req = app
+        .client
+        .post(app.url(&format!("/api/user/code?phone={phone}")))
+        .headers(headers);
     app.send(req).await
 }
 
@@ -397,6 +413,41 @@ async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_quota() {
         r.success(),
         "another forwarded client is not limited: {r:?}"
     );
+}
+
+/// A byte that is not ASCII in what the client wrote (nginx appends the address it saw to it)
+/// spoils only the client's own entry: the request is still the client's, charged to the
+/// client's buckets, never to the proxy's address that everyone behind it shares.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_that_are_not_ascii_in_x_forwarded_for_leave_the_client_its_own_bucket() {
+    let app = spawn_app_with(Backend::Sqlite, |c| {
+        c.code.ip_per_min = 2;
+        c.trusted_proxies = "127.0.0.1/32".parse().unwrap();
+    })
+    .await;
+    let refused = |r: &Resp| r.status == 429 && r.code() == "rate_limited";
+    // One client spends its bucket through requests whose header carries its garbage...
+    for lines in [
+        &[b"\xff\xfe, 203.0.113.7".as_slice()][..],
+        &[b"\xe4\xb8\xad", b"203.0.113.7"],
+    ] {
+        let r = code_forwarded_lines(&app, lines).await;
+        assert!(r.success(), "{r:?}");
+    }
+    // ...and that bucket is the one spent, however it writes the header next time.
+    for lines in [
+        &[b"203.0.113.7".as_slice()][..],
+        &[b"\x80, 203.0.113.7"],
+        &[b"\x80", b"203.0.113.7"],
+    ] {
+        let r = code_forwarded_lines(&app, lines).await;
+        assert!(refused(&r), "{lines:?}: {r:?}");
+    }
+    // Nobody else paid for it: requests from the proxy's own address still have their bucket.
+    for _ in 0..2 {
+        let r = code_forwarded_for(&app, "").await;
+        assert!(r.success(), "{r:?}");
+    }
 }
 
 /// A peer that is not a trusted proxy is the client, whatever `X-Forwarded-For` it sends: it

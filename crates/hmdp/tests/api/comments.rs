@@ -1,13 +1,14 @@
 //! Comments on notes and deleting notes: every route and refusal, sanitising, the comment
-//! count under racing posts and deletes, and a deleted note vanishing from every place that
-//! showed it (the note, the hot list, a follower's feed, its likes, its comments) while its
-//! photos go back to the upload clean-up.
+//! count under racing posts and deletes, who may delete a comment, each user's daily cap, and a
+//! deleted note vanishing from every place that showed it (the note, the hot list, a
+//! follower's feed, its likes, its comments) while its photos go back to the upload clean-up.
 
 use std::{
     sync::Arc,
     time::{Duration, SystemTime},
 };
 
+use hmdp::testing::storage::{DELETE_REPLIES, Db};
 use redis::AsyncCommands;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -23,7 +24,10 @@ both_backends!(
     comments_are_sanitised_and_listed_newest_first,
     bad_comments_are_refused_with_clear_errors,
     replies_must_stay_in_one_note_and_thread,
-    comments_are_deleted_by_their_author_only,
+    comments_are_deleted_by_their_author,
+    a_note_s_author_deletes_any_comment_on_it_and_strangers_none,
+    a_user_s_comments_a_day_are_capped,
+    a_thread_s_replies_are_deleted_through_their_index,
     racing_comments_keep_the_count_exact,
     notes_are_deleted_by_their_author_only,
     a_deleted_note_vanishes_everywhere_and_frees_its_photos,
@@ -273,7 +277,7 @@ async fn replies_must_stay_in_one_note_and_thread(backend: Backend) {
     assert_eq!(rows(&app, blog).await, 5);
 }
 
-async fn comments_are_deleted_by_their_author_only(backend: Backend) {
+async fn comments_are_deleted_by_their_author(backend: Backend) {
     let app = spawn_app(backend).await;
     let author = app.login("13812345605").await;
     let other = app.login("13812345606").await;
@@ -313,6 +317,163 @@ async fn comments_are_deleted_by_their_author_only(backend: Backend) {
     assert_eq!(r.code(), "comment_not_found", "a second delete");
     assert!(delete(&app, &path(alone), Some(&author)).await.success());
     assert_eq!((counter(&app, blog).await, rows(&app, blog).await), (0, 0));
+}
+
+async fn a_note_s_author_deletes_any_comment_on_it_and_strangers_none(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let author = app.login("13812345611").await;
+    let reader = app.login("13812345612").await;
+    let stranger = app.login("13812345613").await;
+    let blog = publish(&app, &author, "a note").await;
+    let elsewhere = publish(&app, &stranger, "the stranger's note").await;
+    let spam = comment(&app, blog, &reader, json!({"content": "spam"})).await;
+    let reply = comment(
+        &app,
+        blog,
+        &stranger,
+        json!({"content": "r", "parentId": spam}),
+    )
+    .await;
+    let other = comment(&app, blog, &reader, json!({"content": "more spam"})).await;
+    let own = comment(&app, blog, &author, json!({"content": "the author's"})).await;
+    let away = comment(&app, elsewhere, &reader, json!({"content": "away"})).await;
+    let path = |id: i64| format!("/api/blog/comments/{id}");
+
+    // Someone who wrote neither the comment nor the note: refused, whoever else they are (the
+    // author of another note, of a reply in the thread, or the comment's addressee).
+    for (id, token) in [
+        (other, &stranger),
+        (spam, &stranger),
+        (own, &reader),
+        (away, &author),
+    ] {
+        let r = delete(&app, &path(id), Some(token)).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (200, "not_your_comment"),
+            "{id}: {r:?}"
+        );
+    }
+    assert_eq!(counter(&app, blog).await, 4);
+
+    // The note's author deletes another's top-level comment, its thread with it.
+    let r = delete(&app, &path(spam), Some(&author)).await;
+    assert_eq!(r.body, json!({"success": true}));
+    assert_eq!(ids(&page(&app, blog, 1).await), vec![own, other]);
+    assert_eq!((counter(&app, blog).await, rows(&app, blog).await), (2, 2));
+    let r = delete(&app, &path(reply), Some(&stranger)).await;
+    assert_eq!(
+        r.code(),
+        "comment_not_found",
+        "the reply went with its thread"
+    );
+    // ...and a comment's own author still deletes it.
+    assert!(delete(&app, &path(other), Some(&reader)).await.success());
+    assert_eq!(ids(&page(&app, blog, 1).await), vec![own]);
+    assert!(delete(&app, &path(away), Some(&stranger)).await.success());
+    assert_eq!(
+        (counter(&app, elsewhere).await, rows(&app, elsewhere).await),
+        (0, 0)
+    );
+}
+
+async fn a_user_s_comments_a_day_are_capped(backend: Backend) {
+    let app = spawn_app_with(backend, |c| c.social.comment_user_daily_count = 3).await;
+    let alice = app.login("13812345621").await;
+    let bob = app.login("13812345622").await;
+    let blog = publish(&app, &bob, "a note").await;
+
+    // Refused comments cost nothing: bad content, an unknown note, a bad thread.
+    for (to, body) in [
+        (blog, json!({"content": "<script>x</script>"})),
+        (999_999, json!({"content": "hi"})),
+        (blog, json!({"content": "hi", "parentId": 999_999})),
+    ] {
+        assert!(!post_comment(&app, to, &body, Some(&alice)).await.success());
+    }
+    // Ten at once: exactly three are written, whoever wins.
+    let bodies: Vec<Value> = (0..10)
+        .map(|i| json!({"content": format!("c{i}")}))
+        .collect();
+    let answers = futures_util::future::join_all(
+        bodies
+            .iter()
+            .map(|body| post_comment(&app, blog, body, Some(&alice))),
+    )
+    .await;
+    assert_eq!(
+        answers.iter().filter(|r| r.success()).count(),
+        3,
+        "{answers:?}"
+    );
+    assert_eq!(rows(&app, blog).await, 3);
+    for r in answers.iter().filter(|r| !r.success()) {
+        assert_eq!((r.status, r.code()), (429, "comment_quota"), "{r:?}");
+        // Until the next midnight of HMDP_TIME_ZONE.
+        let secs: i64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+        let expected = until_midnight(app.state.config.social.time_zone.0);
+        assert!(
+            (secs - expected).abs() <= 5,
+            "{secs} s, {expected} s expected"
+        );
+    }
+
+    // Deleting gives nothing back; another user has a day of their own.
+    let mine = ids(&page(&app, blog, 1).await)[0];
+    assert!(
+        delete(&app, &format!("/api/blog/comments/{mine}"), Some(&alice))
+            .await
+            .success()
+    );
+    let r = post_comment(&app, blog, &json!({"content": "again"}), Some(&alice)).await;
+    assert_eq!((r.status, r.code()), (429, "comment_quota"), "{r:?}");
+    comment(&app, blog, &bob, json!({"content": "bob's"})).await;
+}
+
+/// Seconds from now to the next midnight in `tz`.
+fn until_midnight(tz: chrono_tz::Tz) -> i64 {
+    use chrono::TimeZone as _;
+    let now = chrono::Utc::now();
+    let midnight = now
+        .with_timezone(&tz)
+        .date_naive()
+        .succ_opt()
+        .unwrap()
+        .and_hms_opt(0, 0, 0)
+        .unwrap();
+    (tz.from_local_datetime(&midnight)
+        .earliest()
+        .unwrap()
+        .with_timezone(&chrono::Utc)
+        - now)
+        .num_seconds()
+}
+
+/// Deleting a top-level comment deletes its replies by `parent_id`: an index serves that on
+/// both backends (the original's table has none, and a scan holds SQLite's write lock).
+async fn a_thread_s_replies_are_deleted_through_their_index(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let sql = DELETE_REPLIES.replace('?', "7");
+    let plan = match &app.state.db {
+        Db::Sqlite(p) => {
+            let rows: Vec<(i64, i64, i64, String)> =
+                sqlx::query_as(&format!("EXPLAIN QUERY PLAN {sql}"))
+                    .fetch_all(p)
+                    .await
+                    .unwrap();
+            rows.into_iter().map(|r| r.3).collect::<Vec<_>>().join("; ")
+        }
+        Db::MySql(p) => {
+            // MariaDB's EXPLAIN is a result set: `key` names the index used.
+            let row = sqlx::query(&format!("EXPLAIN {sql}"))
+                .fetch_one(p)
+                .await
+                .unwrap();
+            let key: Option<String> = sqlx::Row::try_get(&row, "key").unwrap();
+            key.unwrap_or_default()
+        }
+    };
+    assert!(plan.contains("idx_blog_comments_parent"), "plan: {plan}");
 }
 
 async fn racing_comments_keep_the_count_exact(backend: Backend) {

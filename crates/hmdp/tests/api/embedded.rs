@@ -376,6 +376,27 @@ async fn a_bad_configuration_is_one_clear_line() {
     assert!(err.contains("HMDP_LISTEN"), "{err}");
 }
 
+/// Behind a proxy the listen address is loopback, yet the clients are public: the login codes'
+/// destination must be chosen, or nothing starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_an_unset_sms_setting_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hmdp"))
+        .current_dir(dir.path())
+        .env_clear()
+        // Were the configuration accepted, the start would end at once for want of a Redis.
+        .env("PATH", "")
+        .env("HMDP_REDIS_MANAGED", "always")
+        .env("HMDP_LISTEN", format!("127.0.0.1:{}", free_port()))
+        .env("HMDP_TRUSTED_PROXIES", "127.0.0.1/32")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("HMDP_SMS"), "{err}");
+    assert!(err.contains("HMDP_TRUSTED_PROXIES"), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_redis_server_installed_the_error_says_how_to_fix_it() {
     let dir = tempfile::tempdir().unwrap();
