@@ -22,8 +22,8 @@ use figment::{
 };
 use strum::VariantNames;
 
-use super::{Config, Secret, TimeZone, default_database_url, redact_url, rules};
-use crate::{http::TrustedProxies, kv::SentinelAddrs};
+use super::{Config, Secret, TimeZone, TrustedProxies, default_database_url, redact_url, rules};
+use crate::kv::SentinelAddrs;
 
 /// Errors found while reading the configuration; each names the setting at fault.
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,7 @@
-//! Value types of settings that belong to no one feature: a secret, a time zone (and the day it
-//! makes of a moment, which every daily cap counts by).
+//! Value types of settings that are more than one of several names: a secret, a time zone (and
+//! the day it makes of a moment, which every daily cap counts by), the trusted proxies.
 
-use std::{fmt, str::FromStr, time::Duration};
+use std::{fmt, net::IpAddr, str::FromStr, time::Duration};
 
 use chrono::{DateTime, Days, TimeZone as _, Utc};
 
@@ -94,5 +94,55 @@ mod tests {
             (shanghai.day(later), utc.day(later)),
             ("20240502".into(), "20240501".into())
         );
+    }
+}
+
+/// The reverse proxies of `HMDP_TRUSTED_PROXIES`: CIDRs, or single addresses (a /32 or /128).
+///
+/// Parsed with the configuration, so a typo stops the start instead of silently trusting
+/// nobody; the request pipeline asks them who the client is (`http::client`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies(Vec<ipnet::IpNet>);
+
+impl TrustedProxies {
+    /// Whether `ip` is one of the proxies (IPv4-mapped IPv6 addresses count as IPv4).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.0.iter().any(|net| net.contains(&ip))
+    }
+
+    /// No proxy is trusted.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl FromStr for TrustedProxies {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        s.split([',', ' ', '\t', '\n'])
+            .filter(|part| !part.is_empty())
+            .map(|part| {
+                part.parse::<ipnet::IpNet>()
+                    .or_else(|_| part.parse::<IpAddr>().map(ipnet::IpNet::from))
+                    .map(|net| net.trunc())
+                    .map_err(|_| {
+                        format!("`{part}` is not a CIDR (e.g. 10.0.0.0/8) nor an IP address")
+                    })
+            })
+            .collect::<Result<_, _>>()
+            .map(TrustedProxies)
+    }
+}
+
+impl fmt::Display for TrustedProxies {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, net) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{net}")?;
+        }
+        Ok(())
     }
 }

@@ -15,66 +15,14 @@
 //! A subscriber gets a whole /64 (2^64 addresses), so per-address limits on full IPv6 addresses
 //! would stop nobody.
 
-use std::{
-    fmt,
-    net::{IpAddr, Ipv6Addr, SocketAddr},
-    str::FromStr,
-};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use axum::{
     extract::FromRequestParts,
     http::{HeaderMap, request::Parts},
 };
 
-/// The reverse proxies of `HMDP_TRUSTED_PROXIES`: CIDRs, or single addresses (a /32 or /128).
-///
-/// Parsed with the configuration, so a typo stops the start instead of silently trusting
-/// nobody; [`ClientIp::resolve`] asks them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TrustedProxies(Vec<ipnet::IpNet>);
-
-impl TrustedProxies {
-    /// Whether `ip` is one of the proxies (IPv4-mapped IPv6 addresses count as IPv4).
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = ip.to_canonical();
-        self.0.iter().any(|net| net.contains(&ip))
-    }
-
-    /// No proxy is trusted.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl FromStr for TrustedProxies {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        s.split([',', ' ', '\t', '\n'])
-            .filter(|part| !part.is_empty())
-            .map(|part| {
-                part.parse::<ipnet::IpNet>()
-                    .or_else(|_| part.parse::<IpAddr>().map(ipnet::IpNet::from))
-                    .map(|net| net.trunc())
-                    .map_err(|_| {
-                        format!("`{part}` is not a CIDR (e.g. 10.0.0.0/8) nor an IP address")
-                    })
-            })
-            .collect::<Result<_, _>>()
-            .map(TrustedProxies)
-    }
-}
-
-impl fmt::Display for TrustedProxies {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, net) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str(",")?;
-            }
-            write!(f, "{net}")?;
-        }
-        Ok(())
-    }
-}
+use crate::config::TrustedProxies;
 
 /// The client's address, as resolved by the request pipeline (`super::pipeline`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

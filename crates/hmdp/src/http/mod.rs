@@ -47,7 +47,6 @@ use tower_http::{
 use tracing::Level;
 use utoipa_axum::router::OpenApiRouter;
 
-pub use client::TrustedProxies;
 pub(crate) use error::{ApiError, ApiResult, Envelope, ErrorCode, JsonReply, Reply, ok, ok_empty};
 pub(crate) use extract::{Admin, CurrentUser};
 pub(crate) use limits::Limits;

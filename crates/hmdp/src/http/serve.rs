@@ -51,12 +51,9 @@ use hyper_util::{
 use tokio::net::TcpListener;
 use tower::ServiceExt as _;
 
-use super::{
-    ApiError, ErrorCode,
-    client::{TrustedProxies, limit_key},
-};
+use super::{ApiError, ErrorCode, client::limit_key};
 use crate::{
-    config::Config,
+    config::{Config, TrustedProxies},
     metrics::{Counter, EncodeLabelSet, Family, Gauge, Registry},
 };
 
