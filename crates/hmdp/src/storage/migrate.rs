@@ -511,7 +511,7 @@ pub async fn migrate(db: &Db) -> Result<MigrationReport> {
         if applied.contains(&m.version) {
             continue;
         }
-        tracing::info!(version = m.version, name = m.name, "applying migration");
+        tracing::debug!(version = m.version, name = m.name, "applying migration");
         for step in m.steps {
             match step {
                 Step::Sql { sqlite, mysql } => run_sql(db, sqlite, mysql).await?,
@@ -532,7 +532,7 @@ pub async fn migrate(db: &Db) -> Result<MigrationReport> {
                 }
                 Step::SanitizeNotes => {
                     let n = sanitize_notes(db).await?;
-                    tracing::info!(notes = n, "notes sanitized");
+                    tracing::debug!(notes = n, "notes sanitized");
                 }
             }
         }
