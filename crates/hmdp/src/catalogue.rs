@@ -204,13 +204,13 @@ impl Catalogue {
                 })
                 .await?;
             if installed {
-                tracing::info!(shops = ids.len(), size = ?bloom.size(), "built the shop Bloom filter");
+                tracing::debug!(shops = ids.len(), size = ?bloom.size(), "built the shop Bloom filter");
                 return Ok(());
             }
             // Another instance installed one first: make sure it has our ids too.
         }
         bloom.add_many(ids.iter().map(|s| s.as_bytes())).await?;
-        tracing::info!(shops = ids.len(), size = ?bloom.size(), "shop Bloom filter ready");
+        tracing::debug!(shops = ids.len(), size = ?bloom.size(), "shop Bloom filter ready");
         Ok(())
     }
 
@@ -473,7 +473,7 @@ impl Catalogue {
             }
         }
         if added > 0 {
-            tracing::info!(shops = added, "loaded shop positions into the GEO index");
+            tracing::debug!(shops = added, "loaded shop positions into the GEO index");
         }
         Ok(added)
     }

@@ -1,6 +1,10 @@
-//! The `hmdp` command line: `hmdp [--config FILE] [serve|migrate|worker|reconcile]`.
+//! The `hmdp` command line: `hmdp [--config FILE] [serve|migrate|worker|reconcile|config]`.
 
-use std::path::PathBuf;
+use std::{
+    collections::HashMap,
+    io::Write,
+    path::{Path, PathBuf},
+};
 
 use clap::{Parser, Subcommand};
 
@@ -36,6 +40,9 @@ pub enum Command {
         #[arg(long, value_name = "ID")]
         voucher: Option<crate::domain::VoucherId>,
     },
+    /// Print every setting, one a line: its variable, where its value comes from (default,
+    /// file or environment) and the value, secrets hidden.
+    Config,
 }
 
 /// The exit code of `hmdp reconcile` when Redis disagrees and nothing was repaired.
@@ -52,13 +59,15 @@ pub async fn run(cli: Cli) -> i32 {
         }
     };
     telemetry::init(&config);
-    tracing::info!(config = %config.redacted_summary(), "effective configuration");
+    // `hmdp config` lists it a setting a line; the log opens with the process's banner.
+    tracing::debug!(config = %config.redacted_summary(), "effective configuration");
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => match startup::Application::build(config).await {
             Ok(app) => app.run_until_stopped().await.map(|()| 0),
             Err(e) => Err(e),
         },
         Command::Worker => startup::run_worker(config).await.map(|()| 0),
+        Command::Config => Ok(print_config(cli.config.as_deref())),
         Command::Migrate => startup::connect_database(&config).await.map(|db| {
             tracing::info!(data_dir = %startup::data_dir_display(&config).display(), "migrations done");
             drop(db);
@@ -91,6 +100,29 @@ pub async fn run(cli: Cli) -> i32 {
                 eprintln!("hmdp: {e:#}");
             }
             1
+        }
+    }
+}
+
+/// `hmdp config`: every setting on stdout, `VARIABLE  source  value`, in columns.
+fn print_config(file: Option<&Path>) -> i32 {
+    let env: HashMap<String, String> = std::env::vars().collect();
+    match Config::listing(file, &env) {
+        Ok(settings) => {
+            let width = settings.iter().map(|s| s.var.len()).max().unwrap_or(0);
+            let mut out = std::io::stdout().lock();
+            for s in settings {
+                let source = s.source.to_string();
+                // A reader that went away (`hmdp config | head`) ends the listing, no panic.
+                if writeln!(out, "{:<width$}  {source:<11}  {}", s.var, s.value).is_err() {
+                    break;
+                }
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("hmdp: {e}");
+            2
         }
     }
 }

@@ -75,7 +75,7 @@ pub mod order_stream {
 pub mod seckill {
     pub use crate::seckill::{
         SaleCheck, Seckill, SeckillError, ShardCountMismatch,
-        scripts::{GRAB, GrabAnswer},
+        scripts::{GRAB, GrabAnswer, GrabCall},
         voucher_hash,
     };
 }

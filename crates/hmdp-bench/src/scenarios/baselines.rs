@@ -10,7 +10,7 @@
 use std::{sync::Arc, time::Duration};
 
 use hmdp::testing::{
-    seckill::{GRAB, voucher_hash::Sale},
+    seckill::{GRAB, GrabCall, voucher_hash::Sale},
     storage::Db,
 };
 
@@ -50,6 +50,18 @@ impl GrabKeys {
             deadlines: format!("{base}:deadlines"),
         }
     }
+
+    /// The grab of request `i` among `users` users, for voucher 1.
+    fn call(&self, i: u64, users: u64) -> GrabCall<'_> {
+        GrabCall {
+            keys: [&self.voucher, &self.buyers, &self.stream, &self.deadlines],
+            voucher: 1,
+            user: pick_user(i, users) as i64 + 1,
+            order: i as i64 + 1,
+            deadline_ms: DEADLINE_MS,
+            pending: None,
+        }
+    }
 }
 
 /// The pay deadline every raw grab records, as the service's grab does on the stream transport.
@@ -77,7 +89,7 @@ pub async fn raw_grab(
         generation: 0,
     };
     sale.load(&keys.voucher, &mut setup).await?;
-    let hash = Arc::new(GRAB.load_async(&mut setup).await?);
+    GRAB.load_async(&mut setup).await?;
     let tasks = if pipeline <= 1 {
         connections
     } else {
@@ -86,22 +98,16 @@ pub async fn raw_grab(
     let mut ops: Vec<Op> = Vec::new();
     for _ in 0..tasks {
         let conn = client.get_multiplexed_async_connection().await?;
-        let (keys, hash) = (keys.clone(), hash.clone());
+        let keys = keys.clone();
         ops.push(Arc::new(move |i| {
             let mut conn = conn.clone();
-            let (keys, hash) = (keys.clone(), hash.clone());
+            let keys = keys.clone();
             Box::pin(async move {
                 if pipeline <= 1 {
-                    let _: redis::Value = GRAB
-                        .key(&keys.voucher)
-                        .key(&keys.buyers)
-                        .key(&keys.stream)
-                        .key(&keys.deadlines)
-                        .arg(1)
-                        .arg(pick_user(i, users) + 1)
-                        .arg(i as i64 + 1)
-                        .arg(DEADLINE_MS)
-                        .invoke_async(&mut conn)
+                    let _: redis::Value = keys
+                        .call(i, users)
+                        .command()
+                        .query_async(&mut conn)
                         .await
                         .map_err(|e| format!("redis: {:?}", e.kind()))?;
                     return Ok(1);
@@ -109,17 +115,7 @@ pub async fn raw_grab(
                 let mut p = redis::pipe();
                 for j in 0..pipeline as u64 {
                     let n = i * pipeline as u64 + j;
-                    p.cmd("EVALSHA")
-                        .arg(hash.as_str())
-                        .arg(4)
-                        .arg(&keys.voucher)
-                        .arg(&keys.buyers)
-                        .arg(&keys.stream)
-                        .arg(&keys.deadlines)
-                        .arg(1)
-                        .arg(pick_user(n, users) + 1)
-                        .arg(n as i64 + 1)
-                        .arg(DEADLINE_MS);
+                    p.add_command(keys.call(n, users).command());
                 }
                 let _: Vec<redis::Value> = p
                     .query_async(&mut conn)

@@ -23,8 +23,8 @@ use std::{
 use bytes::Bytes;
 use hmdp::testing::{
     kv::{Keys, RedisConn},
-    order_stream::{PENDING_TTL, PendingRecord},
-    seckill::{GRAB, GrabAnswer, voucher_hash::Sale},
+    order_stream::PendingRecord,
+    seckill::{GRAB, GrabAnswer, GrabCall, voucher_hash::Sale},
 };
 use http_body_util::Full;
 use hyper::{Method, Response, StatusCode, server::conn::http1, service::service_fn};
@@ -134,22 +134,24 @@ async fn grab_once(
         voucher_id: GRAB_VOUCHER,
         failed: false,
     };
-    redis::cmd("EVALSHA")
-        .arg(GRAB.get_hash())
-        .arg(5)
-        .arg(keys.seckill_voucher(0, GRAB_VOUCHER))
-        .arg(keys.seckill_buyers(0, GRAB_VOUCHER))
-        .arg(keys.seckill_stream(0))
-        .arg(keys.seckill_deadlines(0))
-        .arg(keys.seckill_pending(order))
-        .arg(GRAB_VOUCHER)
-        .arg(user)
-        .arg(order)
-        .arg(order / 1_000 + 900_000)
-        .arg(record.to_string())
-        .arg(PENDING_TTL.as_millis() as u64)
-        .query_async(redis)
-        .await
+    let keys_of_grab = [
+        keys.seckill_voucher(0, GRAB_VOUCHER),
+        keys.seckill_buyers(0, GRAB_VOUCHER),
+        keys.seckill_stream(0),
+        keys.seckill_deadlines(0),
+    ];
+    let pending = keys.seckill_pending(order);
+    GrabCall {
+        keys: keys_of_grab.each_ref().map(String::as_str),
+        voucher: GRAB_VOUCHER,
+        user,
+        order,
+        deadline_ms: order / 1_000 + 900_000,
+        pending: Some((&pending, record)),
+    }
+    .command()
+    .query_async(redis)
+    .await
 }
 
 /// Logs `users` users in through the hmdp at `--url` (codes read from Redis under

@@ -158,10 +158,39 @@ impl Config {
         file: Option<&Path>,
         env: &HashMap<String, String>,
     ) -> Result<Self, ConfigError> {
+        Self::with_origins(file, env).map(|(config, _)| config)
+    }
+
+    /// Every setting of the configuration `file` and `env` make, in declaration order: its
+    /// value as the file would hold it, secrets hidden, and where it comes from (`hmdp config`).
+    pub fn listing(
+        file: Option<&Path>,
+        env: &HashMap<String, String>,
+    ) -> Result<Vec<Listed>, ConfigError> {
+        let (config, origins) = Self::with_origins(file, env)?;
+        let listed = config.all_rows().into_iter().map(|row| Listed {
+            var: row.var,
+            value: match row.value {
+                Some(v) if v.is_empty() => "\"\"".to_owned(),
+                Some(v) => v,
+                None => format!("({})", row.unset.replace('`', "")),
+            },
+            source: origins.get(row.var).copied().unwrap_or(Source::Default),
+        });
+        Ok(listed.collect())
+    }
+
+    /// The configuration, and the source of each setting not left at its default.
+    fn with_origins(
+        file: Option<&Path>,
+        env: &HashMap<String, String>,
+    ) -> Result<(Self, HashMap<&'static str, Source>), ConfigError> {
         let mut config = Config::default();
+        let mut origins = HashMap::new();
         // `HMDP_LOG` falls back to `RUST_LOG`, below the file.
         if let Some(filter) = env.get("RUST_LOG").filter(|v| !v.trim().is_empty()) {
             config.log_filter = filter.clone();
+            origins.insert("HMDP_LOG", Source::Environment);
         }
         let rows = config.all_rows();
         if let Some(e) = unknown_variable(env, &rows) {
@@ -184,11 +213,19 @@ impl Config {
             config.database_url = default_database_url(&config.data_dir);
         }
         rules::check(&config)?;
-        Ok(config)
+        origins.extend(given.iter().map(|(var, (_, file))| {
+            let source = if file.is_some() {
+                Source::File
+            } else {
+                Source::Environment
+            };
+            (*var, source)
+        }));
+        Ok((config, origins))
     }
 
-    /// A one-line summary for the start-up log: `key=value` for every setting, in the file's
-    /// keys and units, with secrets and passwords redacted.
+    /// A one-line summary (the debug log, `Debug`): `key=value` for every setting, in the
+    /// file's keys and units, with secrets and passwords redacted.
     pub fn redacted_summary(&self) -> String {
         let shown = self.all_rows().into_iter().map(|row| {
             let key = file_key(row.var);
@@ -221,6 +258,25 @@ impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Config {{ {} }}", self.redacted_summary())
     }
+}
+
+/// Where a setting's value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::Display)]
+#[strum(serialize_all = "lowercase")]
+pub enum Source {
+    Default,
+    /// The `--config` file.
+    File,
+    Environment,
+}
+
+/// One setting as [`Config::listing`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub var: &'static str,
+    /// As the file would hold it, secrets hidden; unset: what that means, in parentheses.
+    pub value: String,
+    pub source: Source,
 }
 
 /// One setting as declared, with a value (`None` when unset).

@@ -8,7 +8,7 @@
 //! This file lists the settings, each declared once in a `settings!` block: variable, field,
 //! type, default, docs and check. Everything else comes from that entry (`load.rs`): the TOML
 //! key (the variable in lower case without `HMDP_`: `HMDP_REDIS_URL` → `redis_url`), how the
-//! stacked file and environment are read into the struct, the start-up summary and the
+//! stacked file and environment are read into the struct, the listing of `hmdp config` and the
 //! configuration table of docs/configuration.md. Unknown file keys are rejected so typos do not
 //! pass silently. Rules between settings are in `rules.rs`. A setting's value type belongs to
 //! the feature it steers (`SeckillMode` in [`crate::seckill`], ...), defined there on nothing but
@@ -29,7 +29,7 @@ use std::{
     time::Duration,
 };
 
-pub use load::{Choice, ConfigError};
+pub use load::{Choice, ConfigError, Listed, Source};
 pub use redact::redact_url;
 pub use values::{Secret, TimeZone, TrustedProxies};
 

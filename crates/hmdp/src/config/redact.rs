@@ -1,4 +1,4 @@
-//! Hiding credentials in URLs before they are shown (the start-up summary, error messages).
+//! Hiding credentials in URLs before they are shown (`hmdp config`, the banner, error messages).
 
 use std::sync::LazyLock;
 

@@ -155,7 +155,7 @@ impl ManagedRedis {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        tracing::info!(
+        tracing::debug!(
             url = %redact_url(&me.url),
             dir = %me.dir.display(),
             appendfsync = %appendfsync,

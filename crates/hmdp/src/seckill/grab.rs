@@ -7,7 +7,7 @@ use chrono::Local;
 
 use super::{
     Refusal, Seckill, SeckillError,
-    scripts::{self, GrabAnswer},
+    scripts::{self, GrabAnswer, GrabCall},
 };
 use crate::{
     domain::{UserId, VoucherId, pay_deadline_ms},
@@ -112,22 +112,22 @@ impl Seckill {
         let mut redis = self.redis.clone();
         let started = Instant::now();
         let deadline = pay_deadline_ms(order_id, self.settings.pay_timeout);
-        let mut grab = scripts::evalsha(&scripts::GRAB, if pending.is_some() { 5 } else { 4 });
-        grab.arg(self.keys.seckill_voucher(shard, voucher.get()))
-            .arg(self.keys.seckill_buyers(shard, voucher.get()))
-            .arg(self.keys.seckill_stream(shard))
-            .arg(self.keys.seckill_deadlines(shard));
-        if pending.is_some() {
-            grab.arg(self.keys.seckill_pending(order_id));
+        let keys = [
+            self.keys.seckill_voucher(shard, voucher.get()),
+            self.keys.seckill_buyers(shard, voucher.get()),
+            self.keys.seckill_stream(shard),
+            self.keys.seckill_deadlines(shard),
+        ];
+        let pending_key = pending.map(|_| self.keys.seckill_pending(order_id));
+        let grab = GrabCall {
+            keys: keys.each_ref().map(String::as_str),
+            voucher: voucher.get(),
+            user: user.get(),
+            order: order_id,
+            deadline_ms: deadline,
+            pending: pending_key.as_deref().zip(pending),
         }
-        grab.arg(voucher.get())
-            .arg(user.get())
-            .arg(order_id)
-            .arg(deadline);
-        if let Some(record) = pending {
-            grab.arg(record.to_string())
-                .arg(order_stream::PENDING_TTL.as_millis() as u64);
-        }
+        .command();
         for attempt in 1.. {
             // Before the script runs: its answer is remembered only if no announcement can
             // have been missed since.

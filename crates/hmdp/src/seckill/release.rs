@@ -25,21 +25,24 @@ impl Seckill {
         let shard = self.shard(voucher);
         let hash = self.keys.seckill_voucher(shard, voucher.get());
         let mut redis = self.redis.clone();
-        let (added, before): (i64, i64) = scripts::RELEASE
-            .key(&hash)
-            .key(self.keys.seckill_released(shard, voucher.get()))
-            .arg(orders)
-            .invoke_async(&mut redis)
-            .await?;
+        let release = scripts::ReleaseCall {
+            hash: &hash,
+            released: &self.keys.seckill_released(shard, voucher.get()),
+            orders,
+        }
+        .command();
+        let (added, before): (i64, i64) =
+            scripts::eval(&scripts::RELEASE, &release, &mut redis).await?;
         if added > 0 && before == 0 {
             // Instances may be answering "sold out" from memory: a new generation makes them
             // forget it, and the hash carries it so their next answers are remembered again.
             let generation = self.announce_load(voucher, shard).await?;
-            let _: i64 = scripts::RAISE_GENERATION
-                .key(&hash)
-                .arg(generation)
-                .invoke_async(&mut redis)
-                .await?;
+            let raise = scripts::RaiseGenerationCall {
+                hash: &hash,
+                generation,
+            }
+            .command();
+            let _: i64 = scripts::eval(&scripts::RAISE_GENERATION, &raise, &mut redis).await?;
         }
         Ok(added)
     }

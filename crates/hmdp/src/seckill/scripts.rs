@@ -4,6 +4,11 @@
 //! The voucher hash's field names come from [`super::voucher_hash`], the order stream's entry fields
 //! from [`order_stream`], both formatted into the scripts' text once; the grab script's answer
 //! codes are declared on [`GrabAnswer`], which decodes that answer for every caller.
+//!
+//! A script's arguments are a contract between the Lua and the Rust that sends them. Each
+//! script that takes arguments has one `…Call` type: its constants name the place of each
+//! argument in `ARGV` (formatted into the script's text), and its `command` is the one
+//! function that puts the values there.
 
 use std::sync::LazyLock;
 
@@ -13,17 +18,16 @@ use redis::{
 };
 
 use super::voucher_hash::{
-    FIELD_BEGIN, FIELD_END, FIELD_GENERATION, FIELD_MISSING, FIELD_SOLD, FIELD_STOCK,
+    FIELD_BEGIN, FIELD_END, FIELD_GENERATION, FIELD_MISSING, FIELD_SOLD, FIELD_STOCK, Sale,
 };
-use crate::order_stream;
+use crate::order_stream::{self, PendingRecord};
 
 /// Decides one order.
 ///
 /// KEYS: voucher hash, buyers hash (user id → order id), order stream, the shard's pay
 /// deadlines (sorted set), and optionally the order's pending record
 /// (`seckill:pending:<order id>`; never on a cluster, where it is in another slot).
-/// ARGV: voucher id, user id, order id, the order's pay deadline in ms, then with the pending
-/// record its value and lifetime in ms.
+/// ARGV: see [`GrabCall`], which builds the command.
 /// Answers `{code, …}`, decoded by [`GrabAnswer`]: accepted (stock taken, buyer recorded with
 /// the order, order appended to the stream with the [`order_stream`] fields and its deadline
 /// to the deadlines, in the one atomic step: no accepted order lacks a deadline), sold out,
@@ -35,8 +39,11 @@ use crate::order_stream;
 /// stock, begin and end (no `tonumber(nil)`), and a buyer set that vanished while the hash
 /// stayed (sold above 0, buyers hash gone: evicted or deleted) — without the guard a buyer
 /// whose record was lost could buy a second time.
-pub static GRAB: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
+pub static GRAB: LazyLock<Script> = LazyLock::new(|| Script::new(&grab_lua()));
+
+/// The text of [`GRAB`].
+fn grab_lua() -> String {
+    format!(
         r"
 local v = redis.call('HMGET', KEYS[1], '{FIELD_STOCK}', '{FIELD_BEGIN}', '{FIELD_END}', '{FIELD_MISSING}', '{FIELD_SOLD}', '{FIELD_GENERATION}')
 if not (v[1] and v[2] and v[3]) then
@@ -48,16 +55,16 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now < tonumber(v[2]) then return {{{not_started}}} end
 if now > tonumber(v[3]) then return {{{ended}}} end
 local gen = tonumber(v[6]) or 0
-local prior = redis.call('HGET', KEYS[2], ARGV[2])
+local prior = redis.call('HGET', KEYS[2], ARGV[{a_user}])
 if prior then return {{{already_bought}, prior, gen}} end
 if tonumber(v[1]) <= 0 then return {{{sold_out}, gen}} end
 if v[5] and tonumber(v[5]) > 0 and redis.call('EXISTS', KEYS[2]) == 0 then return {{{not_loaded}}} end
 redis.call('HINCRBY', KEYS[1], '{FIELD_STOCK}', -1)
 redis.call('HINCRBY', KEYS[1], '{FIELD_SOLD}', 1)
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
-redis.call('XADD', KEYS[3], '*', '{order}', ARGV[3], '{user}', ARGV[2], '{voucher}', ARGV[1])
-redis.call('ZADD', KEYS[4], ARGV[4], ARGV[3])
-if KEYS[5] and not redis.call('SET', KEYS[5], ARGV[5], 'PX', ARGV[6], 'NX') then
+redis.call('HSET', KEYS[2], ARGV[{a_user}], ARGV[{a_order}])
+redis.call('XADD', KEYS[3], '*', '{order}', ARGV[{a_order}], '{user}', ARGV[{a_user}], '{voucher}', ARGV[{a_voucher}])
+redis.call('ZADD', KEYS[4], ARGV[{a_deadline}], ARGV[{a_order}])
+if KEYS[5] and not redis.call('SET', KEYS[5], ARGV[{a_record}], 'PX', ARGV[{a_record_ttl}], 'NX') then
   return {{{accepted}, gen, 1}}
 end
 return {{{accepted}, gen}}
@@ -72,8 +79,59 @@ return {{{accepted}, gen}}
         order = order_stream::FIELD_ORDER_ID,
         user = order_stream::FIELD_USER_ID,
         voucher = order_stream::FIELD_VOUCHER_ID,
-    ))
-});
+        a_voucher = GrabCall::VOUCHER,
+        a_user = GrabCall::USER,
+        a_order = GrabCall::ORDER,
+        a_deadline = GrabCall::DEADLINE,
+        a_record = GrabCall::PENDING_RECORD,
+        a_record_ttl = GrabCall::PENDING_TTL,
+    )
+}
+
+/// Everything one grab sends with [`GRAB`].
+#[derive(Debug, Clone, Copy)]
+pub struct GrabCall<'a> {
+    /// `KEYS[1]` to `KEYS[4]`: the voucher hash, the buyers hash, the shard's order stream and
+    /// its pay deadlines.
+    pub keys: [&'a str; 4],
+    pub voucher: i64,
+    pub user: i64,
+    pub order: i64,
+    /// The order's pay deadline, in ms since the epoch.
+    pub deadline_ms: i64,
+    /// The order's pending record: its key (`KEYS[5]`) and its value, written for
+    /// [`order_stream::PENDING_TTL`] if the grab is accepted.
+    pub pending: Option<(&'a str, PendingRecord)>,
+}
+
+impl GrabCall<'_> {
+    /// Places in `ARGV`, counted from 1 as Lua counts.
+    pub const VOUCHER: usize = 1;
+    pub const USER: usize = 2;
+    pub const ORDER: usize = 3;
+    pub const DEADLINE: usize = 4;
+    /// With the pending record only, after the others.
+    pub const PENDING_RECORD: usize = 5;
+    pub const PENDING_TTL: usize = 6;
+
+    /// The `EVALSHA` of [`GRAB`], for [`eval`].
+    pub fn command(&self) -> Cmd {
+        let mut cmd = evalsha(&GRAB, self.keys.len() + usize::from(self.pending.is_some()));
+        cmd.arg(&self.keys[..]);
+        if let Some((key, _)) = self.pending {
+            cmd.arg(key);
+        }
+        cmd.arg(self.voucher)
+            .arg(self.user)
+            .arg(self.order)
+            .arg(self.deadline_ms);
+        if let Some((_, record)) = self.pending {
+            cmd.arg(record.to_string())
+                .arg(order_stream::PENDING_TTL.as_millis() as u64);
+        }
+        cmd
+    }
+}
 
 /// An `EVALSHA` of `script` with `keys` keys, to which the keys and then the arguments are
 /// added, run with [`eval`]. Built straight into one command: redis-rs's `ScriptInvocation`
@@ -186,72 +244,173 @@ impl FromRedisValue for GrabAnswer {
 /// Loads a voucher's sale fields unless it is already (completely) loaded; a missing marker
 /// or a partial hash is replaced. Called through [`super::voucher_hash::Sale::load`].
 ///
-/// KEYS: voucher hash, and optionally the voucher's released set. ARGV: stock, begin ms, end ms,
-/// sold (buyers recorded in the buyers hash), generation (announced to every instance before:
-/// `Seckill::announce_load`), then the closed orders the stock counts as returned.
-/// Returns 1 if written, 0 if it was there.
+/// KEYS and ARGV: see [`LoadCall`]. Returns 1 if written, 0 if it was there.
 ///
 /// With the released set: an order in it but not among the closed orders given was closed
 /// after the database snapshot the stock comes from (its [`RELEASE`] found no hash to give the
 /// unit to), so the stock written is one higher for each; the closed orders given join the set,
 /// so a [`RELEASE`] of one of them, late, gives nothing twice.
-pub(crate) static LOAD: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
+pub(crate) static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(&load_lua()));
+
+/// The text of [`LOAD`].
+fn load_lua() -> String {
+    format!(
         r"
 local v = redis.call('HMGET', KEYS[1], '{FIELD_STOCK}', '{FIELD_BEGIN}', '{FIELD_END}')
 if v[1] and v[2] and v[3] then return 0 end
-local stock = tonumber(ARGV[1])
+local stock = tonumber(ARGV[{stock}])
 if KEYS[2] then
   local counted = {{}}
-  for i = 6, #ARGV do counted[ARGV[i]] = true end
+  for i = {closed}, #ARGV do counted[ARGV[i]] = true end
   for _, o in ipairs(redis.call('SMEMBERS', KEYS[2])) do
     if not counted[o] then stock = stock + 1 end
   end
-  for i = 6, #ARGV, 500 do
+  for i = {closed}, #ARGV, 500 do
     redis.call('SADD', KEYS[2], unpack(ARGV, i, math.min(i + 499, #ARGV)))
   end
 end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], '{FIELD_STOCK}', stock, '{FIELD_BEGIN}', ARGV[2], '{FIELD_END}', ARGV[3], '{FIELD_SOLD}', ARGV[4],
-  '{FIELD_GENERATION}', ARGV[5])
+redis.call('HSET', KEYS[1], '{FIELD_STOCK}', stock, '{FIELD_BEGIN}', ARGV[{begin}], '{FIELD_END}', ARGV[{end}], '{FIELD_SOLD}', ARGV[{sold}],
+  '{FIELD_GENERATION}', ARGV[{generation}])
 return 1
 ",
-    ))
-});
+        stock = LoadCall::STOCK,
+        begin = LoadCall::BEGIN,
+        end = LoadCall::END,
+        sold = LoadCall::SOLD,
+        generation = LoadCall::GENERATION,
+        closed = LoadCall::CLOSED_FROM,
+    )
+}
+
+/// Everything one load sends with [`LOAD`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LoadCall<'a> {
+    /// `KEYS[1]`: the voucher hash.
+    pub key: &'a str,
+    /// Its `sold` is the buyers recorded in the buyers hash, its generation the one announced
+    /// to every instance before (`Seckill::announce_load`).
+    pub sale: &'a Sale,
+    /// `KEYS[2]`, the voucher's released set, and the closed orders the stock counts as
+    /// returned.
+    pub released: Option<(&'a str, &'a [i64])>,
+}
+
+impl LoadCall<'_> {
+    /// Places in `ARGV`, counted from 1 as Lua counts.
+    pub(crate) const STOCK: usize = 1;
+    pub(crate) const BEGIN: usize = 2;
+    pub(crate) const END: usize = 3;
+    pub(crate) const SOLD: usize = 4;
+    pub(crate) const GENERATION: usize = 5;
+    /// The closed orders, from here to the end (with the released set only).
+    pub(crate) const CLOSED_FROM: usize = 6;
+
+    /// The `EVALSHA` of [`LOAD`], for [`eval`].
+    pub(crate) fn command(&self) -> Cmd {
+        let mut cmd = evalsha(&LOAD, 1 + usize::from(self.released.is_some()));
+        cmd.arg(self.key);
+        if let Some((set, _)) = self.released {
+            cmd.arg(set);
+        }
+        cmd.arg(self.sale.stock)
+            .arg(self.sale.begin_ms)
+            .arg(self.sale.end_ms)
+            .arg(self.sale.sold)
+            .arg(self.sale.generation);
+        if let Some((_, closed)) = self.released {
+            cmd.arg(closed);
+        }
+        cmd
+    }
+}
 
 /// Gives the units of closed orders back to a sale, once each: an order already in the
 /// released set (given back before, or counted by the load that wrote the hash) gives nothing.
 /// Without a loaded hash the orders only join the set; the next [`LOAD`] counts them.
 ///
-/// KEYS: voucher hash, released set. ARGV: order ids.
+/// KEYS and ARGV: see [`ReleaseCall`].
 /// Returns `{units given back now, the stock before (-1: not loaded)}`.
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(&release_lua()));
+
+/// The text of [`RELEASE`].
+fn release_lua() -> String {
+    format!(
         r"
 local added = 0
-for i = 1, #ARGV do added = added + redis.call('SADD', KEYS[2], ARGV[i]) end
+for i = {orders}, #ARGV do added = added + redis.call('SADD', KEYS[2], ARGV[i]) end
 local stock = redis.call('HGET', KEYS[1], '{FIELD_STOCK}')
 if not stock then return {{added, -1}} end
 if added > 0 then redis.call('HINCRBY', KEYS[1], '{FIELD_STOCK}', added) end
 return {{added, tonumber(stock)}}
 ",
-    ))
-});
+        orders = ReleaseCall::ORDERS_FROM,
+    )
+}
 
-/// Raises a loaded sale's generation to ARGV[1] (never lowers it): after units came back to a
-/// sale that was sold out, answers remembered from before are ignored and new ones honoured.
+/// Everything one release sends with [`RELEASE`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReleaseCall<'a> {
+    /// `KEYS[1]`: the voucher hash.
+    pub hash: &'a str,
+    /// `KEYS[2]`: the voucher's released set.
+    pub released: &'a str,
+    /// The closed orders.
+    pub orders: &'a [i64],
+}
+
+impl ReleaseCall<'_> {
+    /// The place in `ARGV` of the first order; the others follow to the end.
+    pub(crate) const ORDERS_FROM: usize = 1;
+
+    /// The `EVALSHA` of [`RELEASE`], for [`eval`].
+    pub(crate) fn command(&self) -> Cmd {
+        let mut cmd = evalsha(&RELEASE, 2);
+        cmd.arg(self.hash).arg(self.released).arg(self.orders);
+        cmd
+    }
+}
+
+/// Raises a loaded sale's generation to the one given (never lowers it): after units came back
+/// to a sale that was sold out, answers remembered from before are ignored and new ones
+/// honoured.
 ///
-/// KEYS: voucher hash.
-pub(crate) static RAISE_GENERATION: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
+/// KEYS and ARGV: see [`RaiseGenerationCall`].
+pub(crate) static RAISE_GENERATION: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&raise_generation_lua()));
+
+/// The text of [`RAISE_GENERATION`].
+fn raise_generation_lua() -> String {
+    format!(
         r"
 if redis.call('HEXISTS', KEYS[1], '{FIELD_STOCK}') == 0 then return 0 end
 local g = tonumber(redis.call('HGET', KEYS[1], '{FIELD_GENERATION}')) or 0
-if tonumber(ARGV[1]) > g then redis.call('HSET', KEYS[1], '{FIELD_GENERATION}', ARGV[1]) end
+if tonumber(ARGV[{generation}]) > g then redis.call('HSET', KEYS[1], '{FIELD_GENERATION}', ARGV[{generation}]) end
 return 1
 ",
-    ))
-});
+        generation = RaiseGenerationCall::GENERATION,
+    )
+}
+
+/// Everything one raise sends with [`RAISE_GENERATION`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RaiseGenerationCall<'a> {
+    /// `KEYS[1]`: the voucher hash.
+    pub hash: &'a str,
+    pub generation: u64,
+}
+
+impl RaiseGenerationCall<'_> {
+    /// The place in `ARGV`.
+    pub(crate) const GENERATION: usize = 1;
+
+    /// The `EVALSHA` of [`RAISE_GENERATION`], for [`eval`].
+    pub(crate) fn command(&self) -> Cmd {
+        let mut cmd = evalsha(&RAISE_GENERATION, 1);
+        cmd.arg(self.hash).arg(self.generation);
+        cmd
+    }
+}
 
 /// The next load generation of a voucher: above every earlier one, and at least Redis's clock
 /// in ms, so that a lost counter key starts above the generations instances still remember.
@@ -301,17 +460,43 @@ return 0
 
 /// Remembers for a while that a voucher id is not a flash-sale voucher, unless it got loaded.
 ///
-/// KEYS: voucher hash. ARGV: TTL in ms. Returns 1 if marked.
-pub(crate) static MARK_MISSING: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
+/// KEYS and ARGV: see [`MarkMissingCall`]. Returns 1 if marked.
+pub(crate) static MARK_MISSING: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&mark_missing_lua()));
+
+/// The text of [`MARK_MISSING`].
+fn mark_missing_lua() -> String {
+    format!(
         r"
 if redis.call('HEXISTS', KEYS[1], '{FIELD_STOCK}') == 1 then return 0 end
 redis.call('HSET', KEYS[1], '{FIELD_MISSING}', '1')
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[{ttl}])
 return 1
 ",
-    ))
-});
+        ttl = MarkMissingCall::TTL,
+    )
+}
+
+/// Everything one mark sends with [`MARK_MISSING`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MarkMissingCall<'a> {
+    /// `KEYS[1]`: the voucher hash.
+    pub hash: &'a str,
+    /// How long the mark lasts, in ms.
+    pub ttl_ms: u64,
+}
+
+impl MarkMissingCall<'_> {
+    /// The place in `ARGV`.
+    pub(crate) const TTL: usize = 1;
+
+    /// The `EVALSHA` of [`MARK_MISSING`], for [`eval`].
+    pub(crate) fn command(&self) -> Cmd {
+        let mut cmd = evalsha(&MARK_MISSING, 1);
+        cmd.arg(self.hash).arg(self.ttl_ms);
+        cmd
+    }
+}
 
 /// `hmdp reconcile`'s view of a sale in Redis: both hashes read at one instant.
 ///
@@ -330,7 +515,180 @@ pub(crate) static UNLOAD: LazyLock<Script> =
 
 #[cfg(test)]
 mod tests {
-    use super::GrabAnswer;
+    use std::collections::BTreeSet;
+
+    use redis::{Arg, Cmd};
+
+    use super::*;
+
+    /// The keys and the arguments of an `EVALSHA` (after the script's hash and the key count).
+    fn keys_and_argv(cmd: &Cmd, script: &Script) -> (Vec<String>, Vec<String>) {
+        let words: Vec<String> = cmd
+            .args_iter()
+            .map(|a| match a {
+                Arg::Simple(bytes) => String::from_utf8(bytes.to_vec()).expect("text"),
+                _ => panic!("only plain words in a script's command"),
+            })
+            .collect();
+        assert_eq!(words[..2], ["EVALSHA", script.get_hash()]);
+        let n: usize = words[2].parse().expect("the key count");
+        (words[3..3 + n].to_vec(), words[3 + n..].to_vec())
+    }
+
+    /// `argv` holds each value at its place and nothing else, and the places are 1, 2, … with
+    /// none used twice or skipped.
+    fn assert_at_places(argv: &[String], expected: &[(usize, String)]) {
+        let mut places: Vec<usize> = expected.iter().map(|(place, _)| *place).collect();
+        places.sort_unstable();
+        assert_eq!(
+            places,
+            (1..=expected.len()).collect::<Vec<_>>(),
+            "each place in ARGV used once, from 1 without a gap"
+        );
+        assert_eq!(argv.len(), expected.len(), "one argument a place: {argv:?}");
+        for (place, value) in expected {
+            assert_eq!(&argv[place - 1], value, "ARGV[{place}]");
+        }
+    }
+
+    /// The places a script's text reads as a number (`ARGV[3]`; a loop's `ARGV[i]` is not one).
+    fn places_read(lua: &str) -> BTreeSet<usize> {
+        let place = regex::Regex::new(r"ARGV\[(\d+)\]").expect("a valid pattern");
+        place
+            .captures_iter(lua)
+            .map(|c| c[1].parse().expect("a number"))
+            .collect()
+    }
+
+    fn places(expected: &[(usize, String)]) -> BTreeSet<usize> {
+        expected.iter().map(|(place, _)| *place).collect()
+    }
+
+    #[test]
+    fn a_grab_sends_each_argument_at_its_place() {
+        let record = PendingRecord {
+            user_id: 12,
+            voucher_id: 11,
+            failed: false,
+        };
+        let call = GrabCall {
+            keys: ["voucher", "buyers", "stream", "deadlines"],
+            voucher: 11,
+            user: 12,
+            order: 13,
+            deadline_ms: 14,
+            pending: Some(("pending", record)),
+        };
+        let expected = [
+            (GrabCall::VOUCHER, "11".to_owned()),
+            (GrabCall::USER, "12".to_owned()),
+            (GrabCall::ORDER, "13".to_owned()),
+            (GrabCall::DEADLINE, "14".to_owned()),
+            (GrabCall::PENDING_RECORD, "12:11".to_owned()),
+            (
+                GrabCall::PENDING_TTL,
+                order_stream::PENDING_TTL.as_millis().to_string(),
+            ),
+        ];
+        let (keys, argv) = keys_and_argv(&call.command(), &GRAB);
+        assert_eq!(
+            keys,
+            ["voucher", "buyers", "stream", "deadlines", "pending"]
+        );
+        assert_at_places(&argv, &expected);
+        assert_eq!(places_read(&grab_lua()), places(&expected));
+
+        // Without the pending record its key and its two arguments, the last ones, are left out.
+        let (keys, argv) = keys_and_argv(
+            &GrabCall {
+                pending: None,
+                ..call
+            }
+            .command(),
+            &GRAB,
+        );
+        assert_eq!(keys, ["voucher", "buyers", "stream", "deadlines"]);
+        assert_at_places(&argv, &expected[..4]);
+    }
+
+    #[test]
+    fn a_load_sends_each_argument_at_its_place() {
+        let sale = Sale {
+            stock: 21,
+            begin_ms: 22,
+            end_ms: 23,
+            sold: 24,
+            generation: 25,
+        };
+        let fixed = [
+            (LoadCall::STOCK, "21".to_owned()),
+            (LoadCall::BEGIN, "22".to_owned()),
+            (LoadCall::END, "23".to_owned()),
+            (LoadCall::SOLD, "24".to_owned()),
+            (LoadCall::GENERATION, "25".to_owned()),
+        ];
+        let call = LoadCall {
+            key: "voucher",
+            sale: &sale,
+            released: None,
+        };
+        let (keys, argv) = keys_and_argv(&call.command(), &LOAD);
+        assert_eq!(keys, ["voucher"]);
+        assert_at_places(&argv, &fixed);
+        assert_eq!(places_read(&load_lua()), places(&fixed));
+
+        // The closed orders follow the fixed arguments, from their first place on.
+        let closed = [26, 27];
+        let call = LoadCall {
+            released: Some(("released", &closed)),
+            ..call
+        };
+        let mut expected = fixed.to_vec();
+        expected.push((LoadCall::CLOSED_FROM, "26".to_owned()));
+        expected.push((LoadCall::CLOSED_FROM + 1, "27".to_owned()));
+        let (keys, argv) = keys_and_argv(&call.command(), &LOAD);
+        assert_eq!(keys, ["voucher", "released"]);
+        assert_at_places(&argv, &expected);
+    }
+
+    #[test]
+    fn the_other_scripts_send_each_argument_at_its_place() {
+        let release = ReleaseCall {
+            hash: "voucher",
+            released: "released",
+            orders: &[31, 32],
+        };
+        let (keys, argv) = keys_and_argv(&release.command(), &RELEASE);
+        assert_eq!(keys, ["voucher", "released"]);
+        assert_at_places(
+            &argv,
+            &[
+                (ReleaseCall::ORDERS_FROM, "31".to_owned()),
+                (ReleaseCall::ORDERS_FROM + 1, "32".to_owned()),
+            ],
+        );
+        assert!(places_read(&release_lua()).is_empty());
+
+        let raise = RaiseGenerationCall {
+            hash: "voucher",
+            generation: 41,
+        };
+        let expected = [(RaiseGenerationCall::GENERATION, "41".to_owned())];
+        let (keys, argv) = keys_and_argv(&raise.command(), &RAISE_GENERATION);
+        assert_eq!(keys, ["voucher"]);
+        assert_at_places(&argv, &expected);
+        assert_eq!(places_read(&raise_generation_lua()), places(&expected));
+
+        let mark = MarkMissingCall {
+            hash: "voucher",
+            ttl_ms: 51,
+        };
+        let expected = [(MarkMissingCall::TTL, "51".to_owned())];
+        let (keys, argv) = keys_and_argv(&mark.command(), &MARK_MISSING);
+        assert_eq!(keys, ["voucher"]);
+        assert_at_places(&argv, &expected);
+        assert_eq!(places_read(&mark_missing_lua()), places(&expected));
+    }
 
     #[test]
     fn every_grab_answer_decodes() {

@@ -57,16 +57,13 @@ impl Sale {
         released: Option<(&str, &[i64])>,
         conn: &mut impl ConnectionLike,
     ) -> RedisResult<bool> {
-        let mut load = scripts::LOAD.key(key);
-        load.arg(self.stock)
-            .arg(self.begin_ms)
-            .arg(self.end_ms)
-            .arg(self.sold)
-            .arg(self.generation);
-        if let Some((set, closed)) = released {
-            load.key(set).arg(closed);
+        let load = scripts::LoadCall {
+            key,
+            sale: self,
+            released,
         }
-        let written: i64 = load.invoke_async(conn).await?;
+        .command();
+        let written: i64 = scripts::eval(&scripts::LOAD, &load, conn).await?;
         Ok(written == 1)
     }
 }

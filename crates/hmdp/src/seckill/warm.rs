@@ -186,14 +186,14 @@ impl Seckill {
     /// Remembers in Redis, for every instance, that `voucher` is no flash-sale voucher (unless
     /// it got loaded meanwhile).
     async fn mark_missing(&self, voucher: VoucherId) -> Result<(), SeckillError> {
-        let _: i64 = scripts::MARK_MISSING
-            .key(
-                self.keys
-                    .seckill_voucher(self.shard(voucher), voucher.get()),
-            )
-            .arg(MISSING_TTL.as_millis() as u64)
-            .invoke_async(&mut self.redis.clone())
-            .await?;
+        let mark = scripts::MarkMissingCall {
+            hash: &self
+                .keys
+                .seckill_voucher(self.shard(voucher), voucher.get()),
+            ttl_ms: MISSING_TTL.as_millis() as u64,
+        }
+        .command();
+        let _: i64 = scripts::eval(&scripts::MARK_MISSING, &mark, &mut self.redis.clone()).await?;
         Ok(())
     }
 

@@ -131,14 +131,6 @@ pub(super) async fn serving_seckill(
             .check_shards()
             .await
             .context("the flash sale cannot start")?;
-        if crate::kv::orders_at_risk(&redis.conn, config.seckill.wait_replicas).await {
-            tracing::warn!(
-                "Redis has no append-only file and HMDP_REDIS_WAIT_REPLICAS is 0: if Redis \
-                 restarts, every accepted order not yet written to the database is lost and \
-                 its stock sold again; set appendonly yes (appendfsync always loses none) or \
-                 HMDP_REDIS_WAIT_REPLICAS"
-            );
-        }
     }
     Ok(seckill)
 }

@@ -10,11 +10,24 @@ use crate::{
         Keys, RedisConn, RedisTarget, SentinelPrimary,
         managed::{ManagedRedis, answers_ping},
     },
-    storage::{self, Db},
+    storage::{self, Db, MigrationReport},
 };
 
 /// Connects to the configured database and brings its schema up to date.
 pub(crate) async fn connect_database(config: &Config) -> anyhow::Result<Db> {
+    let (db, report) = open_database(config).await?;
+    let applied = report.applied;
+    if applied.is_empty() {
+        tracing::info!(backend = ?db.backend(), "database schema is up to date");
+    } else {
+        tracing::info!(backend = ?db.backend(), ?applied, "database migrated");
+    }
+    Ok(db)
+}
+
+/// [`connect_database`] for a process whose start-up banner tells what the migrations did
+/// instead of lines of their own.
+pub(super) async fn open_database(config: &Config) -> anyhow::Result<(Db, MigrationReport)> {
     let db = Db::connect(&config.database_url, config.db_max_connections)
         .await
         .with_context(|| {
@@ -26,12 +39,8 @@ pub(crate) async fn connect_database(config: &Config) -> anyhow::Result<Db> {
     let report = storage::migrate(&db)
         .await
         .context("database migration failed")?;
-    if report.applied.is_empty() {
-        tracing::info!(backend = ?db.backend(), "database schema is up to date");
-    } else {
-        tracing::info!(backend = ?db.backend(), applied = ?report.applied, "database migrated");
-    }
-    Ok(db)
+    tracing::debug!(backend = ?db.backend(), applied = ?report.applied, "database schema up to date");
+    Ok((db, report))
 }
 
 /// The embedded order worker's own pool (one connection per shard loop, one for the RabbitMQ
@@ -70,7 +79,7 @@ impl Redis {
                 let primary = SentinelPrimary::discover(spec)
                     .await
                     .with_context(|| format!("cannot find the Redis primary: {what}"))?;
-                tracing::info!(primary = %primary.address(), "Redis primary named by the Sentinels: {what}");
+                tracing::debug!(primary = %primary.address(), "Redis primary named by the Sentinels: {what}");
                 RedisTarget::Sentinel(primary)
             }
             None => RedisTarget::from_url(config.redis_url_or_default()),
@@ -122,7 +131,7 @@ async fn start_managed(config: &Config) -> anyhow::Result<Option<ManagedRedis>> 
         (ManagedMode::Auto, None) => {
             let up = answers_ping(DEFAULT_REDIS_URL, std::time::Duration::from_secs(1)).await;
             if !up {
-                tracing::info!(
+                tracing::debug!(
                     "no Redis answers at {DEFAULT_REDIS_URL}; starting a managed redis-server"
                 );
             }

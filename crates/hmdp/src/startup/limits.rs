@@ -35,7 +35,7 @@ pub(super) fn check_open_files_limit(config: &Config) {
     let limit = match raise_open_files_limit() {
         Ok((before, after)) => {
             if before < after {
-                tracing::info!(
+                tracing::debug!(
                     before,
                     after,
                     "raised the open-files limit to its hard limit"

@@ -6,12 +6,14 @@
 //! builds each part of the service from its settings (the flash sale, the shop cache, the order
 //! worker, the sessions); `metrics.rs` is the one place stats types are registered. What every
 //! process shares besides: the open-files limit (`limits.rs`), the admin token
-//! (`admin_token.rs`), the scraper's listener (`ops.rs`) and the shutdown signal.
+//! (`admin_token.rs`), the scraper's listener (`ops.rs`), the banner the log opens with
+//! (`banner.rs`) and the shutdown signal.
 //!
 //! [`Application::build`] does all the fallible set-up and binds the listener, so tests can
 //! start the real service on port 0 and read [`Application::local_addr`] before it runs.
 
 mod admin_token;
+mod banner;
 mod components;
 mod connect;
 mod failover;

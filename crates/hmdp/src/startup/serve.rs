@@ -7,8 +7,9 @@ use tokio::net::TcpListener;
 
 use super::{
     admin_token::{settle_admin_token, settle_pay_secret},
+    banner::{Banner, RedisFacts},
     components,
-    connect::{Redis, connect_database},
+    connect::{Redis, open_database},
     failover::{FailoverStats, Follower},
     limits::check_open_files_limit,
     metrics::{Exposed, ServiceStats},
@@ -54,6 +55,8 @@ pub struct Application {
     worker: Option<OrderWorker>,
     /// Reconciles the sales after a Redis promotion (Sentinel only).
     follower: Option<Follower>,
+    /// What the log opens with once the service runs.
+    banner: Banner,
 }
 
 impl Application {
@@ -68,21 +71,16 @@ impl Application {
     /// binds the listener.
     pub async fn build_with(config: Config, deps: Dependencies) -> anyhow::Result<Self> {
         check_open_files_limit(&config);
-        let db = connect_database(&config).await?;
+        let (db, migrated) = open_database(&config).await?;
         let (redis, managed_redis) = Redis::resolve(&config).await?;
-        let admin_token = settle_admin_token(&config)?;
+        let (admin_token, admin_token_file) = settle_admin_token(&config)?;
+        let (pay_secret, pay_secret_generated) = settle_pay_secret(&config)?;
         let locks = redis.locks()?;
         let catalogue = components::catalogue(&config, &db, &redis, &locks).await?;
         let seckill =
             components::serving_seckill(&config, &db, &redis, &locks, managed_redis.is_some())
                 .await?;
-        let life = components::order_life(
-            &config,
-            &db,
-            &redis,
-            seckill.clone(),
-            settle_pay_secret(&config)?,
-        );
+        let life = components::order_life(&config, &db, &redis, seckill.clone(), pay_secret);
         let worker = components::embedded_worker(&config, &redis, life.clone()).await?;
         let sessions = components::sessions(&config, &redis).await?;
         let social = Social::new(
@@ -127,6 +125,7 @@ impl Application {
         }
         .registry();
         let follower = Follower::of(&redis, &locks, &seckill, failover_stats);
+        let redis_facts = RedisFacts::ask(&config, &redis, managed_redis.as_ref()).await;
         let Redis { conn, keys, .. } = redis;
         let state = AppState::new(AppStateInner {
             catalogue,
@@ -173,6 +172,23 @@ impl Application {
             ),
             None => None,
         };
+        let mut banner = Banner::new(format!("hmdp {} serving", env!("CARGO_PKG_VERSION")));
+        banner.listening(listener.local_addr().context("the bound address")?);
+        if let Some(addr) = metrics_listener.as_ref().and_then(|l| l.local_addr().ok()) {
+            banner.line("metrics", format!("http://{addr}/metrics and /health"));
+        }
+        let config = &state.config;
+        banner
+            .admin_token(
+                admin_token_file
+                    .as_ref()
+                    .map(|(f, new)| (f.as_path(), *new)),
+            )
+            .login_codes(config)
+            .database(config, &state.db, &migrated)
+            .redis(redis_facts)
+            .pay_secret(pay_secret_generated.as_deref())
+            .settings();
         Ok(Self {
             router: http::app(state.clone()),
             listener,
@@ -182,6 +198,7 @@ impl Application {
             managed_redis,
             worker,
             follower,
+            banner,
         })
     }
 
@@ -211,6 +228,7 @@ impl Application {
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
+        self.banner.log();
         tracing::info!(addr = %self.local_addr(), "hmdp listening");
         let ops = self.metrics_listener.map(|listener| {
             let state = &self.state;

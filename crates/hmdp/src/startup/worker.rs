@@ -8,8 +8,9 @@ use tokio::net::TcpListener;
 
 use super::{
     admin_token::settle_pay_secret,
+    banner::{Banner, RedisFacts},
     components,
-    connect::{Redis, connect_database},
+    connect::{Redis, open_database},
     failover::{FailoverStats, Follower},
     metrics::Exposed,
     ops::OpsListener,
@@ -40,7 +41,7 @@ pub async fn run_worker_with(
     listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
-    let db = connect_database(&config).await?;
+    let (db, migrated) = open_database(&config).await?;
     let redis = Redis::configured(&config).await?;
     let locks = redis.locks()?;
     let seckill = components::seckill(&config, &db, &redis, &locks)?;
@@ -48,7 +49,8 @@ pub async fn run_worker_with(
     let failover_stats = Arc::new(FailoverStats::for_target(&redis.target));
     let follower =
         Follower::of(&redis, &locks, &seckill, failover_stats.clone()).map(Follower::start);
-    let life = components::order_life(&config, &db, &redis, seckill, settle_pay_secret(&config)?);
+    let (pay_secret, pay_secret_generated) = settle_pay_secret(&config)?;
+    let life = components::order_life(&config, &db, &redis, seckill, pay_secret);
     let worker = components::order_worker(&config, db.clone(), &redis, life.clone());
     // Refuse to start on another shard count than the one recorded: the streams of the other
     // shards would never be drained (docs/internals/flash-sale.md, "Changing HMDP_SECKILL_SHARDS").
@@ -57,6 +59,23 @@ pub async fn run_worker_with(
         .await
         .context("the order worker cannot start")?;
     components::check_broker(&worker, &config).await?;
+    let mut banner = Banner::new(format!("hmdp {} worker", env!("CARGO_PKG_VERSION")));
+    banner.line(
+        "orders",
+        format!(
+            "from {} shard(s) into the database (HMDP_ORDER_TRANSPORT={})",
+            config.seckill.shards, config.seckill.transport
+        ),
+    );
+    if let Some(addr) = listener.as_ref().and_then(|l| l.local_addr().ok()) {
+        banner.line("metrics", format!("http://{addr}/metrics and /health"));
+    }
+    banner
+        .database(&config, &db, &migrated)
+        .redis(RedisFacts::ask(&config, &redis, None).await)
+        .pay_secret(pay_secret_generated.as_deref())
+        .settings()
+        .log();
     let endpoint = listener.map(|listener| {
         let stream_metrics = StreamMetrics::default();
         let connections = Arc::new(http::ConnectionStats::default());

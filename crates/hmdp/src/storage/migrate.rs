@@ -534,7 +534,7 @@ pub async fn migrate(db: &Db) -> Result<MigrationReport> {
         if applied.contains(&m.version) {
             continue;
         }
-        tracing::info!(version = m.version, name = m.name, "applying migration");
+        tracing::debug!(version = m.version, name = m.name, "applying migration");
         for step in m.steps {
             match step {
                 Step::Sql { sqlite, mysql } => run_sql(db, sqlite, mysql).await?,
@@ -559,14 +559,14 @@ pub async fn migrate(db: &Db) -> Result<MigrationReport> {
                     })
                     .await?;
                     let images = clean_column(db, "tb_blog", "images", site_images).await?;
-                    tracing::info!(content, images, "notes sanitized");
+                    tracing::debug!(content, images, "notes sanitized");
                 }
                 Step::SanitizeComments => {
                     let n = clean_column(db, "tb_blog_comments", "content", |c| {
                         SafeHtml::clean_within(c, COMMENT_MAX).into_string()
                     })
                     .await?;
-                    tracing::info!(comments = n, "comments sanitized");
+                    tracing::debug!(comments = n, "comments sanitized");
                 }
             }
         }

@@ -32,6 +32,7 @@ use sqlx::{
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions},
 };
 
+pub(crate) use migrate::MigrationReport;
 pub use migrate::migrate;
 
 /// Errors of the storage layer.

@@ -383,7 +383,7 @@ pub(super) async fn seed_if_empty(db: &Db) -> Result<bool> {
         .await?;
         tx.commit().await?;
     });
-    tracing::info!(
+    tracing::debug!(
         shop_types = TYPES.len(),
         shops = SHOPS.len(),
         "inserted the demo catalogue into the empty database"
@@ -567,7 +567,7 @@ const FOLLOWS: &[(usize, usize)] = &[
 /// follow or demo phone exists yet. Returns whether it did.
 pub(super) async fn seed_people_if_fresh(db: &Db, catalogue_seeded: bool) -> Result<bool> {
     if !catalogue_seeded {
-        tracing::info!("demo users and notes not added: the catalogue is not the demo's");
+        tracing::debug!("demo users and notes not added: the catalogue is not the demo's");
         return Ok(false);
     }
     let phones = USERS.iter().map(|u| u.phone).collect::<Vec<_>>();
@@ -586,7 +586,7 @@ pub(super) async fn seed_people_if_fresh(db: &Db, catalogue_seeded: bool) -> Res
         (b, f, t)
     });
     if blogs > 0 || follows > 0 || taken > 0 {
-        tracing::info!("demo users and notes not added: the database has notes, follows or users");
+        tracing::debug!("demo users and notes not added: the database has notes, follows or users");
         return Ok(false);
     }
     let shop_ids: Vec<i64> = crate::storage::on_pool!(db, pool => {
@@ -596,7 +596,7 @@ pub(super) async fn seed_people_if_fresh(db: &Db, catalogue_seeded: bool) -> Res
             .collect::<std::result::Result<Vec<_>, _>>()?
     });
     if shop_ids.len() != SHOPS.len() {
-        tracing::info!("demo users and notes not added: the catalogue is not the demo's");
+        tracing::debug!("demo users and notes not added: the catalogue is not the demo's");
         return Ok(false);
     }
     let now = local_now();
@@ -656,7 +656,7 @@ pub(super) async fn seed_people_if_fresh(db: &Db, catalogue_seeded: bool) -> Res
         }
         tx.commit().await?;
     });
-    tracing::info!(
+    tracing::debug!(
         users = USERS.len(),
         notes = NOTES.len(),
         follows = FOLLOWS.len(),

@@ -1,5 +1,6 @@
 //! The binary with no configuration: comes up healthy, and its managed Redis; signals, the
-//! JSON log format and start-up errors; the demo data a new database starts with.
+//! JSON log format and start-up errors; the banner each process's log opens with, and `hmdp
+//! config`; the demo data a new database starts with.
 
 use std::{
     path::Path,
@@ -43,15 +44,15 @@ fn hmdp_command(dir: &Path, port: u16, extra: &[(&str, &str)]) -> Command {
     cmd
 }
 
-/// The URL of the managed Redis of the service running in `dir`: the log shows it with the
-/// password hidden, which is in `data/redis-password`.
+/// The URL of the managed Redis of the service running in `dir`: the log's banner shows it
+/// with the password hidden, which is in `data/redis-password`.
 fn managed_redis_url(dir: &Path) -> String {
     let log = std::fs::read_to_string(dir.join("hmdp.log")).unwrap();
     let shown = log
-        .split("started a managed redis-server")
-        .nth(1)
-        .and_then(|rest| rest.split("url=").nth(1))
-        .and_then(|rest| rest.split_whitespace().next())
+        .lines()
+        .find(|l| l.starts_with("  Redis ") && l.contains(", managed (AOF"))
+        .and_then(|l| l.split_whitespace().find(|w| w.starts_with("redis://")))
+        .map(|w| w.trim_end_matches(','))
         .unwrap_or_else(|| panic!("no managed redis url in the log: {log}"));
     let password = std::fs::read_to_string(dir.join("data/redis-password")).unwrap();
     assert!(
@@ -165,8 +166,8 @@ async fn the_binary_with_no_configuration_comes_up_healthy() {
     );
     let token_file = std::fs::canonicalize(&token_file).unwrap();
     assert!(
-        log.contains(&format!("file={}", token_file.display())),
-        "the log names the token's file: {log}"
+        log.contains(&format!("admin token  in {}", token_file.display())),
+        "the banner names the token's file: {log}"
     );
     // Login codes go to the log on loopback with no configuration, said loudly.
     assert!(
@@ -438,7 +439,7 @@ async fn the_managed_redis_flushes_its_aof_as_configured() {
     );
     wait_healthy(port, &mut child, dir.path()).await;
     let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
-    assert!(log.contains("redis_appendfsync=always"), "{log}");
+    assert!(log.contains(", managed (AOF, appendfsync always)"), "{log}");
     let url = managed_redis_url(dir.path());
     assert_eq!(config_get(&url, "appendfsync").await, "always");
     assert!(terminate(&mut child).await.success());
@@ -548,6 +549,195 @@ async fn the_json_log_format_writes_one_json_object_per_line() {
             .iter()
             .any(|e| e["fields"]["message"] == "SIGTERM received; shutting down"),
         "{log}"
+    );
+}
+
+/// The banner `log` opens with: its first line and the indented ones after it, each under 100
+/// characters.
+fn banner_of(log: &str) -> Vec<&str> {
+    let mut lines = log.lines();
+    let first = lines.next().unwrap_or_else(|| panic!("an empty log"));
+    let banner: Vec<&str> = std::iter::once(first)
+        .chain(lines.take_while(|l| l.starts_with("  ")))
+        .collect();
+    for line in &banner {
+        assert!(
+            line.chars().count() < 100,
+            "a banner line of 100 or more: {line:?}"
+        );
+    }
+    banner
+}
+
+/// The text of the banner's line `label`.
+fn fact<'a>(banner: &[&'a str], label: &str) -> Option<&'a str> {
+    let start = format!("  {label:<12} ");
+    banner.iter().find_map(|l| l.strip_prefix(start.as_str()))
+}
+
+/// Whether the shared test Redis writes an append-only file.
+async fn test_redis_has_aof() -> bool {
+    config_get(&redis_url(), "appendonly").await == "yes"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_opens_with_a_short_banner() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let prefix = unique_prefix();
+    let url = redis_url();
+    let settings = [
+        ("HMDP_REDIS_URL", url.as_str()),
+        ("HMDP_REDIS_PREFIX", &prefix),
+    ];
+    let mut child = start_hmdp(dir.path(), port, &settings);
+    wait_healthy(port, &mut child, dir.path()).await;
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
+    let banner = banner_of(&log);
+    assert!(
+        banner[0].contains(" INFO ") && banner[0].ends_with(" serving"),
+        "{log}"
+    );
+    let listening = fact(&banner, "listening").unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        listening.starts_with(&format!("http://127.0.0.1:{port} ")),
+        "{log}"
+    );
+    let ui = fact(&banner, "web UI").unwrap_or_else(|| panic!("{log}"));
+    let page = client.get(ui).send().await.unwrap();
+    assert_eq!(page.status(), 200, "the UI at {ui}");
+    assert!(terminate(&mut child).await.success());
+    remove_keys(&redis_url(), &prefix);
+
+    let data = std::fs::canonicalize(dir.path().join("data")).unwrap();
+    let token = fact(&banner, "admin token").unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        token.starts_with(&format!("in {}", data.join("admin-token").display())),
+        "{log}"
+    );
+    let codes = fact(&banner, "login codes").unwrap_or_else(|| panic!("{log}"));
+    assert!(codes.contains("this log"), "{log}");
+    let database = fact(&banner, "database").unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        database.starts_with(&format!("SQLite file {}", data.join("hmdp.db").display())),
+        "{log}"
+    );
+    assert_eq!(fact(&banner, "Redis"), Some(url.as_str()), "{log}");
+    assert_eq!(
+        fact(&banner, "not durable").is_some(),
+        !test_redis_has_aof().await,
+        "{log}"
+    );
+    assert!(fact(&banner, "settings").is_some_and(|s| s.ends_with("hmdp config")));
+    assert!(!log.contains("effective configuration"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_process_log_opens_with_a_short_banner() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let prefix = unique_prefix();
+    let url = redis_url();
+    let listen = format!("127.0.0.1:{port}");
+    let mut cmd = hmdp_command(
+        dir.path(),
+        free_port(),
+        &[
+            ("HMDP_REDIS_URL", &url),
+            ("HMDP_REDIS_PREFIX", &prefix),
+            ("HMDP_WORKER_LISTEN", &listen),
+        ],
+    );
+    let mut child = cmd.arg("worker").spawn().unwrap();
+    wait_healthy(port, &mut child, dir.path()).await;
+    assert!(terminate(&mut child).await.success());
+    remove_keys(&redis_url(), &prefix);
+
+    let log = std::fs::read_to_string(dir.path().join("hmdp.log")).unwrap();
+    let banner = banner_of(&log);
+    assert!(
+        banner[0].contains(" INFO ") && banner[0].ends_with(" worker"),
+        "{log}"
+    );
+    assert!(fact(&banner, "orders").is_some(), "{log}");
+    assert_eq!(
+        fact(&banner, "metrics"),
+        Some(format!("http://{listen}/metrics and /health").as_str()),
+        "{log}"
+    );
+    let data = std::fs::canonicalize(dir.path().join("data")).unwrap();
+    let database = fact(&banner, "database").unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        database.starts_with(&format!("SQLite file {}", data.join("hmdp.db").display())),
+        "{log}"
+    );
+    assert_eq!(fact(&banner, "Redis"), Some(url.as_str()), "{log}");
+    assert_eq!(
+        fact(&banner, "not durable").is_some(),
+        !test_redis_has_aof().await,
+        "{log}"
+    );
+}
+
+/// `hmdp config`: a line a setting, `VARIABLE  source  value`.
+#[test]
+fn hmdp_config_lists_every_setting_with_its_source() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hmdp.toml"),
+        "redis_prefix = \"from-the-file:\"\nseckill_shards = 4\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hmdp"))
+        .args(["--config", "hmdp.toml", "config"])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HMDP_SECKILL_SHARDS", "8")
+        .env(
+            "HMDP_DATABASE_URL",
+            "mysql://root:hunter2-db@db.example/hmdp",
+        )
+        .env("HMDP_ADMIN_TOKEN", "the-admin-token-of-the-environment")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed = |var: &str| -> (String, String) {
+        let line = stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(var))
+            .unwrap_or_else(|| panic!("no {var} in {stdout}"));
+        let mut words = line.split_whitespace().skip(1);
+        let source = words.next().unwrap_or_default().to_owned();
+        (source, words.collect::<Vec<_>>().join(" "))
+    };
+    let pair = |source: &str, value: &str| (source.to_owned(), value.to_owned());
+    assert_eq!(listed("HMDP_SECKILL_SHARDS"), pair("environment", "8"));
+    assert_eq!(listed("HMDP_REDIS_PREFIX"), pair("file", "from-the-file:"));
+    assert_eq!(listed("HMDP_LISTEN"), pair("default", "127.0.0.1:8081"));
+    assert_eq!(
+        listed("HMDP_DATABASE_URL"),
+        pair("environment", "mysql://root:***@db.example/hmdp")
+    );
+    assert_eq!(listed("HMDP_ADMIN_TOKEN"), pair("environment", "***"));
+    assert!(
+        !stdout.contains("hunter2") && !stdout.contains("the-admin-token"),
+        "{stdout}"
+    );
+    let settings = hmdp::Config::markdown_table()
+        .lines()
+        .filter(|l| l.starts_with("| `HMDP_"))
+        .count();
+    assert_eq!(
+        stdout.lines().count(),
+        settings,
+        "one line a setting: {stdout}"
     );
 }
 
