@@ -91,7 +91,8 @@ settings! {
         /// the master name the Sentinels monitor (`sentinel monitor <name> …`); required with
         /// `HMDP_REDIS_SENTINELS`
         HMDP_REDIS_SENTINEL_MASTER redis_sentinel_master: Option<String> as Trimmed = None;
-        /// the Sentinels' own password (their `requirepass`), if they have one
+        /// the Sentinels' own password (their `requirepass`); required unless every Sentinel is
+        /// on loopback (Sentinel access is Redis admin)
         HMDP_REDIS_SENTINEL_PASSWORD redis_sentinel_password: Option<Secret> = None;
         /// with `HMDP_REDIS_SENTINELS`: the password of the primary and its replicas
         /// (`requirepass`/`masterauth`), if they have one. With `HMDP_REDIS_URL` the password is
