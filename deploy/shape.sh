@@ -34,7 +34,13 @@
 # Every HMDP_* variable of the caller's environment reaches the instances (HMDP_STATIC_DIR for
 # the original pages, HMDP_ADMIN_TOKEN, HMDP_PAY_SECRET, ...); the ones the shape decides
 # (listen address, database, Redis, upload folder, ...) are set by this script.
+#
+# Everything the shape writes is private to the user who runs it: the instances' logs carry
+# login codes, shape.env the database URL with its password, nginx's logs the clients' requests.
+# So the state folder is 0700 and every file and folder made by this script or by the processes
+# it starts (they inherit the umask) has no group or other permission bits.
 set -euo pipefail
+umask 077
 
 DEPLOY_DIR=$(cd "$(dirname "$0")" && pwd)
 STATE=${DEPLOY_STATE_DIR:-$DEPLOY_DIR/state}
@@ -165,8 +171,8 @@ up() {
 
   log "state folder $STATE"
   mkdir -p "$STATE"/{run,log,uploads,nginx/tmp}
-  # nginx's workers (not root) write request bodies under nginx/tmp, through this folder.
-  chmod 755 "$STATE"
+  # Also when the folder was there already: no other user may enter it.
+  chmod 700 "$STATE"
   # What `down` and `status` need, written as each part is made.
   {
     echo "BASE=$base"
@@ -307,19 +313,24 @@ EOF
   done
   # hmdp's limit plus room for the multipart framing around the photo.
   body_max=$(( ${HMDP_UPLOAD_MAX_BYTES:-8388608} + 65536 ))
-  local user_line=""
+  local user_line="" nginx_tmp=$STATE/nginx/tmp
   if [ "$(id -u)" = 0 ]; then
-    # A master started as root runs its workers as an unprivileged user, who writes the temp files.
+    # A master started as root runs its workers as an unprivileged user, who writes the temp
+    # files (request bodies). That user cannot enter the private state folder, so they get a
+    # private folder of their own, outside it, which `down` removes.
     user_line="user nobody nogroup;"
-    chown nobody:nogroup "$STATE/nginx/tmp"
-    runuser -u nobody -- test -w "$STATE/nginx/tmp" ||
-      die "nginx's workers (user nobody) cannot reach $STATE/nginx/tmp: choose a DEPLOY_STATE_DIR whose parent folders everyone may enter"
+    nginx_tmp=$(mktemp -d "${TMPDIR:-/tmp}/hmdp-shape-nginx.XXXXXX")
+    echo "NGINX_TMP=$nginx_tmp" >>"$SHAPE_ENV"
+    chown nobody:nogroup "$nginx_tmp"
+    runuser -u nobody -- test -w "$nginx_tmp" ||
+      die "nginx's workers (user nobody) cannot reach $nginx_tmp: set TMPDIR to a folder whose parent folders everyone may enter"
   fi
   local conf; conf=$(<"$DEPLOY_DIR/nginx.conf")
   conf=${conf//@UPSTREAM_SERVERS@/${servers%$'\n'}}
   conf=${conf//@USER_LINE@/$user_line}
   conf=${conf//@WORKER_PROCESSES@/2}
   conf=${conf//@STATE@/$STATE}
+  conf=${conf//@NGINX_TMP@/$nginx_tmp}
   conf=${conf//@LISTEN@/127.0.0.1:$base}
   conf=${conf//@CLIENT_MAX_BODY@/$body_max}
   printf '%s\n' "$conf" >"$STATE/nginx/nginx.conf"
@@ -361,6 +372,7 @@ down() {
     log "deleting the RabbitMQ vhost $VHOST"
     $RABBITMQCTL -q delete_vhost "$VHOST" || log "could not delete the vhost $VHOST: delete it by hand"
   fi
+  if [ -n "${NGINX_TMP:-}" ]; then rm -rf "$NGINX_TMP"; fi
   log "removing $STATE"
   rm -rf "$STATE"
   log "down"

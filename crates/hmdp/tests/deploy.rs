@@ -7,11 +7,13 @@
 //! client addresses (127.0.1.x; nginx itself reaches the instances from 127.0.0.1, the trusted
 //! proxy), so the per-client code quota must count each client, not nginx. A session made on one
 //! instance works on every other; a photo uploaded to one is served by the others; a photo just
-//! over `HMDP_UPLOAD_MAX_BYTES` gets hmdp's own refusal, not nginx's. Then a flash sale in three
+//! over `HMDP_UPLOAD_MAX_BYTES` gets hmdp's own refusal, not nginx's. A phone number asked a code
+//! for (`?phone=…`) is written in no file of the shape but the instances' logs. Then a flash sale in three
 //! waves of concurrent buyers: one instance is killed (SIGKILL) as the second wave starts and
 //! the Redis primary as the third starts. Buyers ask again after a failure, as a
 //! client would. Afterwards: no voucher oversold, no buyer with two orders, every order a buyer
-//! was told about is in the database. `down` must leave no process, database or folder behind.
+//! was told about is in the database. Nothing in the state folder is open to other users. `down`
+//! must leave no process, database or folder behind.
 //!
 //! Nothing is skipped: a missing tool (nginx, redis-server, mariadb) fails the test with the
 //! script's message naming the package. Needs the MariaDB of `HMDP_TEST_MYSQL_URL`.
@@ -64,12 +66,6 @@ impl Shape {
     /// `deploy/shape.sh up` on free ports; panics with the script's output when it fails.
     fn up() -> Shape {
         let dir = tempfile::tempdir().unwrap();
-        // nginx's workers run as nobody when the test runs as root: they must enter the folder.
-        std::fs::set_permissions(
-            dir.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .unwrap();
         let mut shape = Shape {
             base: free_block(),
             state: dir.path().join("state"),
@@ -201,6 +197,39 @@ async fn primary(base: u16) -> redis::aio::MultiplexedConnection {
         .get_multiplexed_async_connection()
         .await
         .unwrap()
+}
+
+/// Every file and folder under `root` (not `root` itself), symbolic links not followed.
+fn files_under(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut folders = vec![root.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                folders.push(entry.path());
+            }
+            found.push(entry.path());
+        }
+    }
+    found
+}
+
+/// An instance's log (`log/hmdp-*.log`): the one place a login code may be written.
+fn is_hmdp_log(path: &Path) -> bool {
+    path.parent().is_some_and(|p| p.ends_with("log"))
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("hmdp-") && n.ends_with(".log"))
+}
+
+/// Whether the regular file `path` holds `needle`.
+fn contains(path: &Path, needle: &[u8]) -> bool {
+    path.symlink_metadata().is_ok_and(|m| m.is_file())
+        && std::fs::read(path).is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
 }
 
 /// Whether process `pid` runs: it exists and is no zombie (the shape's processes are not the
@@ -414,6 +443,18 @@ async fn the_shape_keeps_every_order_through_an_instance_and_a_primary_dying() {
     let (status, body) = ask_code(shape.base, &client_from([127, 0, 2, 2]), "13799999999").await;
     assert_eq!(status, 200, "another client address is not refused: {body}");
 
+    // ---- the phones asked for through nginx (`?phone=…`) are in no file of the shape but the
+    // instances' logs, which are private; nginx logged the requests, without their query.
+    let access = std::fs::read_to_string(shape.state.join("log/nginx-access.log")).unwrap();
+    assert!(access.contains("/api/user/code"), "{access}");
+    for phone in ["13600000001", "13799999999"] {
+        let carriers: Vec<PathBuf> = files_under(&shape.state)
+            .into_iter()
+            .filter(|f| !is_hmdp_log(f) && contains(f, phone.as_bytes()))
+            .collect();
+        assert!(carriers.is_empty(), "{phone} is written in {carriers:?}");
+    }
+
     // ---- the sale: buyers logged in through nginx from several addresses.
     let sale = FlashSale::new(STOCK)
         .sub_title("部署测试")
@@ -585,6 +626,31 @@ async fn the_shape_keeps_every_order_through_an_instance_and_a_primary_dying() {
     );
     db.close().await;
 
+    // ---- nothing the shape wrote is open to other users: the folder is 0700, and no file or
+    // folder in it has a group or other permission bit.
+    // (A file gone in between, such as a Sentinel's rewritten configuration, is skipped.)
+    let mode = |p: &Path| {
+        let meta = p.symlink_metadata().ok()?;
+        Some(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777)
+    };
+    assert_eq!(mode(&shape.state), Some(0o700), "the state folder");
+    let open: Vec<String> = files_under(&shape.state)
+        .iter()
+        .filter_map(|p| Some((p, mode(p)?)))
+        .filter(|(_, mode)| mode & 0o077 != 0)
+        .map(|(p, mode)| format!("{} {mode:o}", p.display()))
+        .collect();
+    assert!(open.is_empty(), "readable by others: {open:#?}");
+    // Run as root, nginx's workers (user nobody) buffer bodies in a private folder of their own.
+    let shape_env = std::fs::read_to_string(shape.state.join("shape.env")).unwrap();
+    let nginx_tmp = shape_env
+        .lines()
+        .find_map(|l| l.strip_prefix("NGINX_TMP="))
+        .map(PathBuf::from);
+    if let Some(tmp) = &nginx_tmp {
+        assert_eq!(mode(tmp), Some(0o700), "{tmp:?}");
+    }
+
     // ---- status sees what died; down stops the rest and drops what up made.
     let status = shape.script("status");
     let report = String::from_utf8_lossy(&status.stdout).into_owned();
@@ -615,6 +681,9 @@ async fn the_shape_keeps_every_order_through_an_instance_and_a_primary_dying() {
         assert!(!runs(pid), "pid {pid} still runs after down");
     }
     assert!(!shape.state.exists(), "down removes the state folder");
+    if let Some(tmp) = nginx_tmp {
+        assert!(!tmp.exists(), "down removes nginx's temp folder {tmp:?}");
+    }
     let server = sqlx::MySqlPool::connect(&hmdp_testkit::mysql_server_url())
         .await
         .unwrap();

@@ -74,16 +74,18 @@ settings! {
         HMDP_REDIS_URL redis_url: Option<String> as Url = None,
             unset format!("`{DEFAULT_REDIS_URL}` (none with `HMDP_REDIS_SENTINELS`)");
         /// Redis Sentinel: the Sentinels' `host:port`, comma-separated (three or more). The
-        /// service asks them for the primary of `HMDP_REDIS_SENTINEL_MASTER` and follows every
-        /// promotion by itself (commands, subscriptions, replica waits, the worker's reads), then
-        /// reconciles the live sales once per promotion. While a Sentinel announces a failover
+        /// service asks them all for the primary of `HMDP_REDIS_SENTINEL_MASTER`, takes the one a
+        /// majority of the listed Sentinels names, and follows every promotion by itself
+        /// (commands, subscriptions, replica waits, the worker's reads), then reconciles the
+        /// live sales once per promotion. While a Sentinel announces a failover
         /// (`+try-failover`) until the primary moved, grabs that wait for replicas answer 503
         /// `unavailable`. Instead of `HMDP_REDIS_URL`; never a managed `redis-server`
         HMDP_REDIS_SENTINELS redis_sentinels: Option<SentinelAddrs> = None;
         /// the master name the Sentinels monitor (`sentinel monitor <name> …`); required with
         /// `HMDP_REDIS_SENTINELS`
         HMDP_REDIS_SENTINEL_MASTER redis_sentinel_master: Option<String> as Trimmed = None;
-        /// the Sentinels' own password (their `requirepass`), if they have one
+        /// the Sentinels' own password (their `requirepass`); required unless every Sentinel is
+        /// on loopback (Sentinel access is Redis admin)
         HMDP_REDIS_SENTINEL_PASSWORD redis_sentinel_password: Option<Secret> = None;
         /// with `HMDP_REDIS_SENTINELS`: the password of the primary and its replicas
         /// (`requirepass`/`masterauth`), if they have one. With `HMDP_REDIS_URL` the password is

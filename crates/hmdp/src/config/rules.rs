@@ -88,7 +88,37 @@ fn redis_sentinel(config: &Config) -> Result<(), ConfigError> {
             "cannot be `always` with HMDP_REDIS_SENTINELS: the Sentinels' primary is the Redis",
         ));
     }
-    Ok(())
+    sentinel_password_off_loopback(config)
+}
+
+/// Whoever talks to a Sentinel can fail the primary over or point the Sentinel at a server of
+/// their own, and the service follows the primary the Sentinels name: a Sentinel reachable from
+/// other machines must ask for a password, and the service must have it.
+fn sentinel_password_off_loopback(config: &Config) -> Result<(), ConfigError> {
+    let Some(sentinels) = &config.redis_sentinels else {
+        return Ok(());
+    };
+    if config.redis_sentinel_password.is_some() {
+        return Ok(());
+    }
+    let loopback = |host: &str| {
+        host.eq_ignore_ascii_case("localhost")
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    };
+    match sentinels.addrs().iter().find(|(host, _)| !loopback(host)) {
+        None => Ok(()),
+        Some((host, _)) => Err(ConfigError::Invalid {
+            name: "HMDP_REDIS_SENTINEL_PASSWORD",
+            message: format!(
+                "must be set when a Sentinel is not on loopback ({host} in \
+                 HMDP_REDIS_SENTINELS): Sentinel access is Redis admin (it names the primary \
+                 this service writes to), so give the Sentinels a `requirepass` and this setting \
+                 its value"
+            ),
+        }),
+    }
 }
 
 /// `http` needs a URL and a secret, and all its tries must fit in a request's time: a request

@@ -227,6 +227,37 @@ fn sentinel_replaces_the_url_needs_a_master_and_allows_replica_waits() {
 }
 
 #[test]
+fn sentinels_off_loopback_need_their_password() {
+    let on = |sentinels: &str, password: Option<&str>| {
+        let mut pairs = vec![
+            ("HMDP_REDIS_SENTINELS", sentinels),
+            ("HMDP_REDIS_SENTINEL_MASTER", "mymaster"),
+        ];
+        pairs.extend(password.map(|p| ("HMDP_REDIS_SENTINEL_PASSWORD", p)));
+        Config::from_sources(None, &env(&pairs))
+    };
+    for local in [
+        "127.0.0.1:26379,127.0.0.2:26380",
+        "[::1]:26379,localhost:26380",
+    ] {
+        assert!(on(local, None).is_ok(), "{local}");
+    }
+    for remote in [
+        "10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379",
+        "127.0.0.1:26379,sentinel-b:26379",
+        "127.0.0.1:26379,[fd00::1]:26379",
+        "0.0.0.0:26379",
+    ] {
+        let err = on(remote, None).unwrap_err().to_string();
+        assert!(
+            err.contains("HMDP_REDIS_SENTINEL_PASSWORD") && err.contains("loopback"),
+            "{remote}: {err}"
+        );
+        assert!(on(remote, Some("s3cret")).is_ok(), "{remote}");
+    }
+}
+
+#[test]
 fn trusted_proxies_are_cidrs_or_addresses() {
     let c = Config::from_sources(
         None,

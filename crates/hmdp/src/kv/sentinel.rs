@@ -1,12 +1,13 @@
 //! Redis Sentinel: one primary with replicas, whose address changes when the Sentinels promote
 //! a replica.
 //!
-//! [`SentinelPrimary`] knows the primary of the moment. It is resolved through the Sentinels
-//! (redis-rs's `SentinelClient`, which also checks that the node it names answers `ROLE` as a
-//! master) at start, and again whenever the Sentinels name another address. One background task
-//! per process does every lookup (so a storm of failing commands costs one lookup, not one each):
-//! it asks a Sentinel `get-master-addr-by-name` every [`POLL`], and at once when a command
-//! reports a failure that may mean "no longer the primary". Each move raises an epoch that every
+//! [`SentinelPrimary`] knows the primary of the moment. It is found through the Sentinels at
+//! start, and again whenever they name another address: every configured Sentinel is asked
+//! `get-master-addr-by-name` at once, an address is taken only when a majority of the configured
+//! Sentinels name it (see [`verdict`]: one wrong or hostile Sentinel cannot move this process),
+//! and only once that node answers `ROLE` as a master. One background task per process does every
+//! lookup (so a storm of failing commands costs one lookup, not one each): every [`POLL`], and at
+//! once when a command reports a failure that may mean "no longer the primary". Each move raises an epoch that every
 //! connection compares with its own, so commands, scripts, the replica waits and the worker's
 //! blocking reads reconnect to the new primary on their next use, even when nothing failed.
 //! Pub/sub subscribers follow through [`hmdp_lock::PubSubSource`]: the Sentinels close the
@@ -21,7 +22,11 @@
 //! that must survive a promotion (grabs waiting for replicas, `kv::replicas`) are refused. The
 //! old primary keeps taking writes until it is demoted, and a replica still following it would
 //! confirm them: in a planned failover (`SENTINEL FAILOVER`) such a write is acknowledged and
-//! then lost with the old primary's data.
+//! then lost with the old primary's data. One configured Sentinel's announcement is enough:
+//! only the Sentinel that tries to lead a failover announces it, so asking for several would
+//! miss every real one, and its effect is on the safe side (those grabs answer 503 for at most
+//! [`FAILOVER_HOLD`] per announcement). Only a Sentinel that announced the failover can give it
+//! up: another one's abort (one that lost the election, or a hostile one) does not end the hold.
 
 use std::{
     fmt,
@@ -33,13 +38,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures_util::StreamExt;
+use futures_util::{StreamExt, future::join_all};
 use prometheus_client::metrics::counter::Counter;
 use redis::{
     AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError,
-    RedisFuture, RedisResult, ServerErrorKind, Value,
+    RedisFuture, RedisResult, Role, ServerErrorKind, Value,
     aio::{ConnectionLike, MultiplexedConnection},
-    sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType},
 };
 use tokio::sync::{Notify, watch};
 
@@ -49,7 +53,7 @@ use crate::config::Secret;
 const POLL: Duration = Duration::from_millis(500);
 /// The shortest pause between two lookups, however many failures ask for one.
 const MIN_PAUSE: Duration = Duration::from_millis(100);
-/// How long one lookup (Sentinels, then the named primary's `ROLE`) may take.
+/// How long one lookup (the Sentinels, then the named primary's `ROLE`) may take.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long one question to one Sentinel may take.
 const SENTINEL_TIMEOUT: Duration = Duration::from_millis(500);
@@ -142,8 +146,9 @@ pub struct SentinelPrimary {
 
 struct Inner {
     spec: SentinelSpec,
-    /// The lookup; behind a lock because `SentinelClient` caches its Sentinel connections.
-    resolver: tokio::sync::Mutex<SentinelClient>,
+    /// A connection to each configured Sentinel, kept between lookups (made again after a
+    /// failure); the lock makes one lookup at a time.
+    asked: tokio::sync::Mutex<Vec<Option<MultiplexedConnection>>>,
     current: RwLock<Current>,
     /// Raised at each move of the primary.
     epoch: watch::Sender<u64>,
@@ -155,11 +160,12 @@ struct Inner {
     announced: Counter,
 }
 
-/// A failover under way: announced while the primary was at `epoch`, held until `until`.
-#[derive(Clone, Copy)]
+/// A failover under way: announced while the primary was at `epoch` by the Sentinels `by`
+/// (their indexes in the configured list), held until `until`.
 struct Announced {
     epoch: u64,
     until: Instant,
+    by: Vec<usize>,
 }
 
 #[derive(Clone)]
@@ -179,23 +185,45 @@ impl fmt::Debug for SentinelPrimary {
 }
 
 impl SentinelPrimary {
-    /// Asks the Sentinels for the primary of `spec.master` and starts watching it. Fails when
-    /// no Sentinel answers, none knows the name, or the node named is not a reachable primary.
+    /// Asks the Sentinels for the primary of `spec.master` and starts watching it.
+    /// Fails when no Sentinel answers, none knows the name, no majority of the configured
+    /// Sentinels names one address, or the node named is not a reachable primary.
     pub async fn discover(spec: SentinelSpec) -> RedisResult<Self> {
-        let mut resolver = sentinel_client(&spec)?;
-        let client = match tokio::time::timeout(LOOKUP_TIMEOUT, resolver.async_get_client()).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) if e.kind() == ErrorKind::MasterNameNotFoundBySentinel => {
-                return Err(RedisError::from((
-                    ErrorKind::MasterNameNotFoundBySentinel,
-                    "no Sentinel knows a reachable master by that name",
-                    format!(
-                        "master `{}` at Sentinels {} (check HMDP_REDIS_SENTINEL_MASTER)",
-                        spec.master, spec.sentinels
-                    ),
-                )));
-            }
-            Ok(Err(e)) => return Err(e),
+        let configured = spec.sentinels.addrs().len();
+        let mut asked = vec![None; configured];
+        let lookup = async {
+            let answers = ask_sentinels(&spec, &mut asked).await;
+            let addr = match verdict(configured, &answers) {
+                Verdict::Agreed(addr) => addr,
+                Verdict::Unknown => {
+                    return Err(RedisError::from((
+                        ErrorKind::MasterNameNotFoundBySentinel,
+                        "no Sentinel knows a master by that name",
+                        format!(
+                            "master `{}` at Sentinels {} (check HMDP_REDIS_SENTINEL_MASTER)",
+                            spec.master, spec.sentinels
+                        ),
+                    )));
+                }
+                Verdict::Undecided { answered, agreeing } => {
+                    return Err(RedisError::from((
+                        ErrorKind::Io,
+                        "no majority of the configured Sentinels names one primary",
+                        format!(
+                            "{answered} of the {configured} Sentinels {} answered, at most \
+                             {agreeing} naming the same primary of `{}`; {} must agree",
+                            spec.sentinels,
+                            spec.master,
+                            majority(configured)
+                        ),
+                    )));
+                }
+            };
+            let client = confirmed_primary(&spec, &addr).await?;
+            Ok((addr, client))
+        };
+        let (addr, client) = match tokio::time::timeout(LOOKUP_TIMEOUT, lookup).await {
+            Ok(found) => found?,
             Err(_) => {
                 return Err(RedisError::from((
                     ErrorKind::Io,
@@ -204,11 +232,10 @@ impl SentinelPrimary {
                 )));
             }
         };
-        let addr = addr_of(&client)?;
         let suspect = Arc::new(Notify::new());
         let inner = Arc::new(Inner {
             spec,
-            resolver: tokio::sync::Mutex::new(resolver),
+            asked: tokio::sync::Mutex::new(asked),
             current: RwLock::new(Current { addr, client }),
             epoch: watch::Sender::new(0),
             suspect: suspect.clone(),
@@ -256,6 +283,7 @@ impl SentinelPrimary {
             .failover
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
             .is_some_and(|f| f.epoch == epoch && Instant::now() < f.until)
     }
 
@@ -279,31 +307,124 @@ impl SentinelPrimary {
     }
 }
 
-/// A `SentinelClient` for the primary of `spec`, with the passwords in `spec`.
-fn sentinel_client(spec: &SentinelSpec) -> RedisResult<SentinelClient> {
-    let addrs = spec
-        .sentinels
-        .addrs()
-        .iter()
-        .map(|(host, port)| ConnectionAddr::Tcp(host.clone(), *port));
-    let mut builder =
-        SentinelClientBuilder::new(addrs, spec.master.clone(), SentinelServerType::Master)?;
-    if let Some(password) = &spec.password {
-        builder = builder.set_client_to_redis_password(password.expose());
-    }
-    if let Some(password) = &spec.sentinel_password {
-        builder = builder.set_client_to_sentinel_password(password.expose());
-    }
-    builder.build()
+/// What the Sentinels asked at once say of the primary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Verdict {
+    /// A majority of the configured Sentinels name this address.
+    Agreed((String, u16)),
+    /// Every Sentinel that answered knows no master by the configured name.
+    Unknown,
+    /// No address has a majority: too few Sentinels answered, or they disagree.
+    Undecided { answered: usize, agreeing: usize },
 }
 
-fn addr_of(client: &redis::Client) -> RedisResult<(String, u16)> {
-    match client.get_connection_info().addr() {
-        ConnectionAddr::Tcp(host, port) => Ok((host.clone(), *port)),
-        other => Err(RedisError::from((
-            ErrorKind::InvalidClientConfig,
-            "the Sentinels named a primary that is not a TCP address",
-            format!("{other:?}"),
+/// A strict majority of `configured` Sentinels: 1 of 1, 2 of 3, 3 of 5.
+fn majority(configured: usize) -> usize {
+    configured / 2 + 1
+}
+
+/// The primary named by the Sentinels that answered (`answers`: one entry each, `None` when it
+/// knows no master by the name), out of `configured`.
+///
+/// An address is taken when a strict majority of the *configured* Sentinels name it, not a
+/// majority of those that answered. That is the Sentinels' own rule: a failover is led only by
+/// a Sentinel elected by a majority of all of them, so a promotion they really made is soon
+/// named by a majority (the others learn it within their hello period, ~2 s). One Sentinel down
+/// of three leaves two that must agree, so the primary is still found and followed. With two of
+/// three down the Sentinels cannot fail over either, so the primary has not legitimately moved:
+/// this process stays where it is (and a start fails rather than trust one Sentinel). Counting
+/// only those that answered would hand the decision to a lone wrong or hostile Sentinel exactly
+/// when the others are slow or cut off, which is when it would be tried.
+fn verdict(configured: usize, answers: &[Option<(String, u16)>]) -> Verdict {
+    let mut counts: Vec<(&(String, u16), usize)> = Vec::new();
+    for addr in answers.iter().flatten() {
+        match counts.iter_mut().find(|(a, _)| *a == addr) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((addr, 1)),
+        }
+    }
+    if let Some((addr, _)) = counts.iter().find(|(_, n)| *n >= majority(configured)) {
+        return Verdict::Agreed((*addr).clone());
+    }
+    if !answers.is_empty() && counts.is_empty() {
+        return Verdict::Unknown;
+    }
+    Verdict::Undecided {
+        answered: answers.len(),
+        agreeing: counts.iter().map(|(_, n)| *n).max().unwrap_or(0),
+    }
+}
+
+/// Asks every configured Sentinel at once for the primary's address, each within
+/// [`SENTINEL_TIMEOUT`], on the connections in `conns` (one per Sentinel, made when missing,
+/// dropped after a failure): the answers of those that answered.
+async fn ask_sentinels(
+    spec: &SentinelSpec,
+    conns: &mut [Option<MultiplexedConnection>],
+) -> Vec<Option<(String, u16)>> {
+    let asked = conns.iter_mut().enumerate().map(|(i, slot)| async move {
+        let mut conn = match slot.take() {
+            Some(conn) => conn,
+            None => connect_sentinel(spec, i).await.ok()?,
+        };
+        let mut cmd = redis::cmd("SENTINEL");
+        cmd.arg("get-master-addr-by-name").arg(&spec.master);
+        let asked = cmd.query_async::<Option<(String, u16)>>(&mut conn);
+        let named = tokio::time::timeout(SENTINEL_TIMEOUT, asked)
+            .await
+            .ok()?
+            .ok()?;
+        *slot = Some(conn);
+        Some(named)
+    });
+    join_all(asked).await.into_iter().flatten().collect()
+}
+
+/// A client of the `i`-th Sentinel, with the Sentinels' password.
+fn sentinel_client(spec: &SentinelSpec, i: usize) -> RedisResult<redis::Client> {
+    let (host, port) = &spec.sentinels.addrs()[i];
+    client_with(host, *port, spec.sentinel_password.as_ref())
+}
+
+async fn connect_sentinel(spec: &SentinelSpec, i: usize) -> RedisResult<MultiplexedConnection> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(SENTINEL_TIMEOUT))
+        .set_response_timeout(Some(SENTINEL_TIMEOUT));
+    sentinel_client(spec, i)?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
+fn client_with(host: &str, port: u16, password: Option<&Secret>) -> RedisResult<redis::Client> {
+    let mut info = ConnectionAddr::Tcp(host.to_owned(), port).into_connection_info()?;
+    if let Some(password) = password {
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_password(password.expose());
+        info = info.set_redis_settings(settings);
+    }
+    redis::Client::open(info)
+}
+
+/// A client of the data node at `addr`, once it answered `ROLE` as a master.
+async fn confirmed_primary(
+    spec: &SentinelSpec,
+    addr: &(String, u16),
+) -> RedisResult<redis::Client> {
+    let client = client_with(&addr.0, addr.1, spec.password.as_ref())?;
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(SENTINEL_TIMEOUT))
+        .set_response_timeout(Some(SENTINEL_TIMEOUT));
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    match redis::cmd("ROLE").query_async::<Role>(&mut conn).await? {
+        Role::Primary { .. } => Ok(client),
+        _ => Err(RedisError::from((
+            ErrorKind::MasterNameNotFoundBySentinel,
+            "the node the Sentinels name is not a primary",
+            format!("{}:{} (master `{}`)", addr.0, addr.1, spec.master),
         ))),
     }
 }
@@ -329,62 +450,8 @@ impl Inner {
             .clone()
     }
 
-    /// The address the Sentinels name now (the first that answers), on a connection kept
-    /// between polls.
-    async fn ask_sentinels(
-        &self,
-        cached: &mut Option<(usize, MultiplexedConnection)>,
-    ) -> Option<(String, u16)> {
-        let count = self.spec.sentinels.addrs().len();
-        let start = cached.as_ref().map_or(0, |(i, _)| *i);
-        for step in 0..count {
-            let i = (start + step) % count;
-            let conn = match cached.take() {
-                Some((j, conn)) if j == i => conn,
-                _ => match self.connect_sentinel(i).await {
-                    Ok(conn) => conn,
-                    Err(_) => continue,
-                },
-            };
-            let mut conn = conn;
-            let cmd = redis::cmd("SENTINEL")
-                .arg("get-master-addr-by-name")
-                .arg(&self.spec.master)
-                .clone();
-            let asked = cmd.query_async::<Option<(String, u16)>>(&mut conn);
-            if let Ok(Ok(named)) = tokio::time::timeout(SENTINEL_TIMEOUT, asked).await {
-                *cached = Some((i, conn));
-                return named;
-            }
-        }
-        None
-    }
-
-    /// A client of the `i`-th Sentinel, with the Sentinels' password.
-    fn sentinel_client(&self, i: usize) -> RedisResult<redis::Client> {
-        let (host, port) = &self.spec.sentinels.addrs()[i];
-        let mut info = ConnectionAddr::Tcp(host.clone(), *port).into_connection_info()?;
-        if let Some(password) = &self.spec.sentinel_password {
-            let settings = info
-                .redis_settings()
-                .clone()
-                .set_password(password.expose());
-            info = info.set_redis_settings(settings);
-        }
-        redis::Client::open(info)
-    }
-
-    async fn connect_sentinel(&self, i: usize) -> RedisResult<MultiplexedConnection> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(SENTINEL_TIMEOUT))
-            .set_response_timeout(Some(SENTINEL_TIMEOUT));
-        self.sentinel_client(i)?
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-    }
-
-    /// A Sentinel said something of a failover of this master.
-    fn announcement(&self, channel: &str, payload: &str) {
+    /// The `i`-th configured Sentinel said something of a failover of this master.
+    fn announcement(&self, i: usize, channel: &str, payload: &str) {
         // `+try-failover` and the aborts name the master as `master <name> <ip> <port>`;
         // `+switch-master` as `<name> <old ip> <old port> <new ip> <new port>`.
         let mut words = payload.split_whitespace();
@@ -400,10 +467,18 @@ impl Inner {
         let mut failover = self.failover.lock().unwrap_or_else(|e| e.into_inner());
         match channel {
             TRY_FAILOVER => {
-                let fresh = failover.is_none_or(|f| f.epoch != epoch);
+                let mut by = match failover.take() {
+                    Some(f) if f.epoch == epoch => f.by,
+                    _ => Vec::new(),
+                };
+                let fresh = by.is_empty();
+                if !by.contains(&i) {
+                    by.push(i);
+                }
                 *failover = Some(Announced {
                     epoch,
                     until: Instant::now() + FAILOVER_HOLD,
+                    by,
                 });
                 drop(failover);
                 if fresh {
@@ -420,35 +495,54 @@ impl Inner {
                 self.suspect.notify_one();
             }
             _ => {
-                if failover.take().is_some() {
+                let Some(f) = failover.as_mut().filter(|f| f.by.contains(&i)) else {
+                    return;
+                };
+                f.by.retain(|j| *j != i);
+                if f.by.is_empty() {
+                    *failover = None;
                     tracing::warn!(master = %self.spec.master, event = channel, "the Sentinels gave the failover up");
                 }
             }
         }
     }
 
-    /// Resolves the primary through the Sentinels (with its `ROLE` checked) and, if it is
-    /// another node, moves to it.
-    async fn resolve(&self) {
-        let mut resolver = self.resolver.lock().await;
-        let found = tokio::time::timeout(LOOKUP_TIMEOUT, resolver.async_get_client()).await;
-        let client = match found {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "no primary confirmed by the Sentinels yet");
-                return;
-            }
-            Err(_) => {
-                tracing::debug!("the Sentinels did not confirm a primary in time");
-                return;
+    /// Asks the Sentinels and, if a majority of them names another node that answers as a
+    /// master, moves to it. Returns the addresses named by a minority against the current one
+    /// (a Sentinel that disagrees, or one that learnt of a promotion before the others).
+    async fn look(&self) -> Vec<(String, u16)> {
+        let mut asked = self.asked.lock().await;
+        let answers = ask_sentinels(&self.spec, &mut asked).await;
+        let current = self.addr();
+        let addr = match verdict(asked.len(), &answers) {
+            Verdict::Agreed(addr) if addr == current => return Vec::new(),
+            Verdict::Agreed(addr) => addr,
+            Verdict::Unknown | Verdict::Undecided { .. } => {
+                let mut others: Vec<_> = answers.into_iter().flatten().collect();
+                others.retain(|a| *a != current);
+                others.sort();
+                others.dedup();
+                return others;
             }
         };
-        let Ok(addr) = addr_of(&client) else { return };
+        let client = match tokio::time::timeout(
+            LOOKUP_TIMEOUT,
+            confirmed_primary(&self.spec, &addr),
+        )
+        .await
+        {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "the primary the Sentinels name is not confirmed yet");
+                return Vec::new();
+            }
+            Err(_) => {
+                tracing::debug!("the primary the Sentinels name did not answer in time");
+                return Vec::new();
+            }
+        };
         let from = {
             let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
-            if current.addr == addr {
-                return;
-            }
             std::mem::replace(
                 &mut *current,
                 Current {
@@ -465,6 +559,7 @@ impl Inner {
             to = %format!("{}:{}", addr.0, addr.1),
             "the Sentinels promoted another Redis primary; every connection moves to it"
         );
+        Vec::new()
     }
 }
 
@@ -475,7 +570,7 @@ async fn hear_announcements(inner: Weak<Inner>, i: usize) {
             return;
         };
         let subscribed = async {
-            let mut pubsub = strong.sentinel_client(i)?.get_async_pubsub().await?;
+            let mut pubsub = sentinel_client(&strong.spec, i)?.get_async_pubsub().await?;
             pubsub.subscribe(&[TRY_FAILOVER, SWITCH_MASTER]).await?;
             pubsub.psubscribe(ABORTED).await?;
             RedisResult::Ok(pubsub)
@@ -497,7 +592,7 @@ async fn hear_announcements(inner: Weak<Inner>, i: usize) {
                 let Some(msg) = msg else { break };
                 let Some(inner) = inner.upgrade() else { return };
                 if let Ok(payload) = msg.get_payload::<String>() {
-                    inner.announcement(msg.get_channel_name(), &payload);
+                    inner.announcement(i, msg.get_channel_name(), &payload);
                 }
             }
             tracing::debug!(
@@ -511,18 +606,26 @@ async fn hear_announcements(inner: Weak<Inner>, i: usize) {
 
 /// The one task that looks the primary up: every [`POLL`], or sooner when a failure asks.
 async fn watch_primary(inner: Weak<Inner>, suspect: Arc<Notify>) {
-    let mut sentinel = None;
+    let mut dissent = Vec::new();
     loop {
         tokio::select! {
             () = suspect.notified() => {}
             () = tokio::time::sleep(POLL) => {}
         }
         let Some(inner) = inner.upgrade() else { return };
-        if let Some(named) = inner.ask_sentinels(&mut sentinel).await
-            && named != inner.addr()
-        {
-            inner.resolve().await;
+        let others = inner.look().await;
+        if others != dissent && !others.is_empty() {
+            let named: Vec<String> = others.iter().map(|(h, p)| format!("{h}:{p}")).collect();
+            let (host, port) = inner.addr();
+            tracing::warn!(
+                master = %inner.spec.master,
+                primary = %format!("{host}:{port}"),
+                named = %named.join(","),
+                "a minority of the Sentinels names another primary: not followed until a \
+                 majority of the configured Sentinels agrees"
+            );
         }
+        dissent = others;
         drop(inner);
         tokio::time::sleep(MIN_PAUSE).await;
     }
@@ -665,7 +768,7 @@ mod tests {
     /// A primary of `master` as if discovered, with no Sentinel behind it.
     fn watched(master: &str) -> SentinelPrimary {
         let spec = SentinelSpec {
-            sentinels: "127.0.0.1:1".parse().unwrap(),
+            sentinels: "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3".parse().unwrap(),
             master: master.to_owned(),
             sentinel_password: None,
             password: None,
@@ -673,7 +776,7 @@ mod tests {
         let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
         SentinelPrimary {
             inner: Arc::new(Inner {
-                resolver: tokio::sync::Mutex::new(sentinel_client(&spec).unwrap()),
+                asked: tokio::sync::Mutex::new(vec![None; 3]),
                 spec,
                 current: RwLock::new(Current {
                     addr: ("127.0.0.1".to_owned(), 1),
@@ -691,31 +794,129 @@ mod tests {
     fn a_failover_holds_from_its_announcement_until_the_primary_moves_or_it_is_given_up() {
         let p = watched("hmdp");
         let about = |name: &str| format!("master {name} 127.0.0.1 6379");
+        let abort = "-failover-abort-not-elected";
         assert!(!p.failing_over());
-        p.inner.announcement(TRY_FAILOVER, &about("another"));
+        p.inner.announcement(0, TRY_FAILOVER, &about("another"));
         assert!(!p.failing_over(), "another master's failover");
-        p.inner.announcement(TRY_FAILOVER, &about("hmdp"));
-        assert!(p.failing_over());
-        p.inner.announcement(TRY_FAILOVER, &about("hmdp"));
+        p.inner.announcement(0, TRY_FAILOVER, &about("hmdp"));
+        assert!(
+            p.failing_over(),
+            "one configured Sentinel's announcement holds"
+        );
+        p.inner.announcement(0, TRY_FAILOVER, &about("hmdp"));
         assert_eq!(
             p.failovers_announced().get(),
             1,
             "one failover, tried twice"
         );
-        p.inner
-            .announcement("-failover-abort-not-elected", &about("another"));
+        p.inner.announcement(0, abort, &about("another"));
         assert!(p.failing_over(), "another master's abort");
-        p.inner
-            .announcement("-failover-abort-not-elected", &about("hmdp"));
+        p.inner.announcement(0, abort, &about("hmdp"));
         assert!(!p.failing_over(), "given up");
 
-        p.inner.announcement(TRY_FAILOVER, &about("hmdp"));
+        p.inner.announcement(0, TRY_FAILOVER, &about("hmdp"));
         assert_eq!(p.failovers_announced().get(), 2);
         p.inner
-            .announcement(SWITCH_MASTER, "hmdp 127.0.0.1 6379 127.0.0.1 6380");
+            .announcement(1, SWITCH_MASTER, "hmdp 127.0.0.1 6379 127.0.0.1 6380");
         assert!(p.failing_over(), "held until this process has moved");
         p.inner.epoch.send_modify(|e| *e += 1);
         assert!(!p.failing_over(), "the primary moved");
+    }
+
+    #[test]
+    fn only_a_sentinel_that_announced_a_failover_can_give_it_up() {
+        let p = watched("hmdp");
+        let about = "master hmdp 127.0.0.1 6379";
+        let abort = "-failover-abort-not-elected";
+        p.inner.announcement(0, TRY_FAILOVER, about);
+        p.inner.announcement(2, abort, about);
+        assert!(p.failing_over(), "a Sentinel that announced nothing");
+        p.inner.announcement(1, TRY_FAILOVER, about);
+        assert_eq!(
+            p.failovers_announced().get(),
+            1,
+            "one failover, two candidates"
+        );
+        p.inner.announcement(0, abort, about);
+        assert!(
+            p.failing_over(),
+            "the candidate that lost gave up, not the other one"
+        );
+        p.inner
+            .announcement(1, "-failover-abort-no-good-slave", about);
+        assert!(!p.failing_over(), "every candidate gave up");
+    }
+
+    fn at(port: u16) -> Option<(String, u16)> {
+        Some(("10.0.0.1".to_owned(), port))
+    }
+
+    #[test]
+    fn a_primary_is_taken_when_a_majority_of_the_configured_sentinels_names_it() {
+        let agreed = |port| Verdict::Agreed(at(port).unwrap());
+        // Every Sentinel, or every one but one, agrees.
+        assert_eq!(verdict(3, &[at(1), at(1), at(1)]), agreed(1));
+        assert_eq!(verdict(3, &[at(1), at(1)]), agreed(1), "one Sentinel down");
+        assert_eq!(
+            verdict(3, &[at(2), at(1), at(1)]),
+            agreed(1),
+            "one Sentinel lies"
+        );
+        assert_eq!(verdict(5, &[at(2), at(1), at(2), at(1), at(1)]), agreed(1));
+        assert_eq!(
+            verdict(1, &[at(1)]),
+            agreed(1),
+            "a lone Sentinel configured"
+        );
+        // One Sentinel is never enough when more are configured, whatever the others do.
+        assert_eq!(
+            verdict(3, &[at(2)]),
+            Verdict::Undecided {
+                answered: 1,
+                agreeing: 1
+            },
+            "the only one answering"
+        );
+        assert_eq!(
+            verdict(3, &[at(2), None]),
+            Verdict::Undecided {
+                answered: 2,
+                agreeing: 1
+            },
+            "the other one knows no such master"
+        );
+        assert_eq!(
+            verdict(3, &[at(1), at(2), at(3)]),
+            Verdict::Undecided {
+                answered: 3,
+                agreeing: 1
+            }
+        );
+        assert_eq!(
+            verdict(4, &[at(1), at(1), at(2), at(2)]),
+            Verdict::Undecided {
+                answered: 4,
+                agreeing: 2
+            },
+            "half is no majority"
+        );
+        assert_eq!(
+            verdict(5, &[at(1), at(1)]),
+            Verdict::Undecided {
+                answered: 2,
+                agreeing: 2
+            },
+            "a majority of those that answered, not of those configured"
+        );
+        assert_eq!(
+            verdict(3, &[]),
+            Verdict::Undecided {
+                answered: 0,
+                agreeing: 0
+            }
+        );
+        // No Sentinel that answered knows the name: a start-up error says so.
+        assert_eq!(verdict(3, &[None, None]), Verdict::Unknown);
     }
 
     #[test]

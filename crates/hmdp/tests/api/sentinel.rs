@@ -10,8 +10,9 @@ use std::{
 use hmdp::{Application, config::Config};
 
 use crate::helpers::{
-    Backend, Patience, SentinelSet, TestApp, WorkerProcess, code_of, create_sale, db_count,
-    db_order_ids, login_many, order_id_of, prior_order_of, spawn_app_with, test_config, wait_until,
+    Backend, Patience, RedisServer, SentinelSet, TestApp, WorkerProcess, code_of, create_sale,
+    db_count, db_order_ids, free_port, login_many, order_id_of, prior_order_of, spawn_app_with,
+    test_config, wait_until,
 };
 
 /// How the primary goes, and the sale it goes in the middle of.
@@ -372,5 +373,99 @@ async fn an_unknown_master_name_is_a_clear_start_up_error() {
     assert!(
         err.contains("no-such-master") && err.contains("HMDP_REDIS_SENTINEL_MASTER"),
         "{err}"
+    );
+}
+
+/// One Sentinel that names another primary under the same master name (misconfigured, or
+/// hostile) is outvoted: with it listed first and two Sentinels of the real set, the service
+/// starts on the primary the two name, writes nothing to the other one, and keeps asking all
+/// three without following the lone one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_sentinel_naming_another_primary_is_not_followed() {
+    let set = SentinelSet::start(0).await;
+    let decoy = RedisServer::start().await;
+    let monitor = format!(
+        "sentinel monitor {} 127.0.0.1 {} 1",
+        SentinelSet::MASTER,
+        decoy.port()
+    );
+    let liar = RedisServer::start_sentinel(free_port(), &monitor).await;
+    let honest: Vec<String> = set
+        .sentinel_addrs()
+        .split(',')
+        .take(2)
+        .map(str::to_owned)
+        .collect();
+    let sentinels = format!("127.0.0.1:{},{}", liar.port(), honest.join(","));
+    let app = spawn_app_with(Backend::Sqlite, |c| {
+        on_sentinel(c, &set);
+        c.redis_sentinels = Some(sentinels.parse().unwrap());
+    })
+    .await;
+    let real = set.node_urls()[0].clone();
+    let written = async |url: &str| -> (usize, i64) {
+        let mut conn = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let ours: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}*", app.prefix))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let all: i64 = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
+        (ours.len(), all)
+    };
+    app.login("13800000001").await;
+    assert!(
+        written(&real).await.0 > 0,
+        "the session is on the real primary"
+    );
+    assert_eq!(
+        written(&decoy.url()).await.1,
+        0,
+        "nothing on the lone one's"
+    );
+
+    // The service keeps asking the lone Sentinel (its connection, made at start, is used again
+    // more than a second later) and still does not follow it.
+    let mut liar_conn = redis::Client::open(liar.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    wait_until(
+        Duration::from_secs(20),
+        "the lone Sentinel asked again after the start",
+        async || {
+            let clients: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(&mut liar_conn)
+                .await
+                .unwrap();
+            clients.lines().any(|l| {
+                let field = |name: &str| {
+                    l.split(' ')
+                        .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+                        .unwrap_or("")
+                };
+                field("cmd").starts_with("sentinel")
+                    && field("age").parse::<u64>().is_ok_and(|age| age >= 2)
+                    && field("idle") == "0"
+            })
+        },
+    )
+    .await;
+    app.login("13800000002").await;
+    assert_eq!(
+        written(&decoy.url()).await.1,
+        0,
+        "nothing on the lone one's"
+    );
+    assert_eq!(
+        counter(&app.metrics().await, "hmdp_redis_failovers_total"),
+        0,
+        "the primary never moved"
     );
 }
