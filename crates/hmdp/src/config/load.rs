@@ -22,8 +22,10 @@ use figment::{
 };
 use strum::VariantNames;
 
-use super::{Config, Secret, TimeZone, TrustedProxies, default_database_url, redact_url, rules};
-use crate::kv::SentinelAddrs;
+use super::{
+    Config, Secret, SentinelAddrs, TimeZone, TrustedProxies, default_database_url, redact_url,
+    rules,
+};
 
 /// Errors found while reading the configuration; each names the setting at fault.
 #[derive(Debug, thiserror::Error)]

@@ -31,14 +31,13 @@ use std::{
 
 pub use load::{Choice, ConfigError, Listed, Source};
 pub use redact::redact_url;
-pub use values::{Secret, TimeZone, TrustedProxies};
+pub use values::{Secret, SentinelAddrs, SentinelSpec, TimeZone, TrustedProxies};
 
 use load::{
     Millis, Secs, Trimmed, Url, at_least, at_most, between, header_name, min_len, no_braces,
     scheme, settings,
 };
 
-pub use crate::kv::{SentinelAddrs, SentinelSpec};
 pub use choices::{
     AmqpRole, AppendFsync, IdMode, LogFormat, ManagedMode, OrderTransport, SeckillMode,
     ShopCacheStrategy, SmsMode,

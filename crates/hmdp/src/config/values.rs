@@ -1,5 +1,7 @@
 //! Value types of settings that are more than one of several names: a secret, a time zone (and
-//! the day it makes of a moment, which every daily cap counts by), the trusted proxies.
+//! the day it makes of a moment, which every daily cap counts by), the trusted proxies, the
+//! Sentinels. Each is parsed here on nothing but the standard library and parsing crates; what
+//! it does is the business of the feature it steers.
 
 use std::{fmt, net::IpAddr, str::FromStr, time::Duration};
 
@@ -70,33 +72,6 @@ impl fmt::Display for TimeZone {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_day_is_the_zone_s_and_starts_again_at_its_midnight() {
-        let shanghai = TimeZone(chrono_tz::Asia::Shanghai);
-        let utc = TimeZone(chrono_tz::UTC);
-        // 15:30 UTC is 23:30 in Shanghai.
-        let now = Utc.with_ymd_and_hms(2024, 5, 1, 15, 30, 0).unwrap();
-        assert_eq!(shanghai.until_midnight(now), Duration::from_secs(30 * 60));
-        assert_eq!(
-            utc.until_midnight(now),
-            Duration::from_secs(8 * 3600 + 30 * 60)
-        );
-        assert_eq!(
-            (shanghai.day(now), utc.day(now)),
-            ("20240501".into(), "20240501".into())
-        );
-        let later = now + chrono::Duration::hours(1);
-        assert_eq!(
-            (shanghai.day(later), utc.day(later)),
-            ("20240502".into(), "20240501".into())
-        );
-    }
-}
-
 /// The reverse proxies of `HMDP_TRUSTED_PROXIES`: CIDRs, or single addresses (a /32 or /128).
 ///
 /// Parsed with the configuration, so a typo stops the start instead of silently trusting
@@ -144,5 +119,115 @@ impl fmt::Display for TrustedProxies {
             write!(f, "{net}")?;
         }
         Ok(())
+    }
+}
+
+/// `HMDP_REDIS_SENTINELS`: the Sentinels' addresses, `host:port` comma-separated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelAddrs(Vec<(String, u16)>);
+
+impl SentinelAddrs {
+    /// The addresses, in the configured order.
+    pub fn addrs(&self) -> &[(String, u16)] {
+        &self.0
+    }
+}
+
+impl FromStr for SentinelAddrs {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let addrs = s
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(|a| {
+                let (host, port) = a
+                    .rsplit_once(':')
+                    .filter(|(h, _)| !h.is_empty())
+                    .ok_or_else(|| format!("`{a}` is not host:port"))?;
+                let port = port
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| format!("`{a}` has no valid port"))?;
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                Ok((host.to_owned(), port))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        if addrs.is_empty() {
+            return Err("no Sentinel address (host:port, comma-separated)".to_owned());
+        }
+        Ok(Self(addrs))
+    }
+}
+
+impl fmt::Display for SentinelAddrs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (host, port)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            if host.contains(':') {
+                write!(f, "[{host}]:{port}")?;
+            } else {
+                write!(f, "{host}:{port}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a Sentinel-watched primary is found, and the passwords on the way.
+#[derive(Debug, Clone)]
+pub struct SentinelSpec {
+    pub sentinels: SentinelAddrs,
+    /// The master's name in the Sentinels' configuration (`sentinel monitor <name> …`).
+    pub master: String,
+    /// The Sentinels' own password (`requirepass` in their configuration).
+    pub sentinel_password: Option<Secret>,
+    /// The primary's and replicas' password.
+    pub password: Option<Secret>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_day_is_the_zone_s_and_starts_again_at_its_midnight() {
+        let shanghai = TimeZone(chrono_tz::Asia::Shanghai);
+        let utc = TimeZone(chrono_tz::UTC);
+        // 15:30 UTC is 23:30 in Shanghai.
+        let now = Utc.with_ymd_and_hms(2024, 5, 1, 15, 30, 0).unwrap();
+        assert_eq!(shanghai.until_midnight(now), Duration::from_secs(30 * 60));
+        assert_eq!(
+            utc.until_midnight(now),
+            Duration::from_secs(8 * 3600 + 30 * 60)
+        );
+        assert_eq!(
+            (shanghai.day(now), utc.day(now)),
+            ("20240501".into(), "20240501".into())
+        );
+        let later = now + chrono::Duration::hours(1);
+        assert_eq!(
+            (shanghai.day(later), utc.day(later)),
+            ("20240502".into(), "20240501".into())
+        );
+    }
+
+    #[test]
+    fn sentinel_addresses_parse_and_show() {
+        let a: SentinelAddrs = " 127.0.0.1:26379, sentinel-b:26380,[::1]:26381 "
+            .parse()
+            .unwrap();
+        assert_eq!(a.addrs()[1], ("sentinel-b".to_owned(), 26380));
+        assert_eq!(a.addrs()[2], ("::1".to_owned(), 26381));
+        assert_eq!(
+            a.to_string(),
+            "127.0.0.1:26379,sentinel-b:26380,[::1]:26381"
+        );
+        for bad in ["", " , ", "host", "host:0", "host:x", ":26379"] {
+            assert!(bad.parse::<SentinelAddrs>().is_err(), "{bad}");
+        }
     }
 }

@@ -24,7 +24,7 @@ mod target;
 pub(crate) use persistence::{NOT_DURABLE, orders_at_risk};
 pub(crate) use replicas::{ReplicaWait, Replicated};
 pub(crate) use scan::KeyScan;
-pub use sentinel::{SentinelAddrs, SentinelConn, SentinelPrimary, SentinelSpec};
+pub use sentinel::{SentinelConn, SentinelPrimary};
 pub use target::RedisTarget;
 
 use std::time::Duration;

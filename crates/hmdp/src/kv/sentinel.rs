@@ -30,7 +30,6 @@
 
 use std::{
     fmt,
-    str::FromStr,
     sync::{
         Arc, Mutex, RwLock, Weak,
         atomic::{AtomicU64, Ordering},
@@ -47,7 +46,7 @@ use redis::{
 };
 use tokio::sync::{Notify, watch};
 
-use crate::config::Secret;
+use crate::config::{Secret, SentinelSpec};
 
 /// How often the Sentinels are asked whether the primary moved.
 const POLL: Duration = Duration::from_millis(500);
@@ -69,73 +68,6 @@ const TRY_FAILOVER: &str = "+try-failover";
 const SWITCH_MASTER: &str = "+switch-master";
 /// A failover given up (`-failover-abort-not-elected`, `-failover-abort-no-good-slave`, …).
 const ABORTED: &str = "-failover-abort-*";
-
-/// `HMDP_REDIS_SENTINELS`: the Sentinels' addresses, `host:port` comma-separated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SentinelAddrs(Vec<(String, u16)>);
-
-impl SentinelAddrs {
-    /// The addresses, in the configured order.
-    pub fn addrs(&self) -> &[(String, u16)] {
-        &self.0
-    }
-}
-
-impl FromStr for SentinelAddrs {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let addrs = s
-            .split(',')
-            .map(str::trim)
-            .filter(|a| !a.is_empty())
-            .map(|a| {
-                let (host, port) = a
-                    .rsplit_once(':')
-                    .filter(|(h, _)| !h.is_empty())
-                    .ok_or_else(|| format!("`{a}` is not host:port"))?;
-                let port = port
-                    .parse::<u16>()
-                    .ok()
-                    .filter(|p| *p > 0)
-                    .ok_or_else(|| format!("`{a}` has no valid port"))?;
-                let host = host.trim_start_matches('[').trim_end_matches(']');
-                Ok((host.to_owned(), port))
-            })
-            .collect::<Result<Vec<_>, String>>()?;
-        if addrs.is_empty() {
-            return Err("no Sentinel address (host:port, comma-separated)".to_owned());
-        }
-        Ok(Self(addrs))
-    }
-}
-
-impl fmt::Display for SentinelAddrs {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, (host, port)) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str(",")?;
-            }
-            if host.contains(':') {
-                write!(f, "[{host}]:{port}")?;
-            } else {
-                write!(f, "{host}:{port}")?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Where a Sentinel-watched primary is found, and the passwords on the way.
-#[derive(Debug, Clone)]
-pub struct SentinelSpec {
-    pub sentinels: SentinelAddrs,
-    /// The master's name in the Sentinels' configuration (`sentinel monitor <name> …`).
-    pub master: String,
-    /// The Sentinels' own password (`requirepass` in their configuration).
-    pub sentinel_password: Option<Secret>,
-    /// The primary's and replicas' password.
-    pub password: Option<Secret>,
-}
 
 /// The primary of the moment, as the Sentinels name it. Cheap to clone; clones share one
 /// watcher, which stops when the last clone is dropped.
@@ -917,21 +849,5 @@ mod tests {
         );
         // No Sentinel that answered knows the name: a start-up error says so.
         assert_eq!(verdict(3, &[None, None]), Verdict::Unknown);
-    }
-
-    #[test]
-    fn sentinel_addresses_parse_and_show() {
-        let a: SentinelAddrs = " 127.0.0.1:26379, sentinel-b:26380,[::1]:26381 "
-            .parse()
-            .unwrap();
-        assert_eq!(a.addrs()[1], ("sentinel-b".to_owned(), 26380));
-        assert_eq!(a.addrs()[2], ("::1".to_owned(), 26381));
-        assert_eq!(
-            a.to_string(),
-            "127.0.0.1:26379,sentinel-b:26380,[::1]:26381"
-        );
-        for bad in ["", " , ", "host", "host:0", "host:x", ":26379"] {
-            assert!(bad.parse::<SentinelAddrs>().is_err(), "{bad}");
-        }
     }
 }

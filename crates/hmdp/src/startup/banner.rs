@@ -10,8 +10,7 @@
 use std::{fmt, net::SocketAddr, path::Path};
 
 use crate::{
-    auth::SmsMode,
-    config::{Config, redact_url},
+    config::{Config, SmsMode, redact_url},
     http,
     kv::{self, managed::ManagedRedis},
     storage::{Db, MigrationReport},
