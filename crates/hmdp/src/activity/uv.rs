@@ -6,45 +6,55 @@
 //! the hottest path, the cached `GET /shop/{id}`, so it does no Redis round trip: the visit
 //! goes into an in-memory buffer (sharded mutexes over sets, so a visitor re-reading a shop
 //! costs one hash lookup and nothing in Redis), and a background task sends the buffer every
-//! `HMDP_UV_FLUSH_MS` as pipelined `PFADD`s (one pipeline per Redis Cluster slot). The counts
-//! are therefore up to one flush interval late, and the visits of a process that dies without
-//! [`Activity::shutdown`] are lost (they are statistics, not orders).
+//! `HMDP_UV_FLUSH_MS` as pipelined [`VISIT`] scripts (one pipeline per Redis Cluster slot). The
+//! counts are therefore up to one flush interval late, and the visits of a process that dies
+//! without [`Activity::shutdown`] are lost (they are statistics, not orders).
 //!
 //! The buffer is bounded ([`BUFFER_CAP`] distinct visits): while Redis is away, failed
 //! batches are put back until the cap, and visits beyond it are dropped and counted
 //! (`hmdp_uv_visits_dropped_total`) instead of growing memory without limit.
 //!
-//! Counts are `PFCOUNT` over the days' keys, which is the size of their union (a visitor of
-//! three days counts once). The keys of one shop share its hash tag and the site's keys the tag
-//! `site`, so each count is one command in one slot. Every key written expires
-//! [`MAX_UV_DAYS`] + 2 days after its last write, so the oldest day a count can ask for is
+//! Counts are `PFCOUNT` over the span's keys, which is the size of their union (a visitor of
+//! three days counts once). A week that is over inside the span is read from its week key
+//! (`…:w:<Monday>`), merged once from its seven days by the first count that needs it
+//! ([`MERGE_WEEK`], on any instance: a week key that exists is never merged again), so a 90-day
+//! count reads 18 to 24 keys instead of 90. A HyperLogLog union is the maximum of each
+//! register, so weeks plus days give exactly the count the days give. A visit that reaches Redis
+//! after its week was merged (a flush that was late, or kept while Redis was away) is added to
+//! the week too, in the same script as to its day, so no merged week misses one. The keys of
+//! one shop share its hash tag and the site's keys the tag `site`, so each merge and count is
+//! one command in one slot. Every day key expires [`MAX_UV_DAYS`] + 2 days after its last
+//! write and a week key as long after its Sunday, so the oldest day a count can ask for is
 //! always still there and nothing older is kept.
 //!
 //! The count routes are public, and a count is dear where a visit is cheap: `PFCOUNT` over 90
 //! busy days merges 90 dense HyperLogLogs, about 2 ms of Redis's one thread. So a count is
 //! computed at most once per [`COUNT_TTL`] per (scope, day, span) on an instance and shared by
 //! everyone asking meanwhile (single-flight, [`Counts`]), and the counts computed are bounded
-//! by a budget of day keys per second ([`COUNT_BUDGET_KEYS_PER_SEC`]): past it a count that is
-//! not cached is refused (429) instead of queued. Whatever clients send, and however many of
-//! them, counting costs Redis at most that budget per instance.
+//! by a budget of keys read per second ([`COUNT_BUDGET_KEYS_PER_SEC`]): past it a count that is
+//! not cached is refused (429) instead of queued. Merging weeks, done once for everyone, has a
+//! budget of its own ([`MERGE_BUDGET_DAYS_PER_SEC`]); past it a week is read from its days, at
+//! the asking client's expense. Whatever clients send, and however many of them, counting
+//! costs Redis at most those budgets per instance.
 
 use std::{
     collections::{HashMap, HashSet, hash_map::RandomState},
     hash::BuildHasher,
     net::IpAddr,
     sync::{
-        Arc, Mutex, MutexGuard,
+        Arc, LazyLock, Mutex, MutexGuard,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
 };
 
-use chrono::{Days, NaiveDate};
+use chrono::{Datelike as _, Days, NaiveDate, Weekday};
 use futures_util::{StreamExt, TryStreamExt, stream};
 use governor::{
     DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota,
     clock::{Clock as _, DefaultClock},
 };
+use redis::{ErrorKind, Script, ServerErrorKind};
 use tokio::sync::oneshot;
 
 use super::{Activity, ActivityError};
@@ -70,15 +80,23 @@ pub(crate) const COUNT_TTL: Duration = Duration::from_secs(1);
 /// its own answers).
 const COUNT_CAPACITY: u64 = 10_000;
 
-/// Day keys that counts not in the cache may read per second on this instance (bursts of as
-/// many). A busy day costs Redis about 25 µs in a multi-key `PFCOUNT` (BENCHMARKS.md), so this
-/// holds counting under ~1 % of Redis's thread per instance, whatever is asked.
+/// Keys (days or weeks) that counts not in the cache may read per second on this instance
+/// (bursts of as many). A busy key costs Redis about 25 µs in a multi-key `PFCOUNT`
+/// (BENCHMARKS.md), so this holds counting under ~1 % of Redis's thread per instance, whatever
+/// is asked.
 pub(crate) const COUNT_BUDGET_KEYS_PER_SEC: u32 = 300;
 
 /// Of that budget, what one client (an address, an IPv6 /64) may spend per second: half, so no
-/// single client can keep everyone else's counts refused (a page asking for a shop's last 7, 30
-/// and 90 days spends 127).
+/// single client can keep everyone else's counts refused (a 90-day count reads at most 24 keys
+/// once its weeks are merged: a page asking for the site's and a shop's last 7, 30 and 90 days
+/// spends under 90).
 pub(crate) const CLIENT_BUDGET_KEYS_PER_SEC: u32 = COUNT_BUDGET_KEYS_PER_SEC / 2;
+
+/// Day keys that merging weeks may read per second on this instance (bursts of as many), apart
+/// from the counts' budget: a merge is done once for every instance and every later count, so
+/// it is not the asking client's to pay; past this a week not merged yet is counted from its
+/// days. Like the counts' budget, under ~1 % of Redis's thread.
+pub(crate) const MERGE_BUDGET_DAYS_PER_SEC: u32 = 300;
 
 /// Members per `PFADD` and commands per pipeline.
 const PFADD_CHUNK: usize = 1_000;
@@ -164,12 +182,116 @@ enum Scope {
     Shop(i64),
 }
 
+impl Scope {
+    fn day_key(self, keys: &Keys, day: NaiveDate) -> String {
+        match self {
+            Scope::Site => keys.uv_site(&day_key(day)),
+            Scope::Shop(shop) => keys.uv_shop(shop, &day_key(day)),
+        }
+    }
+
+    fn week_key(self, keys: &Keys, monday: NaiveDate) -> String {
+        match self {
+            Scope::Site => keys.uv_site_week(&day_key(monday)),
+            Scope::Shop(shop) => keys.uv_shop_week(shop, &day_key(monday)),
+        }
+    }
+}
+
+/// Adds a batch of visitors to a day (`PFADD`, then the day's expiry) and, if its week was
+/// merged already, to the week: atomic with [`MERGE_WEEK`], so a visit is either in the day
+/// before the merge reads it or added to the week after.
+///
+/// KEYS: the day, its week. ARGV: the day's lifetime in ms, then the members.
+static VISIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+redis.call('PFADD', KEYS[1], unpack(ARGV, 2))
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('PFADD', KEYS[2], unpack(ARGV, 2))
+end
+return 0
+",
+    )
+});
+
+/// Merges a week that is over into its week key, once: a week key that exists is left as it is
+/// (late visits reach it through [`VISIT`]). Answers 1 if it merged, 0 if the week was there.
+///
+/// KEYS: the week, then its seven days. ARGV: the week's lifetime in ms.
+static MERGE_WEEK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('PFMERGE', unpack(KEYS))
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1
+",
+    )
+});
+
+/// What a count of `days` days up to `today` reads: the weeks (their Mondays) that lie whole
+/// inside the span and are over, and the days around them (today's week, the span's first
+/// partial week), each day of the span in exactly one of the two.
+#[derive(Debug, PartialEq, Eq)]
+struct Span {
+    weeks: Vec<NaiveDate>,
+    days: Vec<NaiveDate>,
+}
+
+impl Span {
+    fn new(today: NaiveDate, days: u32) -> Self {
+        let back = u64::from(days.clamp(1, MAX_UV_DAYS) - 1);
+        let mut day = today.checked_sub_days(Days::new(back)).unwrap_or(today);
+        let mut span = Span {
+            weeks: Vec::new(),
+            days: Vec::new(),
+        };
+        while day <= today {
+            let sunday = day.checked_add_days(Days::new(6));
+            if day.weekday() == Weekday::Mon && sunday.is_some_and(|s| s < today) {
+                span.weeks.push(day);
+                day = day + Days::new(7);
+            } else {
+                span.days.push(day);
+                let Some(next) = day.succ_opt() else { break };
+                day = next;
+            }
+        }
+        span
+    }
+
+    /// Keys a count reads once every week is merged.
+    fn keys(&self) -> u32 {
+        (self.weeks.len() + self.days.len()) as u32
+    }
+}
+
+/// What a count finds of a week that is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Week {
+    /// Its week key exists.
+    Merged,
+    /// Not merged, and none of its days has a key: nobody visited, nothing to read.
+    Empty,
+    /// Not merged; this many of its days have a key.
+    Days(u32),
+}
+
+/// The seven days of the week starting on `monday`.
+fn week_days(monday: NaiveDate) -> impl Iterator<Item = NaiveDate> {
+    monday.iter_days().take(7)
+}
+
 /// The counts of the last second, shared by all callers, and the budget of new ones.
 pub(crate) struct Counts {
     /// (scope, today, days) → visitors. `try_get_with` runs one computation for all concurrent
     /// callers of a key.
     answers: moka::future::Cache<(Scope, NaiveDate, u32), u64>,
     budget: DefaultDirectRateLimiter,
+    /// Days that merging weeks may read (see [`MERGE_BUDGET_DAYS_PER_SEC`]).
+    merges: DefaultDirectRateLimiter,
     /// Each client's share of `budget`.
     per_client: DefaultKeyedRateLimiter<IpAddr>,
     /// Spends, to forget idle clients now and then.
@@ -186,6 +308,9 @@ impl Counts {
                 .time_to_live(COUNT_TTL)
                 .build(),
             budget: DefaultDirectRateLimiter::direct(Quota::per_second(per_second)),
+            merges: DefaultDirectRateLimiter::direct(Quota::per_second(
+                std::num::NonZeroU32::new(MERGE_BUDGET_DAYS_PER_SEC).expect("a positive budget"),
+            )),
             per_client: DefaultKeyedRateLimiter::keyed(Quota::per_second(
                 std::num::NonZeroU32::new(CLIENT_BUDGET_KEYS_PER_SEC).expect("a positive share"),
             )),
@@ -193,7 +318,12 @@ impl Counts {
         }
     }
 
-    /// Takes `keys` day keys from `client`'s share and from the instance's budget, or says when
+    /// Takes `days` from the merge budget, if it has them now (no days: free).
+    fn take_merge(&self, days: u32) -> bool {
+        std::num::NonZeroU32::new(days).is_none_or(|n| matches!(self.merges.check_n(n), Ok(Ok(()))))
+    }
+
+    /// Takes `keys` keys from `client`'s share and from the instance's budget, or says when
     /// there will be enough.
     fn spend(&self, client: IpAddr, keys: u32) -> Result<(), ActivityError> {
         if self.spends.fetch_add(1, Ordering::Relaxed) % 10_000 == 9_999 {
@@ -320,6 +450,18 @@ fn day_key(day: NaiveDate) -> String {
     day.format("%Y%m%d").to_string()
 }
 
+/// The Monday of `day`'s week.
+fn monday(day: NaiveDate) -> NaiveDate {
+    day.week(Weekday::Mon).first_day()
+}
+
+/// How long a week merged `today` lives: as long as its Sunday's key written on that Sunday,
+/// so it is there for every count that spans it whole, and gone with its days.
+fn week_retention(monday: NaiveDate, today: NaiveDate) -> Duration {
+    let since_sunday = (today - monday).num_days().saturating_sub(6).max(0) as u64;
+    retention().saturating_sub(Duration::from_secs(since_sunday * 24 * 3600))
+}
+
 /// Pipelines being built, one list per cluster slot (one list on a single node).
 #[derive(Default)]
 struct Pipelines {
@@ -336,18 +478,38 @@ impl Pipelines {
         pipe.add_command(cmd.clone()).ignore();
     }
 
-    /// `PFADD key members…` in chunks, then the key's expiry.
-    fn pfadd(&mut self, cluster: bool, key: &str, members: &[String]) {
-        let slot = if cluster { key_slot(key) } else { 0 };
+    /// [`VISIT`] of `members` to `day` (and its `week` if merged), in chunks.
+    fn visit(&mut self, cluster: bool, day: &str, week: &str, members: &[String]) {
+        let slot = if cluster { key_slot(day) } else { 0 };
         for chunk in members.chunks(PFADD_CHUNK) {
-            self.add(slot, redis::cmd("PFADD").arg(key).arg(chunk));
+            self.add(
+                slot,
+                redis::cmd("EVALSHA")
+                    .arg(VISIT.get_hash())
+                    .arg(2)
+                    .arg(day)
+                    .arg(week)
+                    .arg(retention().as_millis() as u64)
+                    .arg(chunk),
+            );
         }
-        self.add(
-            slot,
-            redis::cmd("PEXPIRE")
-                .arg(key)
-                .arg(retention().as_millis() as u64),
-        );
+    }
+}
+
+/// Sends a pipeline of `script`'s `EVALSHA`s; on `NOSCRIPT` (Redis restarted, failed over, or
+/// its scripts were flushed) loads the script and sends the pipeline again (both scripts of this
+/// module can run twice: a visit added twice counts once, a merged week is not merged again).
+async fn exec_scripts(
+    script: &Script,
+    pipe: &redis::Pipeline,
+    redis: &mut RedisConn,
+) -> redis::RedisResult<()> {
+    match pipe.exec_async(redis).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.load_async(redis).await?;
+            pipe.exec_async(redis).await
+        }
+        done => done,
     }
 }
 
@@ -362,19 +524,30 @@ async fn send(
     let mut site: HashMap<NaiveDate, HashSet<Visitor>> = HashMap::new();
     for (&(shop, day), visitors) in batch {
         let members: Vec<String> = visitors.iter().map(|v| v.member()).collect();
-        pipes.pfadd(cluster, &keys.uv_shop(shop, &day_key(day)), &members);
+        let scope = Scope::Shop(shop);
+        pipes.visit(
+            cluster,
+            &scope.day_key(keys, day),
+            &scope.week_key(keys, monday(day)),
+            &members,
+        );
         site.entry(day)
             .or_default()
             .extend(visitors.iter().copied());
     }
     for (day, visitors) in site {
         let members: Vec<String> = visitors.into_iter().map(Visitor::member).collect();
-        pipes.pfadd(cluster, &keys.uv_site(&day_key(day)), &members);
+        pipes.visit(
+            cluster,
+            &Scope::Site.day_key(keys, day),
+            &Scope::Site.week_key(keys, monday(day)),
+            &members,
+        );
     }
     stream::iter(pipes.by_slot.into_values().flatten())
         .map(|pipe| {
             let mut redis = redis.clone();
-            async move { pipe.exec_async(&mut redis).await }
+            async move { exec_scripts(&VISIT, &pipe, &mut redis).await }
         })
         .buffer_unordered(CONCURRENT_PIPELINES)
         .try_collect::<()>()
@@ -506,20 +679,106 @@ impl Activity {
         client: IpAddr,
     ) -> Result<u64, ActivityError> {
         let stats = self.0.visits.stats();
-        if let Err(busy) = self.0.counts.spend(client, days) {
+        let span = Span::new(today, days);
+        // What the count reads once its weeks are merged, taken before any Redis work: a
+        // refused count costs Redis nothing.
+        if let Err(busy) = self.0.counts.spend(client, span.keys()) {
+            stats.counts_refused.inc();
+            return Err(busy);
+        }
+        let keys = &self.0.keys;
+        let mut read: Vec<String> = span.days.iter().map(|&d| scope.day_key(keys, d)).collect();
+        let mut merge = Vec::new();
+        let mut unmerged = 0;
+        for (&monday, week) in span.weeks.iter().zip(self.weeks(scope, &span.weeks).await?) {
+            match week {
+                Week::Merged => read.push(scope.week_key(keys, monday)),
+                Week::Empty => {}
+                Week::Days(n) if self.0.counts.take_merge(n) => {
+                    merge.push(monday);
+                    read.push(scope.week_key(keys, monday));
+                }
+                Week::Days(_) => {
+                    unmerged += 1;
+                    read.extend(week_days(monday).map(|d| scope.day_key(keys, d)));
+                }
+            }
+        }
+        // The merges are paid for and serve every later count, whether or not this one is.
+        self.merge_weeks(scope, today, &merge).await?;
+        if unmerged > 0
+            && let Err(busy) = self.0.counts.spend(client, unmerged * 6)
+        {
             stats.counts_refused.inc();
             return Err(busy);
         }
         stats.counts_computed.inc();
-        self.pfcount(self.count_keys(scope, today, days)).await
+        self.pfcount(read).await
     }
 
-    /// The day keys a count reads.
+    /// Whether each week (by its Monday) is merged, and if not how many of its days exist.
+    async fn weeks(&self, scope: Scope, mondays: &[NaiveDate]) -> Result<Vec<Week>, ActivityError> {
+        if mondays.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys = &self.0.keys;
+        let mut pipe = redis::pipe();
+        for &monday in mondays {
+            pipe.exists(scope.week_key(keys, monday));
+            pipe.exists(
+                week_days(monday)
+                    .map(|d| scope.day_key(keys, d))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        let found: Vec<u32> = pipe.query_async(&mut self.0.redis.clone()).await?;
+        Ok(found
+            .chunks(2)
+            .map(|c| match (c[0], c[1]) {
+                (0, 0) => Week::Empty,
+                (0, days) => Week::Days(days),
+                _ => Week::Merged,
+            })
+            .collect())
+    }
+
+    /// Runs [`MERGE_WEEK`] for each week (by its Monday), in one pipeline.
+    async fn merge_weeks(
+        &self,
+        scope: Scope,
+        today: NaiveDate,
+        mondays: &[NaiveDate],
+    ) -> Result<(), ActivityError> {
+        if mondays.is_empty() {
+            return Ok(());
+        }
+        let keys = &self.0.keys;
+        let mut pipe = redis::pipe();
+        for &monday in mondays {
+            pipe.cmd("EVALSHA")
+                .arg(MERGE_WEEK.get_hash())
+                .arg(8)
+                .arg(scope.week_key(keys, monday))
+                .arg(
+                    week_days(monday)
+                        .map(|d| scope.day_key(keys, d))
+                        .collect::<Vec<_>>(),
+                )
+                .arg(week_retention(monday, today).as_millis() as u64)
+                .ignore();
+        }
+        Ok(exec_scripts(&MERGE_WEEK, &pipe, &mut self.0.redis.clone()).await?)
+    }
+
+    /// The day keys of a count, without weeks (benchmarks: counts as they were computed
+    /// before they were shared).
+    #[cfg(feature = "test-util")]
     fn count_keys(&self, scope: Scope, today: NaiveDate, days: u32) -> Vec<String> {
+        let keys = &self.0.keys;
         last_days(today, days)
             .map(|d| match scope {
-                Scope::Site => self.0.keys.uv_site(&d),
-                Scope::Shop(shop) => self.0.keys.uv_shop(shop, &d),
+                Scope::Site => keys.uv_site(&d),
+                Scope::Shop(shop) => keys.uv_shop(shop, &d),
             })
             .collect()
     }
@@ -549,6 +808,7 @@ impl Activity {
 }
 
 /// `yyyyMMdd` of `today` and the `days - 1` days before it.
+#[cfg(any(test, feature = "test-util"))]
 fn last_days(today: NaiveDate, days: u32) -> impl Iterator<Item = String> {
     (0..days.clamp(1, MAX_UV_DAYS)).filter_map(move |back| {
         today
@@ -649,12 +909,86 @@ mod tests {
         let keys = Keys::new("p:");
         let mut pipes = Pipelines::default();
         let members: Vec<String> = (0..2_500).map(|i| format!("u:{i}")).collect();
-        pipes.pfadd(true, &keys.uv_shop(1, "20240501"), &members);
-        pipes.pfadd(true, &keys.uv_shop(1, "20240502"), &members[..1]);
-        pipes.pfadd(true, &keys.uv_site("20240501"), &members[..1]);
+        let week = keys.uv_shop_week(1, "20240429");
+        pipes.visit(true, &keys.uv_shop(1, "20240501"), &week, &members);
+        pipes.visit(true, &keys.uv_shop(1, "20240502"), &week, &members[..1]);
+        let site_week = keys.uv_site_week("20240429");
+        pipes.visit(true, &keys.uv_site("20240501"), &site_week, &members[..1]);
         assert_eq!(pipes.by_slot.len(), 2, "one shop's days share a slot");
         let shop = &pipes.by_slot[&key_slot(&keys.uv_shop(1, "x"))];
-        // 3 chunks + PEXPIRE for the first day, PFADD + PEXPIRE for the second.
-        assert_eq!(shop.iter().map(redis::Pipeline::len).sum::<usize>(), 6);
+        // 3 chunks for the first day, 1 for the second.
+        assert_eq!(shop.iter().map(redis::Pipeline::len).sum::<usize>(), 4);
+        for (day, week) in [
+            (keys.uv_shop(1, "20240501"), week),
+            (keys.uv_site("20240501"), site_week),
+        ] {
+            assert_eq!(
+                key_slot(&day),
+                key_slot(&week),
+                "a day and its week share a slot"
+            );
+        }
+    }
+
+    #[test]
+    fn a_span_reads_the_weeks_that_are_over_and_the_days_around_them() {
+        // Wednesday 1 May 2024; its Monday is 29 April.
+        let wed = day("2024-05-01");
+        assert_eq!(monday(wed), day("2024-04-29"));
+        assert_eq!(
+            monday(day("2024-04-28")),
+            day("2024-04-22"),
+            "Sunday ends a week"
+        );
+        let span = Span::new(wed, 90);
+        assert_eq!(span.weeks.len(), 12);
+        assert_eq!(span.weeks[0], day("2024-02-05"));
+        assert_eq!(*span.weeks.last().unwrap(), day("2024-04-22"));
+        // 2 Feb (Fri) … 4 Feb, then today's week so far (Mon … Wed).
+        assert_eq!(span.days.len(), 3 + 3);
+        assert_eq!(span.keys(), 18);
+        // Every day of the span once, in weeks or days.
+        let mut all: Vec<NaiveDate> = span
+            .weeks
+            .iter()
+            .flat_map(|&m| week_days(m))
+            .chain(span.days.iter().copied())
+            .collect();
+        all.sort();
+        let expected: Vec<NaiveDate> = (0..90).rev().map(|b| wed - Days::new(b)).collect();
+        assert_eq!(all, expected);
+        // A week ending today is not over: its days are read.
+        let sunday = day("2024-05-05");
+        let span = Span::new(sunday, 14);
+        assert_eq!(span.weeks, [day("2024-04-22")]);
+        assert_eq!(span.days.len(), 7);
+        // The next day it is.
+        assert_eq!(Span::new(day("2024-05-06"), 15).weeks.len(), 2);
+        // The most keys any 90-day count reads, whatever the weekday.
+        let most = (0..7)
+            .map(|d| Span::new(wed + Days::new(d), 90).keys())
+            .max()
+            .unwrap();
+        assert_eq!(most, 24, "on a Sunday, today's week is 7 days");
+        assert_eq!(
+            Span::new(wed, 1),
+            Span {
+                weeks: vec![],
+                days: vec![wed]
+            }
+        );
+    }
+
+    #[test]
+    fn a_week_lives_as_long_as_its_sunday() {
+        let monday = day("2024-04-22");
+        assert_eq!(
+            week_retention(monday, day("2024-04-29")),
+            retention() - Duration::from_secs(24 * 3600)
+        );
+        assert_eq!(
+            week_retention(monday, day("2024-07-20")),
+            retention() - Duration::from_secs(83 * 24 * 3600)
+        );
     }
 }

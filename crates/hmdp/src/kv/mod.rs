@@ -306,6 +306,20 @@ impl Keys {
         format!("{}uv:{{site}}:{day}", self.prefix)
     }
 
+    /// `uv:shop:{<shopId>}:w:<yyyyMMdd>`: a shop's visitors of the week (Monday to Sunday) that
+    /// starts on that Monday (HyperLogLog): its seven days merged once the week is over, so a
+    /// long count reads one key per week. Tagged like the shop's days: a merge and a count over
+    /// weeks and days stay in one cluster slot.
+    pub fn uv_shop_week(&self, shop_id: i64, monday: &str) -> String {
+        format!("{}uv:shop:{{{shop_id}}}:w:{monday}", self.prefix)
+    }
+
+    /// `uv:{site}:w:<yyyyMMdd>`: the whole site's visitors of the week starting on that Monday
+    /// (HyperLogLog), merged from its days as [`Keys::uv_shop_week`].
+    pub fn uv_site_week(&self, monday: &str) -> String {
+        format!("{}uv:{{site}}:w:{monday}", self.prefix)
+    }
+
     /// The order-stream shard of a voucher.
     pub fn seckill_shard(voucher_id: i64, shards: u32) -> u32 {
         (voucher_id.rem_euclid(i64::from(shards.max(1)))) as u32
