@@ -122,7 +122,6 @@ macro_rules! error_codes {
     ($($(#[$doc:meta])* $variant:ident => ($code:literal, $status:ident),)*) => {
         /// Stable, machine-readable error codes. The strings never change meaning.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        #[non_exhaustive]
         pub(crate) enum ErrorCode {
             $($(#[$doc])* $variant,)*
         }
@@ -776,8 +775,6 @@ pub(super) fn is_redis_unavailable(e: &redis::RedisError) -> bool {
         || matches!(
             e.kind(),
             redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
-                | redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
-                | redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown)
                 | redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
         )
 }
