@@ -169,24 +169,9 @@ impl std::error::Error for Error {
     }
 }
 
-/// True for Redis errors that mean "Redis is away" rather than "the command was wrong".
-pub(crate) fn redis_is_unavailable(e: &redis::RedisError) -> bool {
-    e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_cluster_error()
-        || matches!(
-            e.kind(),
-            redis::ErrorKind::Server(
-                redis::ServerErrorKind::BusyLoading | redis::ServerErrorKind::MasterDown
-            )
-        )
-}
-
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
-        let kind = if redis_is_unavailable(&e) {
+        let kind = if hmdp_lock::is_unavailable(&e) {
             ErrorKind::RedisUnavailable
         } else {
             ErrorKind::Redis
@@ -198,7 +183,7 @@ impl From<redis::RedisError> for Error {
 impl From<hmdp_lock::Error> for Error {
     fn from(e: hmdp_lock::Error) -> Self {
         let unavailable = e.is_connection_error()
-            || e.redis_error().is_some_and(redis_is_unavailable)
+            || e.redis_error().is_some_and(hmdp_lock::is_unavailable)
             || e.is_timeout();
         let kind = if unavailable {
             ErrorKind::RedisUnavailable

@@ -185,6 +185,7 @@ mod stats;
 mod subscriber;
 #[cfg(feature = "test-util")]
 pub mod testing;
+mod unavailable;
 
 pub use channel::{ChannelSubscription, Gap};
 pub use client::{
@@ -200,3 +201,4 @@ pub use redlock::{
 };
 pub use stats::{LockStats, WAIT_BUCKETS};
 pub use subscriber::PubSubSource;
+pub use unavailable::is_unavailable;

@@ -5,7 +5,7 @@ use utoipa::ToSchema;
 
 /// `tb_voucher_order.status`: 1 未支付, 2 已支付, 3 已核销, 4 已取消, 5 退款中, 6 已退款.
 ///
-/// The moves (`crate::orders`): 1 → 2 pay, 1 → 4 cancel or close on timeout (stock comes back),
+/// The moves (`crate::order_life`): 1 → 2 pay, 1 → 4 cancel or close on timeout (stock comes back),
 /// 2 → 3 use, 2 → 5 refund asked, 5 → 6 refund confirmed. Nothing else moves an order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]

@@ -122,7 +122,6 @@ macro_rules! error_codes {
     ($($(#[$doc:meta])* $variant:ident => ($code:literal, $status:ident),)*) => {
         /// Stable, machine-readable error codes. The strings never change meaning.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        #[non_exhaustive]
         pub(crate) enum ErrorCode {
             $($(#[$doc])* $variant,)*
         }
@@ -411,7 +410,7 @@ impl From<CatalogueError> for ApiError {
             E::Cache(c) if c.is_redis_unavailable() || c.is_overloaded() => {
                 ApiError::unavailable("redis", e)
             }
-            E::Redis(r) if is_redis_unavailable(r) => ApiError::unavailable("redis", e),
+            E::Redis(r) if hmdp_lock::is_unavailable(r) => ApiError::unavailable("redis", e),
             _ => ApiError::internal(e),
         }
     }
@@ -424,7 +423,7 @@ impl From<SeckillError> for ApiError {
         fn away(e: &E) -> Option<&'static str> {
             match e {
                 E::Storage(s) if s.is_unavailable() => Some("database"),
-                E::Redis(r) if is_redis_unavailable(r) => Some("redis"),
+                E::Redis(r) if hmdp_lock::is_unavailable(r) => Some("redis"),
                 E::Lock(l) if l.is_connection_error() || l.is_timeout() => Some("redis"),
                 E::Id(i) if i.is_redis() => Some("redis"),
                 // Redis keeps losing the voucher's keys: retryable, like Redis being away.
@@ -529,7 +528,7 @@ pub(super) fn order_data(id: i64) -> serde_json::Value {
 
 impl From<redis::RedisError> for ApiError {
     fn from(e: redis::RedisError) -> Self {
-        if is_redis_unavailable(&e) {
+        if hmdp_lock::is_unavailable(&e) {
             ApiError::unavailable("redis", e)
         } else {
             ApiError::internal(e)
@@ -764,22 +763,6 @@ pub(super) fn refuse_icon(e: UploadError) -> ApiError {
         ),
         e => e.into(),
     }
-}
-
-/// True for Redis errors that mean "Redis is away" rather than "the command was wrong".
-pub(super) fn is_redis_unavailable(e: &redis::RedisError) -> bool {
-    e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_cluster_error()
-        || matches!(
-            e.kind(),
-            redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
-                | redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
-                | redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown)
-                | redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
-        )
 }
 
 impl From<JsonRejection> for ApiError {

@@ -96,8 +96,6 @@ pub struct AppStateInner {
     pub codes: CodeIssuer,
     pub sms: Arc<dyn SmsSender>,
     pub catalogue: Catalogue,
-    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
-    pub locks: hmdp_lock::LockClient<RedisConn>,
     pub seckill: crate::seckill::Seckill,
     /// Pay, cancel, use, refund, and the gateway's notices.
     pub orders: crate::order_life::OrderLife,
@@ -115,8 +113,9 @@ pub struct AppStateInner {
     pub metrics: Arc<crate::metrics::Registry>,
     /// The order stream gauges (registered in `metrics`), read from Redis at each scrape.
     pub stream_metrics: crate::order_stream::StreamMetrics,
-    /// The embedded order worker's counters, when it runs in this process.
-    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
+    /// The embedded order worker's counters, when it runs in this process (the bench watches
+    /// them).
+    #[cfg(feature = "test-util")]
     pub worker: Option<Arc<crate::worker::WorkerStats>>,
     /// Its RabbitMQ relay and consumer, with `HMDP_ORDER_TRANSPORT=rabbitmq` (`/health`).
     pub broker: Option<Arc<crate::amqp::AmqpStats>>,

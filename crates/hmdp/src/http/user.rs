@@ -304,21 +304,150 @@ async fn update_profile(
         .await?
         .ok_or_else(not_found)?;
     if change.nick_name.is_some() || change.icon.is_some() {
-        // A concurrent change may write the sessions between this one's read and write: write
-        // again until what was written is what the database holds.
-        for _ in 0..4 {
-            state.sessions.update_user(&profile.dto()).await?;
-            let now = users::find_profile(&state.db, id)
-                .await?
-                .ok_or_else(not_found)?;
-            if now.dto() == profile.dto() {
-                break;
-            }
-            profile = now;
-        }
+        profile = sync_sessions(
+            profile,
+            Profile::dto,
+            |dto| {
+                let state = state.clone();
+                async move {
+                    state.sessions.update_user(&dto).await?;
+                    Ok::<_, ApiError>(())
+                }
+            },
+            || {
+                let state = state.clone();
+                async move {
+                    users::find_profile(&state.db, id)
+                        .await?
+                        .ok_or_else(not_found)
+                }
+            },
+        )
+        .await?;
         tracing::info!(user_id = %id, "profile changed");
     }
     ok(profile)
+}
+
+/// How many times a profile change writes its user's live sessions at most.
+const SESSION_SYNC_WRITES: usize = 4;
+
+/// Writes `dto(profile)` to the live sessions of its user until a re-read of the database
+/// gives what was written: a concurrent change may write the sessions between this one's read
+/// and write. After [`SESSION_SYNC_WRITES`] writes it gives up with a warning (the sessions may
+/// show an older nickname or icon until the next change or login). Returns the last profile
+/// read.
+async fn sync_sessions<P, E, W, R>(
+    mut profile: P,
+    dto: impl Fn(&P) -> UserDto,
+    mut write: impl FnMut(UserDto) -> W,
+    mut read: impl FnMut() -> R,
+) -> Result<P, E>
+where
+    W: Future<Output = Result<(), E>>,
+    R: Future<Output = Result<P, E>>,
+{
+    for _ in 0..SESSION_SYNC_WRITES {
+        let written = dto(&profile);
+        write(written.clone()).await?;
+        profile = read().await?;
+        if dto(&profile) == written {
+            return Ok(profile);
+        }
+    }
+    tracing::warn!(
+        user_id = %dto(&profile).id,
+        writes = SESSION_SYNC_WRITES,
+        "the live sessions may show an older nickname or icon: the profile kept changing"
+    );
+    Ok(profile)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        convert::Infallible,
+        io::Write,
+        sync::{Arc, Mutex},
+    };
+
+    use super::*;
+
+    /// The log lines written while `f` runs on this thread.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Captured {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    fn user(nick_name: &str) -> UserDto {
+        UserDto {
+            id: UserId::new(42).unwrap(),
+            nick_name: nick_name.to_owned(),
+            icon: String::new(),
+        }
+    }
+
+    /// Runs the re-sync with a database whose nickname reads as `reads` gives them; the
+    /// writes made and the warnings logged.
+    async fn resync(mut reads: impl FnMut(usize) -> String) -> (Vec<String>, String) {
+        let logs = Captured::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let written = Mutex::new(Vec::new());
+        let mut read = 0;
+        sync_sessions(
+            user("first"),
+            Clone::clone,
+            |dto| {
+                written.lock().unwrap().push(dto.nick_name);
+                std::future::ready(Ok::<_, Infallible>(()))
+            },
+            || {
+                read += 1;
+                std::future::ready(Ok(user(&reads(read))))
+            },
+        )
+        .await
+        .unwrap();
+        (written.into_inner().unwrap(), logs.text())
+    }
+
+    #[tokio::test]
+    async fn a_profile_that_stays_put_is_written_once_without_a_warning() {
+        let (written, logs) = resync(|_| "first".to_owned()).await;
+        assert_eq!(written, ["first"]);
+        assert_eq!(logs, "");
+    }
+
+    #[tokio::test]
+    async fn a_profile_that_keeps_changing_is_given_up_on_with_a_warning() {
+        let (written, logs) = resync(|n| format!("change {n}")).await;
+        assert_eq!(written, ["first", "change 1", "change 2", "change 3"]);
+        assert!(logs.contains("WARN"), "no warning: {logs:?}");
+        assert!(
+            logs.contains("user_id=42"),
+            "the warning names no user: {logs:?}"
+        );
+    }
 }
 
 /// Sign in for today (in `HMDP_TIME_ZONE`); signing twice is harmless.

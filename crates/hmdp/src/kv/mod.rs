@@ -370,7 +370,7 @@ impl Keys {
 
     /// `seckill:{s<k>}:deadlines`: the shard's unpaid orders by pay deadline (a sorted set of
     /// order ids scored in ms), added by the grab script, claimed by the closer
-    /// (`orders::deadlines`).
+    /// (`order_life::deadlines`).
     pub fn seckill_deadlines(&self, shard: u32) -> String {
         format!("{}seckill:{{s{shard}}}:deadlines", self.prefix)
     }

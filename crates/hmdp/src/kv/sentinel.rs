@@ -362,7 +362,9 @@ async fn confirmed_primary(
 }
 
 /// Whether a failed command may mean the primary moved (or died): the connection broke or
-/// timed out, or the node refuses writes because it is a replica now.
+/// timed out, or the node refuses writes because it is a replica now. Not
+/// `hmdp_lock::is_unavailable`: that asks whether to answer "try again later", this whether to
+/// look the primary up again, so `READONLY` and a broken connection's parse errors count here.
 pub(crate) fn may_have_moved(e: &RedisError) -> bool {
     e.is_io_error()
         || e.is_connection_dropped()

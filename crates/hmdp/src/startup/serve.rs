@@ -134,6 +134,7 @@ impl Application {
             social,
             activity,
             uploads,
+            #[cfg(feature = "test-util")]
             worker: worker.as_ref().map(|w| w.stats().clone()),
             broker: worker
                 .as_ref()
@@ -146,7 +147,6 @@ impl Application {
                 config.rate_limit_ip,
                 config.rate_limit_user,
             )),
-            locks,
             sessions,
             codes: CodeIssuer::new(
                 conn.clone(),

@@ -15,25 +15,20 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use lapin::{
     Channel, Confirmation, Connection,
     message::Delivery,
-    options::{
-        BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
-        ConfirmSelectOptions,
-    },
-    types::FieldTable,
+    options::{BasicAckOptions, BasicNackOptions, ConfirmSelectOptions},
 };
 use tokio::sync::watch;
 
 use super::{
     OrderWorker,
-    consume::{LINGER, next_delivery, stopped},
+    queue::QueueConsumer,
     run::{FIRST_BACKOFF, MAX_BACKOFF, sleep_or_stop},
 };
 use crate::{
-    amqp::{self, AmqpError, OrderMessage, PublishError, mandatory, order_properties, topology},
+    amqp::{AmqpError, OrderMessage, PublishError, mandatory, order_properties, topology},
     order_life::OrderLife,
 };
 
@@ -51,128 +46,104 @@ struct Sorted {
     failed: Vec<Delivery>,
 }
 
-impl OrderWorker {
-    /// Consumes the close queue with `life` until `stop` turns true, reconnecting after any
-    /// failure.
-    pub(super) async fn close_until(&self, life: OrderLife, mut stop: watch::Receiver<bool>) {
-        let mut backoff = FIRST_BACKOFF;
-        while !*stop.borrow() {
-            match self.close_queue(&life, &mut stop, &mut backoff).await {
-                Ok(()) => break,
-                Err(e) => {
-                    tracing::warn!(error = %e, retry_in = ?backoff, "close queue consumer lost its connection; reconnecting");
-                    if sleep_or_stop(&mut stop, backoff).await {
-                        break;
-                    }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-            }
-        }
-        tracing::info!("close queue consumer stopped");
+/// The close queue's consumer: closes the orders each batch names.
+struct Closes<'w> {
+    worker: &'w OrderWorker,
+    life: &'w OrderLife,
+}
+
+/// What a connection of the close queue's consumer keeps.
+struct CloseOpen {
+    /// Closes sent through a delay queue again are confirmed before their acknowledgement.
+    republish: Channel,
+    /// The pause before failed closes go back to the queue, growing while failures go on.
+    pause: Duration,
+}
+
+impl QueueConsumer for Closes<'_> {
+    type Open = CloseOpen;
+    const WHAT: &'static str = "close queue consumer";
+    const ROLE: &'static str = "closer";
+    const QUEUE: &'static str = topology::CLOSE_QUEUE;
+
+    fn tag(&self) -> String {
+        format!("{} closer", self.worker.consumer)
     }
 
-    /// One connection's life: consume until asked to stop (`Ok`) or the connection fails.
-    async fn close_queue(
-        &self,
-        life: &OrderLife,
-        stop: &mut watch::Receiver<bool>,
-        backoff: &mut Duration,
-    ) -> Result<(), AmqpError> {
-        let name = format!("hmdp closer {}", self.consumer);
-        let connection = amqp::connect(&self.settings.amqp_url, &name).await?;
-        let result = self.close_on(&connection, life, stop, backoff).await;
-        // Unacknowledged closes go back to the queue when the connection closes.
-        let _ = connection.close(200, "closer stopping".into()).await;
-        result
+    async fn declare(&self, channel: &Channel) -> Result<(), AmqpError> {
+        Ok(topology::declare_deadlines(channel, self.worker.settings.pay_timeout).await?)
     }
 
-    async fn close_on(
-        &self,
-        connection: &Connection,
-        life: &OrderLife,
-        stop: &mut watch::Receiver<bool>,
-        backoff: &mut Duration,
-    ) -> Result<(), AmqpError> {
-        let channel = amqp::within_declare_timeout(async {
-            let channel = connection.create_channel().await?;
-            topology::declare_deadlines(&channel, self.settings.pay_timeout).await?;
-            Ok::<_, AmqpError>(channel)
-        })
-        .await?;
-        let prefetch = u16::try_from(self.settings.batch * 2).unwrap_or(u16::MAX);
-        channel
-            .basic_qos(prefetch, BasicQosOptions::default())
-            .await?;
-        // Closes sent through a delay queue again are confirmed before their acknowledgement.
+    async fn open(&self, connection: &Connection) -> Result<CloseOpen, AmqpError> {
         let republish = connection.create_channel().await?;
         republish
             .confirm_select(ConfirmSelectOptions::default())
             .await?;
-        let mut consumer = channel
-            .basic_consume(
-                topology::CLOSE_QUEUE.into(),
-                format!("{} closer", self.consumer).as_str().into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-        *backoff = FIRST_BACKOFF;
-        tracing::info!(
-            queue = topology::CLOSE_QUEUE,
-            prefetch,
-            "close queue consumer connected"
-        );
-        let mut pause = FIRST_BACKOFF;
-        loop {
-            let first = tokio::select! {
-                d = consumer.next() => d,
-                () = stopped(stop) => return Ok(()),
-            };
-            let mut batch = vec![next_delivery(first)?];
-            let until = tokio::time::Instant::now() + LINGER;
-            while batch.len() < self.settings.batch {
-                match tokio::time::timeout_at(until, consumer.next()).await {
-                    Ok(d) => batch.push(next_delivery(d)?),
-                    Err(_) => break,
-                }
-            }
-            let sorted = self.close_batch(life, batch).await;
-            for d in &sorted.done {
-                d.acker.ack(BasicAckOptions::default()).await?;
-            }
-            let mut failed = sorted.failed;
-            for (queue, closes) in sorted.later {
-                match self.send_later(&republish, &queue, &closes).await {
-                    Ok(()) => {
-                        for (d, _) in &closes {
-                            d.acker.ack(BasicAckOptions::default()).await?;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, queue, closes = closes.len(), "cannot delay closes; they go back to the close queue");
-                        failed.extend(closes.into_iter().map(|(d, _)| d));
+        Ok(CloseOpen {
+            republish,
+            pause: FIRST_BACKOFF,
+        })
+    }
+
+    async fn settle(
+        &self,
+        open: &mut CloseOpen,
+        batch: Vec<Delivery>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<bool, AmqpError> {
+        let sorted = self.worker.close_batch(self.life, batch).await;
+        for d in &sorted.done {
+            d.acker.ack(BasicAckOptions::default()).await?;
+        }
+        let mut failed = sorted.failed;
+        for (queue, closes) in sorted.later {
+            match self
+                .worker
+                .send_later(&open.republish, &queue, &closes)
+                .await
+            {
+                Ok(()) => {
+                    for (d, _) in &closes {
+                        d.acker.ack(BasicAckOptions::default()).await?;
                     }
                 }
-            }
-            if failed.is_empty() {
-                pause = FIRST_BACKOFF;
-                continue;
-            }
-            // Returned at once, they would fail again at once: a pause first, growing while
-            // the failures go on.
-            if sleep_or_stop(stop, pause).await {
-                return Ok(());
-            }
-            pause = (pause * 2).min(MAX_BACKOFF);
-            for d in &failed {
-                d.acker
-                    .nack(BasicNackOptions {
-                        requeue: true,
-                        ..BasicNackOptions::default()
-                    })
-                    .await?;
+                Err(e) => {
+                    tracing::warn!(error = %e, queue, closes = closes.len(), "cannot delay closes; they go back to the close queue");
+                    failed.extend(closes.into_iter().map(|(d, _)| d));
+                }
             }
         }
+        if failed.is_empty() {
+            open.pause = FIRST_BACKOFF;
+            return Ok(false);
+        }
+        // Returned at once, they would fail again at once: a pause first, growing while the
+        // failures go on.
+        if sleep_or_stop(stop, open.pause).await {
+            return Ok(true);
+        }
+        open.pause = (open.pause * 2).min(MAX_BACKOFF);
+        for d in &failed {
+            d.acker
+                .nack(BasicNackOptions {
+                    requeue: true,
+                    ..BasicNackOptions::default()
+                })
+                .await?;
+        }
+        Ok(false)
+    }
+}
+
+impl OrderWorker {
+    /// Consumes the close queue with `life` until `stop` turns true, reconnecting after any
+    /// failure.
+    pub(super) async fn close_until(&self, life: OrderLife, stop: watch::Receiver<bool>) {
+        let closes = Closes {
+            worker: self,
+            life: &life,
+        };
+        self.consume_queue(&closes, stop).await;
     }
 
     /// Closes the due orders of a batch and sorts the messages by what is to become of them.

@@ -2,7 +2,7 @@
 //! idempotent write as the stream's, acknowledged only after the commit.
 //!
 //! The prefetch is two batches, so the next one is already here while one is being written; a
-//! batch is what arrives within [`LINGER`] of its first message, up to `HMDP_WORKER_BATCH`.
+//! batch is what arrives within [`LINGER`](super::queue::LINGER) of its first message, up to `HMDP_WORKER_BATCH`.
 //! Through a database outage the batch is held unacknowledged and retried; if the process
 //! dies, the broker delivers the unacknowledged messages again (to another consumer), and the
 //! insert finds the orders already written. A conflicting order, a body that is no order, or an
@@ -11,19 +11,17 @@
 
 use std::time::Duration;
 
-use futures_util::{StreamExt, future::try_join_all};
+use futures_util::future::try_join_all;
 use lapin::{
     Channel, Connection,
     message::Delivery,
-    options::{
-        BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
-    },
-    types::FieldTable,
+    options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions},
 };
 use tokio::sync::watch;
 
 use super::{
     OrderWorker,
+    queue::QueueConsumer,
     run::{FIRST_BACKOFF, MAX_BACKOFF, sleep_or_stop},
 };
 use crate::{
@@ -32,107 +30,58 @@ use crate::{
     storage::orders::NewOrder,
 };
 
-/// How long a batch waits for more messages after its first: fewer, larger transactions for
-/// at most this much latency.
-pub(super) const LINGER: Duration = Duration::from_millis(2);
-
 /// How often the consumer looks at the queue's depth (for `hmdp_amqp_queue_depth`).
 const DEPTH_EVERY: Duration = Duration::from_secs(1);
 
+/// The order queue's consumer: writes each batch.
+struct Orders<'w>(&'w OrderWorker);
+
+impl QueueConsumer for Orders<'_> {
+    type Open = ();
+    const WHAT: &'static str = "order queue consumer";
+    const ROLE: &'static str = "consumer";
+    const QUEUE: &'static str = topology::QUEUE;
+
+    fn tag(&self) -> String {
+        self.0.consumer.clone()
+    }
+
+    async fn declare(&self, channel: &Channel) -> Result<(), AmqpError> {
+        Ok(topology::declare(channel).await?)
+    }
+
+    async fn open(&self, _connection: &Connection) -> Result<(), AmqpError> {
+        Ok(())
+    }
+
+    fn connected(&self, up: bool) {
+        self.0.amqp.set_consumer_up(up);
+    }
+
+    fn tick_every(&self) -> Option<Duration> {
+        Some(DEPTH_EVERY)
+    }
+
+    async fn tick(&self, channel: &Channel) -> Result<(), AmqpError> {
+        let n = topology::depth(channel, topology::QUEUE).await?;
+        self.0.amqp.queue_depth.set(i64::from(n));
+        Ok(())
+    }
+
+    async fn settle(
+        &self,
+        (): &mut (),
+        batch: Vec<Delivery>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<bool, AmqpError> {
+        self.0.settle_deliveries(batch, stop).await
+    }
+}
+
 impl OrderWorker {
     /// Consumes the order queue until `stop` turns true, reconnecting after any failure.
-    pub(super) async fn consume_until(&self, mut stop: watch::Receiver<bool>) {
-        let mut backoff = FIRST_BACKOFF;
-        while !*stop.borrow() {
-            let result = self.consume(&mut stop, &mut backoff).await;
-            self.amqp.set_consumer_up(false);
-            match result {
-                Ok(()) => break,
-                Err(e) => {
-                    tracing::warn!(error = %e, retry_in = ?backoff, "order queue consumer lost its connection; reconnecting");
-                    if sleep_or_stop(&mut stop, backoff).await {
-                        break;
-                    }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-            }
-        }
-        tracing::info!("order queue consumer stopped");
-    }
-
-    /// One connection's life: consume until asked to stop (`Ok`) or the connection fails.
-    async fn consume(
-        &self,
-        stop: &mut watch::Receiver<bool>,
-        backoff: &mut Duration,
-    ) -> Result<(), AmqpError> {
-        let name = format!("hmdp consumer {}", self.consumer);
-        let connection = amqp::connect(&self.settings.amqp_url, &name).await?;
-        let result = self.consume_on(&connection, stop, backoff).await;
-        // Unacknowledged deliveries go back to the queue when the connection closes.
-        let _ = connection.close(200, "consumer stopping".into()).await;
-        result
-    }
-
-    async fn consume_on(
-        &self,
-        connection: &Connection,
-        stop: &mut watch::Receiver<bool>,
-        backoff: &mut Duration,
-    ) -> Result<(), AmqpError> {
-        let channel = amqp::within_declare_timeout(async {
-            let channel = connection.create_channel().await?;
-            topology::declare(&channel).await?;
-            Ok::<_, AmqpError>(channel)
-        })
-        .await?;
-        let prefetch = u16::try_from(self.settings.batch * 2).unwrap_or(u16::MAX);
-        channel
-            .basic_qos(prefetch, BasicQosOptions::default())
-            .await?;
-        let mut consumer = channel
-            .basic_consume(
-                topology::QUEUE.into(),
-                self.consumer.as_str().into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-        self.amqp.set_consumer_up(true);
-        *backoff = FIRST_BACKOFF;
-        tracing::info!(
-            queue = topology::QUEUE,
-            prefetch,
-            "order queue consumer connected"
-        );
-        let mut depth = tokio::time::interval(DEPTH_EVERY);
-        loop {
-            let first = tokio::select! {
-                d = consumer.next() => d,
-                () = stopped(stop) => return Ok(()),
-                _ = depth.tick() => {
-                    self.refresh_depth(&channel).await?;
-                    continue;
-                }
-            };
-            let mut batch = vec![next_delivery(first)?];
-            let until = tokio::time::Instant::now() + LINGER;
-            while batch.len() < self.settings.batch {
-                match tokio::time::timeout_at(until, consumer.next()).await {
-                    Ok(d) => batch.push(next_delivery(d)?),
-                    Err(_) => break,
-                }
-            }
-            if self.settle_deliveries(batch, stop).await? {
-                return Ok(());
-            }
-        }
-    }
-
-    async fn refresh_depth(&self, channel: &Channel) -> Result<(), AmqpError> {
-        let n = topology::depth(channel, topology::QUEUE).await?;
-        self.amqp.queue_depth.set(i64::from(n));
-        Ok(())
+    pub(super) async fn consume_until(&self, stop: watch::Receiver<bool>) {
+        self.consume_queue(&Orders(self), stop).await;
     }
 
     /// Writes a batch of deliveries and settles each one; holds and retries them through a
@@ -308,19 +257,6 @@ impl OrderWorker {
         self.amqp.dead_lettered.inc();
         self.stats.dead_lettered.inc();
         Ok(())
-    }
-}
-
-/// Completes when `stop` turns true (its guard never crosses an `await` of the caller).
-pub(super) async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
-}
-
-pub(super) fn next_delivery(d: Option<lapin::Result<Delivery>>) -> Result<Delivery, AmqpError> {
-    match d {
-        Some(Ok(d)) => Ok(d),
-        Some(Err(e)) => Err(e.into()),
-        None => Err(AmqpError::Cancelled),
     }
 }
 

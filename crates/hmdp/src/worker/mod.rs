@@ -14,6 +14,7 @@
 mod close;
 mod consume;
 mod housekeeping;
+mod queue;
 mod read;
 mod relay;
 mod run;

@@ -25,9 +25,9 @@ use sqlx::{Connection, Executor};
 
 use crate::helpers::{
     Backend, Patience, TestApp, WorkerProcess, assert_same_orders, code_of, create_sale, db_buyers,
-    db_count, db_order_ids, db_stock, drain, grab_raw, login_many, lose_voucher, order_id_of,
-    prior_order_of, redis_stock, redis_url, spawn_app_with, wait_for_orders, wait_until,
-    worker_for,
+    db_count, db_order_ids, db_stock, drain, grab_raw, locks_of, login_many, lose_voucher,
+    order_id_of, prior_order_of, redis_stock, redis_url, spawn_app_with, wait_for_orders,
+    wait_until, worker_for,
 };
 
 /// Runs one statement with integer parameters on the test's database.
@@ -525,7 +525,7 @@ async fn a_different_shard_count_is_refused_until_the_streams_are_drained() {
         s.db.clone(),
         s.redis.clone(),
         s.keys.clone(),
-        s.locks.clone(),
+        locks_of(&app),
         hmdp::testing::startup::order_id_generator(s.redis.clone(), &config).unwrap(),
         config.seckill.clone(),
     );
@@ -863,13 +863,15 @@ async fn a_failed_warm_up_releases_its_lock() {
         closed,
         s.redis.clone(),
         s.keys.clone(),
-        s.locks.clone(),
+        locks_of(&app),
         hmdp::testing::startup::order_id_generator(s.redis.clone(), &s.config).unwrap(),
         s.config.seckill.clone(),
     );
     let voucher_id = VoucherId::new(voucher).unwrap();
     assert!(broken.warm(voucher_id).await.is_err());
-    let lock = s.locks.lock(&format!("seckill:warm:{voucher}")).unwrap();
+    let lock = locks_of(&app)
+        .lock(&format!("seckill:warm:{voucher}"))
+        .unwrap();
     let held: bool = redis::AsyncCommands::exists(&mut app.redis().await, lock.key())
         .await
         .unwrap();

@@ -28,7 +28,7 @@ pub use orders::{
 };
 pub use seckill::{
     WorkerProcess, assert_same_orders, code_of, create_sale, db_buyers, db_count, db_order_ids,
-    db_stock, drain, grab_raw, kill_a_worker_process_mid_drain, login_many, lose_voucher,
+    db_stock, drain, grab_raw, kill_a_worker_process_mid_drain, locks_of, login_many, lose_voucher,
     order_id_of, prior_order_of, redis_stock, wait_for_orders, worker_for,
 };
 

@@ -174,6 +174,16 @@ pub fn assert_same_orders(stored: &HashSet<i64>, accepted: &HashSet<i64>) {
     );
 }
 
+/// A lock client on the app's Redis and key prefix, as the service builds its own (without
+/// the pub/sub wake-ups: a waiting lock polls).
+pub fn locks_of(app: &TestApp) -> hmdp_lock::LockClient<hmdp::testing::kv::RedisConn> {
+    let s = &app.state;
+    hmdp_lock::LockClient::builder(s.redis.clone())
+        .key_prefix(s.keys.prefix())
+        .build()
+        .unwrap()
+}
+
 pub fn worker_for(app: &TestApp, consumer: &str) -> hmdp::testing::worker::OrderWorker {
     let s = &app.state;
     let mut settings = s.config.seckill.clone();
