@@ -43,26 +43,19 @@ impl_from_row!(UserRow, |row| {
     })
 });
 
-/// The original's `UserInfo`, without the time stamps (the original nulls them out): the
-/// owner's own view ([`Profile`]); others see [`PublicUserInfo`].
+/// What anyone logged in may see of another user's `tb_user_info` row: the original's
+/// `UserInfo` without the owner's private fields (city, gender, birthday), which only the
+/// owner's own profile shows ([`UserInfo`] adds them).
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct UserInfo {
+pub(crate) struct PublicUserInfo {
     pub user_id: UserId,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub city: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub introduce: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fans: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub followee: Option<i64>,
-    /// `false` = male, `true` = female (a Boolean in the original's JSON).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gender: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>, format = Date)]
-    pub birthday: Option<NaiveDate>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub credits: Option<i64>,
     /// Serialised as a Boolean, as the original does.
@@ -70,22 +63,45 @@ pub(crate) struct UserInfo {
     pub level: Option<bool>,
 }
 
-impl_from_row!(UserInfo, |row| {
+impl_from_row!(PublicUserInfo, |row| {
     let id: i64 = row.try_get_unchecked("user_id")?;
-    Ok(UserInfo {
+    Ok(PublicUserInfo {
         user_id: UserId::new(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
-        city: row.try_get_unchecked("city")?,
         introduce: row.try_get_unchecked("introduce")?,
         fans: row.try_get_unchecked("fans")?,
         followee: row.try_get_unchecked("followee")?,
-        gender: row
-            .try_get_unchecked::<Option<i64>, _>("gender")?
-            .map(|g| g != 0),
-        birthday: row.try_get_unchecked("birthday")?,
         credits: row.try_get_unchecked("credits")?,
         level: row
             .try_get_unchecked::<Option<i64>, _>("level")?
             .map(|l| l != 0),
+    })
+});
+
+/// The original's `UserInfo`, without the time stamps (the original nulls them out): the
+/// owner's own view ([`Profile`]), the public part with the owner's private fields.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct UserInfo {
+    #[serde(flatten)]
+    pub public: PublicUserInfo,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub city: Option<String>,
+    /// `false` = male, `true` = female (a Boolean in the original's JSON).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gender: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = Date)]
+    pub birthday: Option<NaiveDate>,
+}
+
+impl_from_row!(UserInfo, |row| {
+    Ok(UserInfo {
+        public: sqlx::FromRow::from_row(row)?,
+        city: row.try_get_unchecked("city")?,
+        gender: row
+            .try_get_unchecked::<Option<i64>, _>("gender")?
+            .map(|g| g != 0),
+        birthday: row.try_get_unchecked("birthday")?,
     })
 });
 
@@ -137,40 +153,6 @@ pub(crate) async fn find_or_create(db: &Db, phone: &Phone, nick_name: &str) -> R
     }
 }
 
-/// What anyone logged in may see of another user's `tb_user_info` row: the original's
-/// `UserInfo` without the owner's private fields (city, gender, birthday), which only the
-/// owner's own profile shows.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct PublicUserInfo {
-    pub user_id: UserId,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub introduce: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fans: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub followee: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub credits: Option<i64>,
-    /// Serialised as a Boolean, as the original does.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub level: Option<bool>,
-}
-
-impl_from_row!(PublicUserInfo, |row| {
-    let id: i64 = row.try_get_unchecked("user_id")?;
-    Ok(PublicUserInfo {
-        user_id: UserId::new(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
-        introduce: row.try_get_unchecked("introduce")?,
-        fans: row.try_get_unchecked("fans")?,
-        followee: row.try_get_unchecked("followee")?,
-        credits: row.try_get_unchecked("credits")?,
-        level: row
-            .try_get_unchecked::<Option<i64>, _>("level")?
-            .map(|l| l != 0),
-    })
-});
-
 /// The public part of a user's `tb_user_info` row, if there is a row (the private columns are
 /// not even read).
 pub(crate) async fn find_public_info(db: &Db, id: UserId) -> Result<Option<PublicUserInfo>> {
@@ -205,15 +187,17 @@ impl_from_row!(Profile, |row| {
         sqlx::FromRow::from_row(row)?
     } else {
         UserInfo {
-            user_id: UserId::new(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+            public: PublicUserInfo {
+                user_id: UserId::new(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+                introduce: None,
+                fans: None,
+                followee: None,
+                credits: None,
+                level: None,
+            },
             city: None,
-            introduce: None,
-            fans: None,
-            followee: None,
             gender: None,
             birthday: None,
-            credits: None,
-            level: None,
         }
     };
     Ok(Profile {
@@ -230,7 +214,7 @@ impl_from_row!(Profile, |row| {
 impl Profile {
     pub(crate) fn dto(&self) -> UserDto {
         UserDto {
-            id: self.info.user_id,
+            id: self.info.public.user_id,
             nick_name: self.nick_name.clone(),
             icon: self.icon.clone(),
         }
