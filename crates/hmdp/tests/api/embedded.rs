@@ -363,17 +363,26 @@ async fn migrate_runs_the_migrations_and_exits() {
     assert!(dir.path().join("data/hmdp.db").is_file());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bad_configuration_is_one_clear_line() {
+/// Runs `hmdp` to its end in an empty folder with nothing but `env` set: its exit code and what
+/// it wrote to stderr.
+fn run_to_the_end(env: &[(&str, &str)]) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_hmdp"))
         .current_dir(dir.path())
         .env_clear()
-        .env("HMDP_LISTEN", "not-an-address")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_configuration_is_one_clear_line() {
+    let (code, err) = run_to_the_end(&[("HMDP_LISTEN", "not-an-address")]);
+    assert_eq!(code, Some(2));
     assert!(err.contains("HMDP_LISTEN"), "{err}");
 }
 
@@ -381,37 +390,29 @@ async fn a_bad_configuration_is_one_clear_line() {
 /// destination must be chosen, or nothing starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_a_trusted_proxy_an_unset_sms_setting_stops_the_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hmdp"))
-        .current_dir(dir.path())
-        .env_clear()
-        // Were the configuration accepted, the start would end at once for want of a Redis.
-        .env("PATH", "")
-        .env("HMDP_REDIS_MANAGED", "always")
-        .env("HMDP_LISTEN", format!("127.0.0.1:{}", free_port()))
-        .env("HMDP_TRUSTED_PROXIES", "127.0.0.1/32")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let listen = format!("127.0.0.1:{}", free_port());
+    // Were the configuration accepted, the start would end at once for want of a Redis.
+    let (code, err) = run_to_the_end(&[
+        ("PATH", ""),
+        ("HMDP_REDIS_MANAGED", "always"),
+        ("HMDP_LISTEN", &listen),
+        ("HMDP_TRUSTED_PROXIES", "127.0.0.1/32"),
+    ]);
+    assert_eq!(code, Some(2));
     assert!(err.contains("HMDP_SMS"), "{err}");
     assert!(err.contains("HMDP_TRUSTED_PROXIES"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_redis_server_installed_the_error_says_how_to_fix_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hmdp"))
-        .current_dir(dir.path())
-        .env_clear()
-        // An empty PATH: no redis-server to be found.
-        .env("PATH", "")
-        .env("HMDP_REDIS_MANAGED", "always")
-        .env("HMDP_LISTEN", format!("127.0.0.1:{}", free_port()))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let listen = format!("127.0.0.1:{}", free_port());
+    // An empty PATH: no redis-server to be found.
+    let (code, err) = run_to_the_end(&[
+        ("PATH", ""),
+        ("HMDP_REDIS_MANAGED", "always"),
+        ("HMDP_LISTEN", &listen),
+    ]);
+    assert_eq!(code, Some(1));
     let last = err.lines().last().unwrap_or_default();
     assert!(last.contains("apt-get install redis-server"), "{err}");
     assert!(last.contains("HMDP_REDIS_URL"), "{err}");
