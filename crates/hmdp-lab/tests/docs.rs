@@ -3,6 +3,9 @@
 //! under docs/) names a file or folder that exists, and every `hmdp-lab run NAME…` they show
 //! names only experiments that `hmdp-lab list` knows. Anchors (`#…`) are not checked: headings
 //! change wording more often than files move, and a stale anchor still lands on the right page.
+//! Line anchors are the exception: a code block quoted from the tree, whose caption links to the
+//! lines it shows (`[file](file#L10-L20)` on the line directly above the fence), must equal those
+//! lines, so that the quote goes red when the source moves instead of teaching stale code.
 
 use std::path::{Path, PathBuf};
 
@@ -226,6 +229,176 @@ fn unknown_experiments(doc: &Path, text: &str, known: &[&str]) -> Vec<String> {
     problems
 }
 
+/// A fenced code block whose caption (the line directly above its opening fence) links to lines
+/// of a file: `[crates/x.rs](../crates/x.rs#L40-L72)`, or `#L40` for one line.
+struct Quote {
+    /// The caption's line in the document.
+    line: usize,
+    /// The caption's link targets that carry a line range (a quote has exactly one).
+    targets: Vec<String>,
+    /// The block's lines, without the indentation of its fence.
+    body: Vec<String>,
+}
+
+/// `#L<a>` or `#L<a>-L<b>` at the end of a link target: the path and the range, 1-based, inclusive.
+fn line_range(target: &str) -> Option<(&str, usize, usize)> {
+    let range = Regex::new(r"^([^#]*)#L([0-9]+)(?:-L([0-9]+))?$").unwrap();
+    let found = range.captures(target)?;
+    let first: usize = found[2].parse().ok()?;
+    let last: usize = match found.get(3) {
+        Some(last) => last.as_str().parse().ok()?,
+        None => first,
+    };
+    Some((found.get(1).unwrap().as_str(), first, last))
+}
+
+/// Every quote in `text`. A fence opens with three or more backticks or tildes (indented any
+/// amount, as inside a list item) and closes with a run of the same character at least as long;
+/// blocks whose caption links to no line range are not quotes (the course's own code, shell
+/// sessions).
+fn quotes(text: &str) -> Vec<Quote> {
+    let inline = Regex::new(r#"\]\(\s*<?([^)\s>]+)"#).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        let trimmed = &line[indent..];
+        let mark = trimmed.chars().next().filter(|c| *c == '`' || *c == '~');
+        let run = mark.map_or(0, |c| trimmed.len() - trimmed.trim_start_matches(c).len());
+        if run < 3 {
+            i += 1;
+            continue;
+        }
+        let mark = mark.unwrap();
+        let closes = |l: &str| {
+            let t = l.trim_start_matches(' ');
+            let r = t.len() - t.trim_start_matches(mark).len();
+            r >= run && t[r..].trim().is_empty()
+        };
+        let mut end = i + 1;
+        while end < lines.len() && !closes(lines[end]) {
+            end += 1;
+        }
+        if i > 0 {
+            let caption = without_code_spans(lines[i - 1]);
+            let targets: Vec<String> = inline
+                .captures_iter(&caption)
+                .map(|c| c[1].to_owned())
+                .filter(|target| line_range(target).is_some())
+                .collect();
+            if !targets.is_empty() {
+                let body = lines[i + 1..end.min(lines.len())]
+                    .iter()
+                    .map(|l| {
+                        let strip = l.len() - l.trim_start_matches(' ').len();
+                        l[strip.min(indent)..].to_owned()
+                    })
+                    .collect();
+                found.push(Quote {
+                    line: i,
+                    targets,
+                    body,
+                });
+            }
+        }
+        i = end + 1;
+    }
+    found
+}
+
+/// `lines` without their common leading indentation and trailing whitespace; blank lines are
+/// empty and do not count towards the common indentation.
+fn dedented<S: AsRef<str>>(lines: &[S]) -> Vec<String> {
+    let common = lines
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.len() - l.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    lines
+        .iter()
+        .map(|l| {
+            let l = l.as_ref().trim_end();
+            l.get(common..).unwrap_or_default().to_owned()
+        })
+        .collect()
+}
+
+/// What is wrong with the quotes of `doc`: a caption with more than one range, a range outside
+/// its file, or a block that is not exactly the lines it links to (less their common indentation).
+fn wrong_quotes(doc: &Path, text: &str) -> Vec<String> {
+    let dir = doc.parent().unwrap();
+    let mut problems = Vec::new();
+    for quote in quotes(text) {
+        let [target] = quote.targets.as_slice() else {
+            problems.push(problem(
+                doc,
+                quote.line,
+                format!(
+                    "the caption links to {} line ranges ({}); a quote shows one",
+                    quote.targets.len(),
+                    quote.targets.join(", ")
+                ),
+            ));
+            continue;
+        };
+        let (path, first, last) = line_range(target).unwrap();
+        // A missing file or a link from the root is the link check's to report.
+        let Ok(source) = std::fs::read_to_string(dir.join(path)) else {
+            continue;
+        };
+        let source: Vec<&str> = source.lines().collect();
+        if first == 0 || last < first || last > source.len() {
+            problems.push(problem(
+                doc,
+                quote.line,
+                format!(
+                    "{target}: {path} has {} lines; the range is not in it",
+                    source.len()
+                ),
+            ));
+            continue;
+        }
+        let expected = dedented(&source[first - 1..last]);
+        let shown: Vec<String> = quote.body.iter().map(|l| l.trim_end().to_owned()).collect();
+        if shown == expected {
+            continue;
+        }
+        let at = shown
+            .iter()
+            .zip(&expected)
+            .position(|(a, b)| a != b)
+            .unwrap_or(shown.len().min(expected.len()));
+        let what = match (shown.get(at), expected.get(at)) {
+            (Some(a), Some(b)) => format!(
+                "line {} of the quote reads `{a}`, line {} of the source reads `{b}`",
+                at + 1,
+                first + at
+            ),
+            (Some(a), None) => format!(
+                "the quote has {} lines, the range {}; it goes on with `{a}`",
+                shown.len(),
+                expected.len()
+            ),
+            (None, Some(b)) => format!(
+                "the quote has {} lines, the range {}; the source goes on with `{b}`",
+                shown.len(),
+                expected.len()
+            ),
+            (None, None) => unreachable!(),
+        };
+        problems.push(problem(
+            doc,
+            quote.line,
+            format!("{target}: the quote differs from the source: {what}"),
+        ));
+    }
+    problems
+}
+
 fn known_experiments() -> Vec<&'static str> {
     experiments::ALL.iter().map(|e| e.name).collect()
 }
@@ -315,4 +488,109 @@ cargo run -p hmdp-lab -- run --database-url sqlite://x.db oversell `hmdp-lab run
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(problems[0].contains("no-such-experiment"), "{problems:?}");
     assert!(problems[0].contains(":9:"), "{problems:?}");
+}
+
+#[test]
+fn every_quote_in_the_docs_equals_the_lines_it_links_to() {
+    let mut problems = Vec::new();
+    let mut count = 0;
+    for doc in documents() {
+        let text = std::fs::read_to_string(&doc).unwrap();
+        count += quotes(&text).len();
+        problems.extend(wrong_quotes(&doc, &text));
+    }
+    assert!(
+        count > 0,
+        "no quote of the source found in the docs: the quote reader is broken"
+    );
+    assert!(
+        problems.is_empty(),
+        "quotes that no longer match the source they link to:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_quote_check_finds_a_wrong_quote() {
+    // This file quotes itself: the lines of `collect_markdown` that choose a folder or a page.
+    let this = std::fs::read_to_string(root().join("crates/hmdp-lab/tests/docs.rs")).unwrap();
+    let first = 1 + this
+        .lines()
+        .position(|l| l == "        if path.is_dir() {")
+        .expect("collect_markdown moved: pick other lines to quote");
+    let (a, b) = (first, first + 2);
+    let link = "../crates/hmdp-lab/tests/docs.rs";
+    let doc = root().join("docs").join("example.md");
+    let text = format!(
+        "\
+右边对上了 [docs.rs]({link}#L{a}-L{b})：
+```rust
+if path.is_dir() {{
+    collect_markdown(&path, into);
+}} else if path.extension().is_some_and(|ext| ext == \"md\") {{
+```
+缩进被改了 [docs.rs]({link}#L{a}-L{b})
+```rust
+if path.is_dir() {{
+collect_markdown(&path, into);
+}} else if path.extension().is_some_and(|ext| ext == \"md\") {{
+```
+少了一行 [docs.rs]({link}#L{a}-L{b})
+```rust
+if path.is_dir() {{
+    collect_markdown(&path, into);
+```
+范围超出文件 [docs.rs]({link}#L{a}-L99999)
+```rust
+if path.is_dir() {{
+```
+两个范围 [docs.rs]({link}#L{a}) [docs.rs]({link}#L{b})
+```rust
+if path.is_dir() {{
+```
+  - 列表里缩进的围栏也核对 [docs.rs]({link}#L{a})
+    ````rust
+    if path.is_dir() {{
+    ````
+不算引用：没有行号 [docs.rs]({link})
+```rust
+not the source
+```
+不算引用：说明和代码之间空了一行 [docs.rs]({link}#L{a})
+
+```rust
+not the source either
+```
+`[code]({link}#L{a})` 代码里的链接不算
+```rust
+nor this
+```
+"
+    );
+    let found = quotes(&text);
+    assert_eq!(
+        found.len(),
+        6,
+        "{:?}",
+        found.iter().map(|q| q.line).collect::<Vec<_>>()
+    );
+    let problems = wrong_quotes(&doc, &text);
+    let lines: Vec<&str> = problems
+        .iter()
+        .map(|p| p.split(':').nth(1).unwrap())
+        .collect();
+    assert_eq!(lines, ["7", "13", "18", "22"], "{problems:#?}");
+    assert!(
+        problems[0].contains("line 2 of the quote reads `collect_markdown"),
+        "{problems:?}"
+    );
+    assert!(
+        problems[1].contains("the quote has 2 lines, the range 3"),
+        "{problems:?}"
+    );
+    assert!(
+        problems[2].contains("the range is not in it"),
+        "{problems:?}"
+    );
+    assert!(problems[3].contains("2 line ranges"), "{problems:?}");
 }
