@@ -52,7 +52,7 @@ use hmdp_cache::{BloomFilter, BloomOptions, CacheClient, Membership, ReadOptions
 
 use crate::{
     config::{CacheSettings, ShopCacheStrategy},
-    domain::ShopId,
+    domain::{Answer, Answered, ErrorCode, Refused, ShopId},
     kv::{Keys, RedisConn},
     storage::{
         Db, StorageError,
@@ -69,6 +69,30 @@ pub enum CatalogueError {
     Cache(#[from] hmdp_cache::Error),
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// No shop with this id.
+    #[error("no such shop")]
+    ShopNotFound,
+    /// A shop update that names no shop.
+    #[error("a shop update without an id")]
+    ShopIdRequired,
+}
+
+impl Answered for CatalogueError {
+    fn answer(&self) -> Answer {
+        use CatalogueError as E;
+        if let Some(storage) = self.storage() {
+            return storage.answer();
+        }
+        match self {
+            E::ShopNotFound => Refused::new(ErrorCode::ShopNotFound, "店铺不存在！").into(),
+            E::ShopIdRequired => Refused::new(ErrorCode::ShopIdRequired, "店铺id不能为空").into(),
+            E::Cache(c) if c.is_redis_unavailable() || c.is_overloaded() => {
+                Answer::Unavailable("redis")
+            }
+            E::Redis(r) => r.answer(),
+            _ => Answer::Internal,
+        }
+    }
 }
 
 impl CatalogueError {
@@ -82,7 +106,9 @@ impl CatalogueError {
                         .and_then(CatalogueError::storage)
                 })
             }),
-            CatalogueError::Redis(_) => None,
+            CatalogueError::Redis(_)
+            | CatalogueError::ShopNotFound
+            | CatalogueError::ShopIdRequired => None,
         }
     }
 }

@@ -10,7 +10,9 @@
 use chrono::{Duration, Local, NaiveDateTime};
 use serde_json::{Value, json};
 
-use crate::storage::datetime_format;
+use crate::domain::ApiDateTime;
+#[cfg(test)]
+use crate::domain::parse_datetime;
 
 // The internals the tests and the bench drive directly, named by the room they live in. Each
 // is re-exported item by item, so what is reachable from outside is this list and nothing more.
@@ -40,7 +42,7 @@ pub mod catalogue {
 
 /// The newtypes parsed at the edge.
 pub mod domain {
-    pub use crate::domain::{SessionToken, ShopId, UserId, VoucherId};
+    pub use crate::domain::{ApiDateTime, SessionToken, ShopId, UserId, VoucherId};
 }
 
 /// The running service's shared state and its documented routes.
@@ -242,7 +244,7 @@ impl FlashSale {
 
 /// A date-time in the API's format (server-local, no zone).
 pub fn api_time(t: NaiveDateTime) -> String {
-    t.format(datetime_format::FORMAT).to_string()
+    ApiDateTime(t).to_string()
 }
 
 #[cfg(test)]
@@ -251,8 +253,7 @@ mod tests {
 
     #[test]
     fn the_body_has_the_routes_fields() {
-        let now =
-            NaiveDateTime::parse_from_str("2026-11-21T14:30:00", datetime_format::FORMAT).unwrap();
+        let now = parse_datetime("2026-11-21T14:30:00").unwrap();
         let b = FlashSale::running_at(500, now).body();
         assert_eq!(b["beginTime"], "2026-11-21T14:29:00");
         assert_eq!(b["endTime"], "2026-11-21T15:30:00");

@@ -25,6 +25,7 @@ pub(crate) use uv::{MAX_UV_DAYS, UvStats};
 
 use crate::{
     config::SocialSettings,
+    domain::{Answer, Answered, ErrorCode, Refused},
     kv::{Keys, RedisConn},
 };
 
@@ -36,6 +37,20 @@ pub enum ActivityError {
     /// Visitor counts: this instance's budget of counts per second is spent (see [`uv`]).
     #[error("visitor counts are busy; retry in {retry_after:?}")]
     Busy { retry_after: std::time::Duration },
+}
+
+impl Answered for ActivityError {
+    fn answer(&self) -> Answer {
+        match self {
+            ActivityError::Redis(r) => r.answer(),
+            ActivityError::Busy { retry_after } => Refused::new(
+                ErrorCode::RateLimited,
+                "请求过于频繁，请稍后再试 (visitor counts are busy)",
+            )
+            .retry_after(*retry_after)
+            .into(),
+        }
+    }
 }
 
 /// Where "now" comes from: the system clock, unless a test pins it.

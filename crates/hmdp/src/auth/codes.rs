@@ -45,7 +45,7 @@ use redis::Script;
 
 use crate::{
     config::CodePolicy,
-    domain::{LoginCode, Phone},
+    domain::{Answer, Answered, ErrorCode, LoginCode, Phone, Refused, ceil_secs},
     kv::{Keys, RedisConn},
 };
 
@@ -212,6 +212,52 @@ pub enum CodeError {
     Redis(#[from] redis::RedisError),
 }
 
+/// A login code that is not sent: the phone's cooldown, a daily cap or the hourly budget.
+impl Answered for CodeError {
+    fn answer(&self) -> Answer {
+        let refused = match *self {
+            CodeError::Cooldown { retry_after } => {
+                let secs = ceil_secs(retry_after);
+                Refused::new(
+                    ErrorCode::RateLimited,
+                    format!(
+                        "验证码发送过于频繁，请 {secs} 秒后再试 (too many codes: retry in {secs} s)"
+                    ),
+                )
+                .retry_after(retry_after)
+            }
+            CodeError::DailyLimit { retry_after } => Refused::new(
+                ErrorCode::RateLimited,
+                format!(
+                    "今日验证码次数已用完 (daily code limit reached: retry in {} s)",
+                    ceil_secs(retry_after)
+                ),
+            )
+            .retry_after(retry_after),
+            CodeError::AddressDailyLimit { retry_after } => Refused::new(
+                ErrorCode::RateLimited,
+                format!(
+                    "今日从此网络获取验证码的次数已用完 (daily code limit for this phone from this \
+                     address reached: retry in {} s)",
+                    ceil_secs(retry_after)
+                ),
+            )
+            .retry_after(retry_after),
+            CodeError::SmsBudgetSpent { retry_after } => Refused::new(
+                ErrorCode::SmsBudgetSpent,
+                format!(
+                    "短信发送量已达上限，请稍后再试 (the service's login codes for this hour are \
+                     sent: retry in {} s)",
+                    ceil_secs(retry_after)
+                ),
+            )
+            .retry_after(retry_after),
+            CodeError::Redis(ref r) => return r.answer(),
+        };
+        refused.into()
+    }
+}
+
 /// The outcome of checking a submitted code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CodeVerdict {
@@ -229,6 +275,87 @@ pub enum CodeVerdict {
     /// This address has used its wrong tries of the day against all phones
     /// (`HMDP_CODE_IP_WRONG_DAILY_LIMIT`): nothing was compared.
     AddressSpent { retry_after: Duration },
+}
+
+impl CodeVerdict {
+    /// `Ok` when the code matched, else why the login is refused.
+    pub(crate) fn accept(self) -> Result<(), LoginRefusal> {
+        match self {
+            CodeVerdict::Match => Ok(()),
+            CodeVerdict::Wrong { tries_left } => Err(LoginRefusal::Wrong { tries_left }),
+            CodeVerdict::Exhausted => Err(LoginRefusal::Exhausted),
+            CodeVerdict::Void => Err(LoginRefusal::Void),
+            CodeVerdict::Missing => Err(LoginRefusal::Missing),
+            CodeVerdict::AddressSpent { retry_after } => {
+                Err(LoginRefusal::AddressSpent { retry_after })
+            }
+        }
+    }
+}
+
+/// Why a login is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum LoginRefusal {
+    #[error("wrong code, {tries_left} tries left")]
+    Wrong { tries_left: u32 },
+    #[error("too many wrong tries from this address")]
+    Exhausted,
+    #[error("too many wrong tries for this phone")]
+    Void,
+    #[error("no live code for this phone")]
+    Missing,
+    #[error("the address's wrong tries of the day are spent")]
+    AddressSpent { retry_after: Duration },
+    /// A concurrent login with the same code used it first.
+    #[error("the code was just used")]
+    JustUsed,
+    /// A password instead of a code: the original never implemented password login.
+    #[error("password login is not offered")]
+    PasswordUnsupported,
+}
+
+impl Answered for LoginRefusal {
+    fn answer(&self) -> Answer {
+        use LoginRefusal as R;
+        let refused = match *self {
+            R::Wrong { tries_left } => Refused::new(
+                ErrorCode::WrongCode,
+                format!("验证码错误 (wrong code: {tries_left} tries left)"),
+            ),
+            R::Exhausted => Refused::new(
+                ErrorCode::CodeVoid,
+                "验证码错误次数过多，请重新获取 (too many wrong tries from this address: request a \
+                 new code)",
+            ),
+            R::Void => Refused::new(
+                ErrorCode::CodeVoid,
+                "验证码错误次数过多，请重新获取 (too many wrong tries for this phone: its codes are \
+                 void, request a new code)",
+            ),
+            R::Missing => Refused::new(
+                ErrorCode::CodeExpired,
+                "验证码已失效，请重新获取 (no valid code for this phone: request one)",
+            ),
+            R::AddressSpent { retry_after } => Refused::new(
+                ErrorCode::TooManyWrongCodes,
+                format!(
+                    "验证码错误次数过多，请稍后再试 (too many wrong codes from this address: retry \
+                     in {} s)",
+                    ceil_secs(retry_after)
+                ),
+            )
+            .retry_after(retry_after),
+            R::JustUsed => Refused::new(
+                ErrorCode::CodeExpired,
+                "验证码已失效，请重新获取 (the code was just used)",
+            ),
+            R::PasswordUnsupported => Refused::new(
+                ErrorCode::PasswordLoginUnsupported,
+                "暂不支持密码登录，请使用验证码登录 (password login is not offered: use an SMS code)",
+            ),
+        };
+        refused.into()
+    }
 }
 
 /// Issues, checks and consumes login codes.

@@ -17,7 +17,7 @@ mod codes;
 mod session;
 mod sms;
 
-pub(crate) use codes::{CodeError, CodeIssuer, CodeVerdict};
+pub(crate) use codes::{CodeIssuer, LoginRefusal};
 pub(crate) use session::{SessionStore, SessionUser};
 #[cfg(feature = "test-util")]
 pub use sms::CapturingSms;

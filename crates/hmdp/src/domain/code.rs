@@ -9,6 +9,8 @@ use std::fmt;
 
 use rand::Rng;
 
+use super::refusal::{Answer, Answered, ErrorCode, Refused};
+
 /// A six-digit login code, as sent by SMS.
 #[derive(Clone, PartialEq, Eq)]
 pub struct LoginCode(String);
@@ -17,6 +19,12 @@ pub struct LoginCode(String);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("验证码格式错误 (the code must be 6 digits)")]
 pub struct LoginCodeError;
+
+impl Answered for LoginCodeError {
+    fn answer(&self) -> Answer {
+        Refused::new(ErrorCode::InvalidCode, self.to_string()).into()
+    }
+}
 
 impl LoginCode {
     /// A fresh random code from the thread-local CSPRNG.

@@ -4,20 +4,25 @@
 //! [`SessionToken`] only if it has the token shape, so the rest of the code never re-checks.
 
 mod code;
+mod datetime;
 mod html;
 mod ids;
 mod order_status;
 mod phone;
 mod profile;
+mod refusal;
 mod token;
 mod user;
 
-pub(crate) use code::{LoginCode, LoginCodeError};
+pub(crate) use code::LoginCode;
+pub use datetime::ApiDateTime;
+pub(crate) use datetime::parse_flexible as parse_datetime;
 pub(crate) use html::{SafeHtml, is_site_path, site_images};
 pub(crate) use ids::{BlogId, CommentId, OrderId};
 pub use ids::{ShopId, UserId, VoucherId};
 pub(crate) use order_status::{VoucherOrderStatus, pay_deadline_ms};
-pub(crate) use phone::{Phone, PhoneError, mask_phones};
+pub(crate) use phone::{Phone, mask_phones};
 pub(crate) use profile::{Birthday, ProfileError, ProfileText};
+pub(crate) use refusal::{Answer, Answered, ErrorCode, Operations, Refused, ceil_secs, order_data};
 pub use token::SessionToken;
-pub(crate) use user::{NickName, NickNameError, UserDto};
+pub(crate) use user::{NickName, UserDto};

@@ -9,6 +9,8 @@ use std::{fmt, sync::LazyLock};
 
 use regex::Regex;
 
+use super::refusal::{Answer, Answered, ErrorCode, Refused};
+
 /// A mainland-China mobile number in the form the original accepts.
 ///
 /// The rule is the original's `PHONE_REGEX` prefix set (`13x`, `14[579]`, `15[0-35-9]`, `166`,
@@ -22,6 +24,12 @@ pub struct Phone(String);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("手机号格式错误")]
 pub struct PhoneError;
+
+impl Answered for PhoneError {
+    fn answer(&self) -> Answer {
+        Refused::new(ErrorCode::InvalidPhone, self.to_string()).into()
+    }
+}
 
 static PHONE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^1(?:[38][0-9]|4[579]|5[0-35-9]|66|7[0135678]|9[89])[0-9]{8}$")

@@ -8,10 +8,18 @@
 
 use chrono::NaiveDate;
 
+use super::refusal::{Answer, Answered, ErrorCode, Refused};
+
 /// A profile field that breaks its rule; the message names the field and the rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub(crate) struct ProfileError(pub(crate) String);
+
+impl Answered for ProfileError {
+    fn answer(&self) -> Answer {
+        Refused::new(ErrorCode::InvalidProfile, self.0.clone()).into()
+    }
+}
 
 /// Which plain-text field: its name, its column's width and whether line breaks may be in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

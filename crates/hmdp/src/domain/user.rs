@@ -8,7 +8,10 @@
 use rand::{Rng, distr::Alphanumeric};
 use serde::Serialize;
 
-use super::UserId;
+use super::{
+    UserId,
+    refusal::{Answer, Answered, ErrorCode, Refused},
+};
 
 /// What the service knows about a logged-in user: the original's `UserDTO`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -28,6 +31,12 @@ pub(crate) struct NickName(String);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub(crate) struct NickNameError(&'static str);
+
+impl Answered for NickNameError {
+    fn answer(&self) -> Answer {
+        Refused::new(ErrorCode::InvalidNickName, self.0).into()
+    }
+}
 
 impl NickName {
     /// The longest nickname, in characters (`varchar(32)`).

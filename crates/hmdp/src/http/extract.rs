@@ -8,7 +8,7 @@ use axum::{
     http::request::Parts,
 };
 
-use super::{ApiError, AppState, ErrorCode};
+use super::{ApiError, AppState};
 use crate::auth::SessionUser;
 
 /// `Json<T>` whose rejections (bad JSON, missing field, wrong type, too large) are envelopes.
@@ -43,10 +43,7 @@ impl<S: Send + Sync> FromRequestParts<S> for CurrentUser {
             return Ok(CurrentUser(SessionUser::clone(user)));
         }
         if parts.extensions.get::<SessionLookupFailed>().is_some() {
-            return Err(ApiError::new(
-                ErrorCode::Unavailable,
-                "服务暂时不可用，请稍后重试 (session store unavailable, retry later)",
-            ));
+            return Err(ApiError::session_store_away());
         }
         Err(ApiError::unauthorized())
     }
@@ -68,10 +65,7 @@ impl FromRequestParts<AppState> for Admin {
         if constant_time_eq(given, state.admin_token.expose().as_bytes()) {
             Ok(Admin)
         } else {
-            Err(ApiError::new(
-                ErrorCode::AdminRequired,
-                "需要管理员令牌 (this route needs the admin token in the x-admin-token header)",
-            ))
+            Err(ApiError::admin_required())
         }
     }
 }

@@ -203,12 +203,9 @@ fn static_files(
 }
 
 async fn not_found() -> ApiError {
-    ApiError::new(ErrorCode::NotFound, "接口不存在 (no such route)")
+    ApiError::no_route()
 }
 
 async fn method_not_allowed() -> ApiError {
-    ApiError::new(
-        ErrorCode::MethodNotAllowed,
-        "请求方法不支持 (method not allowed on this route)",
-    )
+    ApiError::method_not_allowed()
 }

@@ -3,8 +3,8 @@
 //! Each handler declares its operation with `#[utoipa::path]` (path, parameters, body, the type
 //! of its `data`, the header it needs) and the types it reads and answers derive `ToSchema`, so
 //! the document follows the code. What every operation shares is added here, once: the
-//! envelope around each `data`, the error answers (from [`ErrorCode`]), the security schemes and
-//! the document's info. A test checks that the router serves exactly the documented operations,
+//! envelope around each `data`, the error answers (each operation those the codes' table names
+//! for it, see [`ErrorCode::operations`]), the security schemes and the document's info. A test checks that the router serves exactly the documented operations,
 //! CI fuzzes the service with schemathesis from this document, and `/docs` renders it.
 
 use std::collections::BTreeMap;
@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use utoipa::openapi::OpenApi;
 
 use super::{AppState, ErrorCode, docs};
+use crate::domain::Operations;
 
 /// `/openapi.json`, and `/docs` rendered from the same document.
 pub(super) fn routes(api: OpenApi) -> Router<AppState> {
@@ -37,17 +38,9 @@ fn document(api: OpenApi) -> Value {
         "description": "hm-dianping (黑马点评) in Rust. Every route also answers under /api. \
             Business refusals are HTTP 200 with success=false and a code."
     });
-    for item in doc["paths"]
-        .as_object_mut()
-        .into_iter()
-        .flat_map(|p| p.values_mut())
-    {
-        for op in item
-            .as_object_mut()
-            .into_iter()
-            .flat_map(|i| i.values_mut())
-        {
-            envelope(op);
+    for (path, item) in doc["paths"].as_object_mut().into_iter().flatten() {
+        for (method, op) in item.as_object_mut().into_iter().flatten() {
+            envelope(&operation_name(method, path), op);
         }
     }
     let codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
@@ -71,10 +64,16 @@ fn document(api: OpenApi) -> Value {
     doc
 }
 
+/// An operation as the codes' table names it: `"POST /voucher-order/seckill/{id}"`.
+fn operation_name(method: &str, path: &str) -> String {
+    format!("{} {path}", method.to_ascii_uppercase())
+}
+
 /// Puts the operation's `data` (its 200 body as declared, whatever media type utoipa gave it)
-/// into the envelope, and adds the error answers it can get: every status of an [`ErrorCode`]
-/// but 200, the login, admin and body-size ones only where they apply.
-fn envelope(op: &mut Value) {
+/// into the envelope, and adds the error answers it can get: the codes whose
+/// [`ErrorCode::operations`] name it, the refusals (200) in the envelope's description, the
+/// others each under its status.
+fn envelope(name: &str, op: &mut Value) {
     let data = op["responses"]["200"]["content"]
         .as_object_mut()
         .and_then(|media| media.values_mut().next())
@@ -88,11 +87,6 @@ fn envelope(op: &mut Value) {
     if !data.is_null() {
         success["properties"]["data"] = data;
     }
-    let failure = json!({"$ref": "#/components/schemas/Failure"});
-    op["responses"]["200"] = json!({
-        "description": "the envelope: success with data, or a business refusal with a code",
-        "content": {"application/json": {"schema": {"oneOf": [success, failure.clone()]}}}
-    });
     let needs = |scheme: &str| {
         op["security"]
             .as_array()
@@ -100,27 +94,14 @@ fn envelope(op: &mut Value) {
     };
     let (session, admin) = (needs("session"), needs("admin"));
     let body = op.get("requestBody").is_some();
-    let upload = op["requestBody"]["content"]
-        .get("multipart/form-data")
-        .is_some();
-    // The payment gateway's notice: its own refusals, on it alone.
-    let signed = op["parameters"].as_array().is_some_and(|ps| {
-        ps.iter()
-            .any(|p| p["in"] == "header" && p["name"] == "x-pay-signature")
-    });
     let mut errors: BTreeMap<u16, Vec<&str>> = BTreeMap::new();
     for &code in ErrorCode::ALL {
-        let applies = match code {
-            ErrorCode::Unauthorized => session,
-            ErrorCode::AdminRequired => admin,
-            ErrorCode::PayloadTooLarge => body,
-            ErrorCode::UploadQuota | ErrorCode::DiskFull => upload,
-            ErrorCode::BadSignature
-            | ErrorCode::UnknownOrder
-            | ErrorCode::UnknownTrade
-            | ErrorCode::WrongAmount
-            | ErrorCode::UnexpectedNotice => signed,
-            _ => code.status().as_u16() != 200,
+        let applies = match code.operations() {
+            Operations::Any => true,
+            Operations::Session => session,
+            Operations::Admin => admin,
+            Operations::Body => body,
+            Operations::Only(ops) => ops.contains(&name),
         };
         if applies {
             errors
@@ -129,6 +110,17 @@ fn envelope(op: &mut Value) {
                 .push(code.as_str());
         }
     }
+    let refusals = match errors.remove(&200) {
+        Some(codes) => format!(", here `{}`", codes.join("`, `")),
+        None => String::new(),
+    };
+    let failure = json!({"$ref": "#/components/schemas/Failure"});
+    op["responses"]["200"] = json!({
+        "description": format!(
+            "the envelope: success with data, or a business refusal with a code{refusals}"
+        ),
+        "content": {"application/json": {"schema": {"oneOf": [success, failure.clone()]}}}
+    });
     for (status, codes) in errors {
         let reason = axum::http::StatusCode::from_u16(status)
             .ok()
@@ -138,5 +130,60 @@ fn envelope(op: &mut Value) {
             "description": format!("{reason} (`{}`)", codes.join("`, `")),
             "content": {"application/json": {"schema": failure}}
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every operation the codes' table names is one the router serves: a renamed route or a
+    /// typo in the table fails here instead of dropping a code from the document.
+    #[test]
+    fn every_operation_the_codes_name_is_documented() {
+        let config = crate::config::Config::default();
+        let (_, api) = super::super::api(&config).split_for_parts();
+        let doc = document(api);
+        let mut documented = std::collections::BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().into_iter().flatten() {
+            for method in item.as_object().into_iter().flatten().map(|(m, _)| m) {
+                documented.insert(operation_name(method, path));
+            }
+        }
+        for code in ErrorCode::ALL {
+            if let Operations::Only(ops) = code.operations() {
+                for op in ops {
+                    assert!(
+                        documented.contains(*op),
+                        "{} names {op}, which is no documented operation",
+                        code.as_str()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_refusal_is_listed_on_its_operations_only() {
+        let config = crate::config::Config::default();
+        let (_, api) = super::super::api(&config).split_for_parts();
+        let doc = document(api);
+        let grab = &doc["paths"]["/voucher-order/seckill/{id}"]["post"]["responses"]["200"];
+        let text = grab["description"].as_str().unwrap();
+        assert!(text.contains("`sold_out`"), "{text}");
+        let shop = &doc["paths"]["/shop/{id}"]["get"]["responses"]["200"];
+        let text = shop["description"].as_str().unwrap();
+        assert!(
+            !text.contains("sold_out") && text.contains("`shop_not_found`"),
+            "{text}"
+        );
+        let notify = &doc["paths"]["/pay/notify"]["post"]["responses"];
+        assert!(
+            notify["409"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("wrong_amount")
+        );
+        assert!(doc["paths"]["/shop/{id}"]["get"]["responses"]["409"].is_null());
     }
 }

@@ -6,14 +6,14 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
-    ApiError, ApiResult, AppState, ErrorCode,
+    ApiResult, AppState,
     extract::{Admin, AppPath, CurrentUser},
     ok,
 };
 use crate::{
     domain::{OrderId, VoucherId, VoucherOrderStatus},
     order_life::{
-        OrderDetail, PayTicket,
+        LifeError, OrderDetail, PayTicket,
         gateway::{self, NoticeBody},
     },
     seckill::OrderStatus,
@@ -189,10 +189,7 @@ async fn order_status(
                 order: Some(d.order),
             })
         }
-        OrderStatus::Unknown => Err(ApiError::new(
-            ErrorCode::OrderNotFound,
-            "订单不存在 (no such order of yours)",
-        )),
+        OrderStatus::Unknown => Err(LifeError::NotFound.into()),
     }
 }
 
@@ -212,7 +209,7 @@ async fn my_orders(
 async fn view_of(state: &AppState, order_id: OrderId) -> ApiResult<OrderView> {
     let order = orders::order(&state.db, order_id.get())
         .await?
-        .ok_or_else(|| ApiError::new(ErrorCode::OrderNotFound, "订单不存在 (no such order)"))?;
+        .ok_or(LifeError::NotFound)?;
     ok(state.orders.detail(order).await?.into())
 }
 

@@ -21,7 +21,7 @@ use axum::{
 };
 use futures_util::FutureExt as _;
 
-use super::{ApiError, AppState, ErrorCode, client::ClientIp, extract::SessionLookupFailed};
+use super::{ApiError, AppState, client::ClientIp, extract::SessionLookupFailed};
 use crate::domain::SessionToken;
 
 /// The middleware: see the module docs.
@@ -41,14 +41,7 @@ pub(super) async fn pipeline(State(state): State<AppState>, req: Request, next: 
         let deadline = tokio::time::Instant::from_std(started) + limit;
         match tokio::time::timeout_at(deadline, answer).await {
             Ok(resp) => resp,
-            Err(_elapsed) => ApiError::new(
-                ErrorCode::Timeout,
-                format!(
-                    "请求超时，请稍后重试 (request took longer than {} ms)",
-                    limit.as_millis()
-                ),
-            )
-            .into_response(),
+            Err(_elapsed) => ApiError::timeout(limit).into_response(),
         }
     })
     .await;
@@ -119,7 +112,7 @@ async fn unless_panicked(answer: impl Future<Output = Response>) -> Response {
         .await
         .unwrap_or_else(|_panic| {
             tracing::error!("a request handler panicked");
-            ApiError::new(ErrorCode::Internal, "服务器异常 (internal error)").into_response()
+            ApiError::panicked().into_response()
         })
 }
 

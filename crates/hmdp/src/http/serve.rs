@@ -51,7 +51,7 @@ use hyper_util::{
 use tokio::net::TcpListener;
 use tower::ServiceExt as _;
 
-use super::{ApiError, ErrorCode, client::limit_key};
+use super::{ApiError, client::limit_key};
 use crate::{
     config::{Config, TrustedProxies},
     metrics::{Counter, EncodeLabelSet, Family, Gauge, Registry},
@@ -235,11 +235,7 @@ fn head_len<B>(req: &hyper::Request<B>) -> usize {
 }
 
 fn headers_too_large(max: usize) -> axum::response::Response {
-    ApiError::new(
-        ErrorCode::HeadersTooLarge,
-        format!("请求头过大 (request head larger than {max} bytes)"),
-    )
-    .into_response()
+    ApiError::headers_too_large(max).into_response()
 }
 
 /// Which cap refused a connection.

@@ -16,7 +16,7 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
-    ApiError, ApiResult, AppState, ErrorCode, JsonReply,
+    ApiError, ApiResult, AppState, JsonReply,
     client::ClientIp,
     extract::{Admin, AppJson, AppPath, AppQuery},
     ok, ok_empty,
@@ -24,6 +24,7 @@ use super::{
 use crate::{
     activity::{MAX_UV_DAYS, Visitor},
     auth::SessionUser,
+    catalogue::CatalogueError,
     domain::ShopId,
     storage::catalogue::{Shop, ShopInput, ShopType},
 };
@@ -39,10 +40,6 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(shop_types))
         .routes(routes!(shop_uv))
         .routes(routes!(site_uv))
-}
-
-fn shop_not_found() -> ApiError {
-    ApiError::new(ErrorCode::ShopNotFound, "店铺不存在！")
 }
 
 /// A shop, cached.
@@ -65,7 +62,7 @@ async fn shop_by_id(
             }
             Ok(JsonReply(shop))
         }
-        None => Err(shop_not_found()),
+        None => Err(CatalogueError::ShopNotFound.into()),
     }
 }
 
@@ -123,7 +120,7 @@ async fn shop_uv(
 ) -> ApiResult<u64> {
     let days = uv_days(q.days)?;
     if !state.catalogue.shop_exists(id).await? {
-        return Err(shop_not_found());
+        return Err(CatalogueError::ShopNotFound.into());
     }
     ok(state.activity.shop_uv(id, days, client.key()).await?)
 }
@@ -170,12 +167,12 @@ async fn update_shop(
     AppJson(update): AppJson<ShopUpdate>,
 ) -> ApiResult<()> {
     let Some(id) = update.id else {
-        return Err(ApiError::new(ErrorCode::ShopIdRequired, "店铺id不能为空"));
+        return Err(CatalogueError::ShopIdRequired.into());
     };
     let id = ShopId::new(id).map_err(|_| ApiError::invalid("id must be a positive integer"))?;
     validate(&update.fields)?;
     if !state.catalogue.update_shop(id, &update.fields).await? {
-        return Err(shop_not_found());
+        return Err(CatalogueError::ShopNotFound.into());
     }
     ok_empty()
 }

@@ -25,7 +25,7 @@ use utoipa_axum::{
     routes,
 };
 
-use super::{ApiError, ApiResult, AppState, ErrorCode, extract::AppQuery, ok, ok_empty};
+use super::{ApiError, ApiResult, AppState, extract::AppQuery, ok, ok_empty};
 use crate::{
     config::Config,
     http::CurrentUser,
@@ -77,12 +77,7 @@ async fn upload(
     CurrentUser(session): CurrentUser,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> ApiResult<String> {
-    let mut multipart = multipart.map_err(|_| {
-        ApiError::new(
-            ErrorCode::UnsupportedMediaType,
-            "请以 multipart/form-data 上传图片 (expected a multipart/form-data body with the photo in the field `file`)",
-        )
-    })?;
+    let mut multipart = multipart.map_err(|_| UploadError::NotMultipart)?;
     let max = state.uploads.max_bytes();
     let body_error = move |e: MultipartError| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {

@@ -12,18 +12,20 @@ use utoipa_axum::{
 };
 
 use super::{
-    ApiError, ApiResult, AppState, ErrorCode,
+    ApiError, ApiResult, AppState,
     client::ClientIp,
-    error::{accept_code, refuse_icon},
     extract::{AppJson, AppPath, AppQuery, CurrentUser},
     limits::{self, CodeQuota},
     ok, ok_empty,
 };
 use crate::{
     activity::{SignMonth, YearMonth},
+    auth::LoginRefusal,
     config::Config,
     domain::{Birthday, LoginCode, NickName, Phone, ProfileError, ProfileText, UserDto, UserId},
+    social::SocialError,
     storage::users::{self, Profile, ProfileChange, PublicUserInfo},
+    uploads::UploadError,
 };
 
 const TAG: &str = "user";
@@ -107,25 +109,23 @@ async fn login(
     let code = match (form.code.as_deref(), form.password.as_deref()) {
         (Some(c), _) if !c.is_empty() => c,
         (_, Some(_)) => {
-            return Err(ApiError::new(
-                ErrorCode::PasswordLoginUnsupported,
-                "暂不支持密码登录，请使用验证码登录 (password login is not offered: use an SMS code)",
-            ));
+            return Err(LoginRefusal::PasswordUnsupported.into());
         }
         _ => return Err(ApiError::invalid("缺少验证码 (missing field `code`)")),
     };
     let code = LoginCode::parse(code)?;
 
-    accept_code(state.codes.check(&phone, &code, client.key()).await?)?;
+    state
+        .codes
+        .check(&phone, &code, client.key())
+        .await?
+        .accept()?;
     // The database work comes before the code is used up, so a database failure here leaves
     // the code valid for a retry instead of burning it.
     let user = users::find_or_create(&state.db, &phone, NickName::random().as_str()).await?;
     if !state.codes.consume(&phone, &code).await? {
         // A concurrent login with the same code won: single use means one of them only.
-        return Err(ApiError::new(
-            ErrorCode::CodeExpired,
-            "验证码已失效，请重新获取 (the code was just used)",
-        ));
+        return Err(LoginRefusal::JustUsed.into());
     }
     let token = state.sessions.create(&user.dto()).await?;
     tracing::info!(user_id = %user.id, %phone, "user logged in");
@@ -294,12 +294,16 @@ async fn update_profile(
         } else if current.as_deref() == Some(icon) {
             None
         } else {
-            let photo = state.uploads.adopt(id, icon).await.map_err(refuse_icon)?;
+            let photo = state
+                .uploads
+                .adopt(id, icon)
+                .await
+                .map_err(UploadError::for_icon)?;
             Some(format!("/imgs{photo}"))
         };
     }
     users::update_profile(&state.db, id, &change).await?;
-    let not_found = || ApiError::new(ErrorCode::UserNotFound, "用户不存在 (no such user)");
+    let not_found = || ApiError::from(SocialError::UserNotFound);
     let mut profile = users::find_profile(&state.db, id)
         .await?
         .ok_or_else(not_found)?;

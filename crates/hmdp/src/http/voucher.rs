@@ -24,11 +24,11 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::{
-    domain::{ShopId, VoucherId},
-    seckill::{SaleStats, local_millis},
+    catalogue::CatalogueError,
+    domain::{ShopId, VoucherId, parse_datetime},
+    seckill::{Refusal, SaleStats, local_millis},
     storage::{
         catalogue::{self, Voucher, VoucherInput},
-        datetime_format,
         orders::{self, NewSeckillVoucher},
     },
 };
@@ -64,10 +64,7 @@ async fn create_voucher(
     let shop = ShopId::new(input.shop_id)
         .map_err(|_| ApiError::invalid("shopId must be a positive integer"))?;
     if catalogue::shop(&state.db, shop).await?.is_none() {
-        return Err(ApiError::new(
-            super::ErrorCode::ShopNotFound,
-            "店铺不存在！",
-        ));
+        return Err(CatalogueError::ShopNotFound.into());
     }
     ok(catalogue::insert_voucher(&state.db, &input).await?.get())
 }
@@ -102,8 +99,8 @@ async fn vouchers_of_shop(
     ok(vouchers
         .into_iter()
         .map(|voucher| VoucherView {
-            begin_millis: voucher.begin_time.map(local_millis),
-            end_millis: voucher.end_time.map(local_millis),
+            begin_millis: voucher.begin_time.map(|t| local_millis(t.0)),
+            end_millis: voucher.end_time.map(|t| local_millis(t.0)),
             voucher,
         })
         .collect())
@@ -167,7 +164,7 @@ fn sale_time<'de, D: serde::Deserializer<'de>>(d: D) -> Result<NaiveDateTime, D:
 }
 
 fn parse_sale_time(s: &str) -> Option<NaiveDateTime> {
-    datetime_format::parse_flexible(s).or_else(|| {
+    parse_datetime(s).or_else(|| {
         DateTime::parse_from_rfc3339(s.trim())
             .ok()
             .map(|t| t.with_timezone(&Local).naive_local())
@@ -209,10 +206,7 @@ async fn create_seckill_voucher(
     let shop = ShopId::new(v.shop_id)
         .map_err(|_| ApiError::invalid("shopId must be a positive integer"))?;
     if catalogue::shop(&state.db, shop).await?.is_none() {
-        return Err(ApiError::new(
-            super::ErrorCode::ShopNotFound,
-            "店铺不存在！",
-        ));
+        return Err(CatalogueError::ShopNotFound.into());
     }
     let id = orders::insert_seckill_voucher(
         &state.db,
@@ -265,15 +259,12 @@ async fn sale_stats(
 ) -> ApiResult<SaleStatsView> {
     match state.seckill.sale_stats(id).await? {
         Some(stats) => ok(SaleStatsView {
-            begin_millis: local_millis(stats.begin_time),
-            end_millis: local_millis(stats.end_time),
+            begin_millis: local_millis(stats.begin_time.0),
+            end_millis: local_millis(stats.end_time.0),
             server_utc_offset_minutes: Local::now().offset().local_minus_utc() / 60,
             stats,
         }),
-        None => Err(ApiError::new(
-            super::ErrorCode::VoucherNotFound,
-            "优惠券不存在 (no flash-sale voucher with this id)",
-        )),
+        None => Err(Refusal::UnknownVoucher.into()),
     }
 }
 

@@ -18,7 +18,10 @@ pub(crate) use stats::OrderStats;
 
 use crate::{
     config::Secret,
-    domain::{OrderId, UserId, VoucherId, VoucherOrderStatus, pay_deadline_ms},
+    domain::{
+        Answer, Answered, ErrorCode, OrderId, Refused, UserId, VoucherId, VoucherOrderStatus,
+        pay_deadline_ms,
+    },
     kv::{Keys, RedisConn},
     seckill::{OrderStatus, Seckill, SeckillError},
     storage::{
@@ -66,6 +69,74 @@ pub(crate) enum LifeError {
     /// A notice that does not fit the payment (a refund nobody asked for).
     #[error("the payment is {}", .0.as_str())]
     UnexpectedNotice(PaymentState),
+}
+
+impl Answered for LifeError {
+    fn answer(&self) -> Answer {
+        use LifeError as E;
+        let refused = match self {
+            E::Storage(s) => return s.answer(),
+            E::Seckill(s) => return s.answer(),
+            E::Redis(r) => return r.answer(),
+            E::NotFound => Refused::new(ErrorCode::OrderNotFound, "订单不存在 (no such order)"),
+            E::Pending => Refused::new(
+                ErrorCode::OrderPending,
+                "订单处理中，请稍后再试 (the order is being written: retry in a moment)",
+            )
+            .retry_after(Duration::from_secs(1)),
+            E::Refused { action, status } => {
+                let (code, what) = match action {
+                    Action::Pay => (
+                        ErrorCode::OrderNotPayable,
+                        "订单无法支付 (only an unpaid order can be paid)",
+                    ),
+                    Action::Cancel => (
+                        ErrorCode::OrderNotCancellable,
+                        "订单无法取消 (only an unpaid order can be cancelled)",
+                    ),
+                    Action::Use => (
+                        ErrorCode::OrderNotUsable,
+                        "订单无法核销 (only a paid order can be used)",
+                    ),
+                    Action::Refund => (
+                        ErrorCode::OrderNotRefundable,
+                        "订单无法退款 (only a paid order can be refunded)",
+                    ),
+                };
+                Refused::new(code, what).with_data(
+                    serde_json::json!({"status": status.code(), "statusName": status.name()}),
+                )
+            }
+            E::Expired => Refused::new(
+                ErrorCode::PayExpired,
+                "订单已超时，无法支付 (the pay deadline has passed; the order is being closed)",
+            ),
+            E::BadSignature => Refused::new(
+                ErrorCode::BadSignature,
+                "签名错误 (missing or wrong x-pay-signature)",
+            ),
+            E::InvalidNotice(m) => Refused::new(ErrorCode::InvalidRequest, m.clone()),
+            E::UnknownOrder => Refused::new(ErrorCode::UnknownOrder, "no such order"),
+            E::UnknownTrade => Refused::new(
+                ErrorCode::UnknownTrade,
+                "tradeNo is not this order's payment",
+            ),
+            E::WrongAmount(expected) => Refused::new(
+                ErrorCode::WrongAmount,
+                format!("amount is not the payment's ({expected})"),
+            )
+            .with_data(serde_json::json!({"expected": expected})),
+            E::UnexpectedNotice(state) => Refused::new(
+                ErrorCode::UnexpectedNotice,
+                format!(
+                    "the notice does not fit the payment, which is {}",
+                    state.as_str()
+                ),
+            )
+            .with_data(serde_json::json!({"payment": state.as_str()})),
+        };
+        refused.into()
+    }
 }
 
 /// What an owner or the shop asks of an order.

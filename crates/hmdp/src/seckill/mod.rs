@@ -33,7 +33,7 @@ pub(crate) use status::OrderStatus;
 
 use crate::{
     config::{SeckillMode, SeckillSettings},
-    domain::{UserId, VoucherId},
+    domain::{Answer, Answered, ErrorCode, Refused, UserId, VoucherId, order_data},
     kv::{Keys, RedisConn, ReplicaWait, Replicated},
     order_stream,
     storage::{Db, StorageError},
@@ -76,16 +76,68 @@ pub enum SeckillError {
     },
 }
 
+impl Answered for SeckillError {
+    fn answer(&self) -> Answer {
+        use SeckillError as E;
+        match self {
+            E::Storage(s) => s.answer(),
+            E::Redis(r) => r.answer(),
+            E::Lock(l) if l.is_connection_error() || l.is_timeout() => Answer::Unavailable("redis"),
+            E::Id(i) if i.is_redis() => Answer::Unavailable("redis"),
+            // Redis keeps losing the voucher's keys: retryable, like Redis being away.
+            E::NotLoaded => Answer::Unavailable("redis"),
+            E::Shared(inner) => inner.answer(),
+            E::NotReplicated { order_id, .. } => Refused::new(
+                ErrorCode::NotReplicated,
+                "订单已受理，但尚未确认，请稍后查询订单 (order accepted but not yet confirmed by the \
+                 Redis replicas: query it before buying again)",
+            )
+            .with_data(order_data(*order_id))
+            .into(),
+            _ => Answer::Internal,
+        }
+    }
+}
+
 /// Why an order was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
+    #[error("sold out")]
     SoldOut,
     /// The user has an order of this voucher already: its id, so that a retry after a lost
     /// answer finds it (`None` only while that first order is still being decided).
+    #[error("one order per user")]
     Duplicate(Option<i64>),
+    #[error("the sale has not begun")]
     NotStarted,
+    #[error("the sale is over")]
     Ended,
+    #[error("no such flash-sale voucher")]
     UnknownVoucher,
+}
+
+/// The original's messages, each with its own code.
+impl Answered for Refusal {
+    fn answer(&self) -> Answer {
+        let refused = match self {
+            Refusal::SoldOut => Refused::new(ErrorCode::SoldOut, "库存不足"),
+            // With the order the user has: a retry after a lost answer finds it.
+            Refusal::Duplicate(prior) => {
+                let refused = Refused::new(ErrorCode::DuplicateOrder, "不能重复下单");
+                match prior {
+                    Some(id) => refused.with_data(order_data(*id)),
+                    None => refused,
+                }
+            }
+            Refusal::NotStarted => Refused::new(ErrorCode::SeckillNotStarted, "秒杀尚未开始"),
+            Refusal::Ended => Refused::new(ErrorCode::SeckillEnded, "秒杀已经结束"),
+            Refusal::UnknownVoucher => Refused::new(
+                ErrorCode::VoucherNotFound,
+                "优惠券不存在 (no flash-sale voucher with this id)",
+            ),
+        };
+        refused.into()
+    }
 }
 
 /// The flash-sale service. Cheap to clone.

@@ -1,10 +1,10 @@
 //! This instance's counters, and the live view of one sale for the dashboard.
 
-use chrono::{Local, NaiveDateTime};
+use chrono::Local;
 
 use super::{Seckill, SeckillError, SeckillMode, voucher_hash::VoucherHash};
 use crate::{
-    domain::{VoucherId, VoucherOrderStatus},
+    domain::{ApiDateTime, VoucherId, VoucherOrderStatus},
     metrics::{Counter, Family, Registry},
     order_stream,
     storage::{order_life, orders},
@@ -150,12 +150,8 @@ pub struct SaleStats {
     pub pending: i64,
     /// Entries not yet delivered to any worker (Redis 7's consumer-group lag).
     pub lag: Option<i64>,
-    #[serde(with = "crate::storage::datetime_format")]
-    #[schema(value_type = crate::storage::datetime_format::Schema)]
-    pub begin_time: NaiveDateTime,
-    #[serde(with = "crate::storage::datetime_format")]
-    #[schema(value_type = crate::storage::datetime_format::Schema)]
-    pub end_time: NaiveDateTime,
+    pub begin_time: ApiDateTime,
+    pub end_time: ApiDateTime,
     /// The server's clock in milliseconds, so a page can count down without trusting its own.
     pub now_millis: i64,
 }
@@ -247,8 +243,8 @@ impl Seckill {
             stream_length: stream.length as i64,
             pending: stream.group.as_ref().map_or(0, |g| g.pending as i64),
             lag: stream.group.and_then(|g| g.lag).map(|l| l as i64),
-            begin_time: v.begin_time,
-            end_time: v.end_time,
+            begin_time: v.begin_time.into(),
+            end_time: v.end_time.into(),
             now_millis: Local::now().timestamp_millis(),
         }))
     }

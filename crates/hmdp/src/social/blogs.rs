@@ -13,11 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{Social, SocialError};
 use crate::{
-    domain::{BlogId, SafeHtml, ShopId, UserId, is_site_path},
-    storage::{
-        blogs::{self, BlogRow, NewBlog},
-        datetime_format,
-    },
+    domain::{ApiDateTime, BlogId, SafeHtml, ShopId, UserId, is_site_path},
+    storage::blogs::{self, BlogRow, NewBlog},
 };
 
 /// Notes per page of `/blog/hot`, `/blog/of/me` and `/blog/of/user` (the original's
@@ -66,18 +63,10 @@ pub struct Blog {
     pub liked: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub comments: Option<i64>,
-    #[serde(
-        with = "datetime_format::option",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<datetime_format::Schema>)]
-    pub create_time: Option<NaiveDateTime>,
-    #[serde(
-        with = "datetime_format::option",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<datetime_format::Schema>)]
-    pub update_time: Option<NaiveDateTime>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub create_time: Option<ApiDateTime>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub update_time: Option<ApiDateTime>,
     /// The author's nickname.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -100,8 +89,8 @@ impl Blog {
             content: row.content,
             liked: row.liked,
             comments: row.comments,
-            create_time: row.create_time,
-            update_time: row.update_time,
+            create_time: row.create_time.map(ApiDateTime),
+            update_time: row.update_time.map(ApiDateTime),
             name: row.name,
             icon: row.icon,
             is_like,

@@ -12,7 +12,7 @@
 //! the table and the write lock for ever. A note's author may delete any comment on the note
 //! (what spam there is lands on their page); anyone else only their own.
 
-use chrono::{NaiveDateTime, Utc};
+use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -22,11 +22,10 @@ use super::{
 };
 use crate::{
     config::TimeZone,
-    domain::{BlogId, CommentId, UserId},
+    domain::{ApiDateTime, BlogId, CommentId, UserId},
     storage::{
         blogs,
         comments::{self, CommentRow, NewComment, NotAdded, NotDeleted},
-        datetime_format,
     },
 };
 
@@ -64,12 +63,8 @@ pub struct Comment {
     pub answer_id: Option<i64>,
     /// Sanitised HTML.
     pub content: String,
-    #[serde(
-        with = "datetime_format::option",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<datetime_format::Schema>)]
-    pub create_time: Option<NaiveDateTime>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub create_time: Option<ApiDateTime>,
     /// The author's nickname.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -87,7 +82,7 @@ impl From<CommentRow> for Comment {
             parent_id: (r.parent_id > 0).then_some(r.parent_id),
             answer_id: (r.answer_id > 0).then_some(r.answer_id),
             content: r.content,
-            create_time: r.create_time,
+            create_time: r.create_time.map(ApiDateTime),
             name: r.name,
             icon: r.icon,
         }

@@ -42,6 +42,7 @@ pub(crate) use likes::LikeState;
 use crate::{
     catalogue::{Catalogue, CatalogueError},
     config::SocialSettings,
+    domain::{Answer, Answered, ErrorCode, Refused},
     kv::{Keys, RedisConn},
     storage::{Db, StorageError},
 };
@@ -94,6 +95,48 @@ pub enum SocialError {
     /// A note's set of likers kept vanishing while it was rebuilt (Redis is losing data).
     #[error("the likers of a note could not be loaded into redis")]
     LikesNotLoaded,
+}
+
+impl Answered for SocialError {
+    fn answer(&self) -> Answer {
+        use SocialError as E;
+        let refused = match self {
+            E::Storage(s) => return s.answer(),
+            E::Redis(r) => return r.answer(),
+            E::Catalogue(c) => return c.answer(),
+            E::LikesNotLoaded => return Answer::Unavailable("redis"),
+            E::BlogNotFound => Refused::new(ErrorCode::BlogNotFound, "笔记不存在"),
+            E::InvalidBlog(msg) => Refused::new(ErrorCode::InvalidBlog, msg.clone()),
+            E::NotYourBlog => Refused::new(
+                ErrorCode::NotYourBlog,
+                "只能删除自己的笔记 (only the author may delete a note)",
+            ),
+            E::CommentNotFound => {
+                Refused::new(ErrorCode::CommentNotFound, "评论不存在 (no such comment)")
+            }
+            E::InvalidComment(msg) => Refused::new(ErrorCode::InvalidComment, msg.clone()),
+            E::NotYourComment => Refused::new(
+                ErrorCode::NotYourComment,
+                "只能删除自己的评论或自己笔记下的评论 (only the comment's author or the note's \
+                 may delete a comment)",
+            ),
+            E::CommentQuota { count, retry_after } => Refused::new(
+                ErrorCode::CommentQuota,
+                format!("今日评论已达上限 (daily comment quota spent: {count} comments a day)"),
+            )
+            .retry_after(*retry_after),
+            E::UserNotFound => Refused::new(ErrorCode::UserNotFound, "用户不存在 (no such user)"),
+            E::FollowSelf => Refused::new(
+                ErrorCode::FollowSelf,
+                "不能关注自己 (you cannot follow yourself)",
+            ),
+            E::FollowLimit(max) => Refused::new(
+                ErrorCode::FollowLimit,
+                format!("关注人数已达上限 (you follow {max} users, the most allowed)"),
+            ),
+        };
+        refused.into()
+    }
 }
 
 /// How many commands go to Redis in one pipeline (single node), or at once (cluster).

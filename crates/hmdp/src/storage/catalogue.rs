@@ -2,10 +2,10 @@
 //!
 //! Plain database access; caching sits above this layer.
 
-use chrono::NaiveDateTime;
 use serde::{Deserialize, Serialize};
 
-use super::{Db, Result, datetime_format, impl_from_row, last_id};
+use super::{Db, Result, impl_from_row, last_id};
+use crate::domain::ApiDateTime;
 use crate::domain::{ShopId, VoucherId};
 
 /// A shop type, as the original serialises it (no time stamps).
@@ -46,20 +46,10 @@ pub struct Shop {
     pub score: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub open_hours: Option<String>,
-    #[serde(
-        with = "datetime_format::option",
-        skip_serializing_if = "Option::is_none",
-        default
-    )]
-    #[schema(value_type = Option<datetime_format::Schema>)]
-    pub create_time: Option<NaiveDateTime>,
-    #[serde(
-        with = "datetime_format::option",
-        skip_serializing_if = "Option::is_none",
-        default
-    )]
-    #[schema(value_type = Option<datetime_format::Schema>)]
-    pub update_time: Option<NaiveDateTime>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub create_time: Option<ApiDateTime>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub update_time: Option<ApiDateTime>,
     /// Metres from the caller's position, set only by the nearby search.
     #[serde(skip_serializing_if = "Option::is_none", skip_deserializing, default)]
     pub distance: Option<f64>,
@@ -140,18 +130,10 @@ pub(crate) struct Voucher {
     pub kind: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stock: Option<i64>,
-    #[serde(
-        with = "datetime_format::option",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<datetime_format::Schema>)]
-    pub begin_time: Option<NaiveDateTime>,
-    #[serde(
-        with = "datetime_format::option",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<datetime_format::Schema>)]
-    pub end_time: Option<NaiveDateTime>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub begin_time: Option<ApiDateTime>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<ApiDateTime>,
 }
 
 impl_from_row!(Voucher, |row| {

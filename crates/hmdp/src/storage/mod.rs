@@ -32,6 +32,8 @@ use sqlx::{
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions},
 };
 
+use crate::domain::{Answer, Answered};
+
 pub(crate) use migrate::MigrationReport;
 pub use migrate::migrate;
 
@@ -60,6 +62,16 @@ impl StorageError {
     /// [`StorageError::Unavailable`]) rather than a bad query: retrying later is the cure.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, StorageError::Unavailable(_))
+    }
+}
+
+impl Answered for StorageError {
+    fn answer(&self) -> Answer {
+        if self.is_unavailable() {
+            Answer::Unavailable("database")
+        } else {
+            Answer::Internal
+        }
     }
 }
 
@@ -364,167 +376,9 @@ pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
 }
 
-/// `yyyy-MM-ddTHH:mm:ss`, the original's (Jackson's) date-time format.
-pub(crate) mod datetime_format {
-    use chrono::NaiveDateTime;
-    use serde::Serializer;
-
-    pub(crate) const FORMAT: &str = "%Y-%m-%dT%H:%M:%S";
-
-    /// Server-local `yyyy-MM-ddTHH:mm:ss` (the original's format, no zone).
-    #[derive(utoipa::ToSchema)]
-    #[schema(as = LocalDateTime, example = "2026-11-21T10:00:00")]
-    pub(crate) struct Schema(#[allow(dead_code)] String);
-
-    pub(crate) fn serialize<S: Serializer>(v: &NaiveDateTime, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&Written(v))
-    }
-
-    /// A date-time as [`FORMAT`] writes it, without interpreting the format string each time
-    /// (chrono's `format` did, at 3 % of a cached shop read's CPU); chrono's own for what the
-    /// fixed layout cannot show (years outside 0..=9999, leap seconds).
-    struct Written<'a>(&'a NaiveDateTime);
-
-    impl std::fmt::Display for Written<'_> {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            use chrono::{Datelike, Timelike};
-            let v = self.0;
-            if !(0..=9999).contains(&v.year()) || v.nanosecond() >= 1_000_000_000 {
-                return write!(f, "{}", v.format(FORMAT));
-            }
-            write!(
-                f,
-                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
-                v.year(),
-                v.month(),
-                v.day(),
-                v.hour(),
-                v.minute(),
-                v.second()
-            )
-        }
-    }
-
-    /// Reads exactly `yyyy-MM-ddTHH:mm:ss`, what this service writes, without a format string;
-    /// `None` for anything else.
-    fn parse_written(s: &str) -> Option<NaiveDateTime> {
-        let b = s.as_bytes();
-        if b.len() != 19 || [b[4], b[7], b[10], b[13], b[16]] != *b"--T::" {
-            return None;
-        }
-        let n = |at: usize, len: usize| {
-            b[at..at + len].iter().try_fold(0u32, |acc, &c| {
-                c.is_ascii_digit().then(|| acc * 10 + u32::from(c - b'0'))
-            })
-        };
-        chrono::NaiveDate::from_ymd_opt(i32::try_from(n(0, 4)?).ok()?, n(5, 2)?, n(8, 2)?)?
-            .and_hms_opt(n(11, 2)?, n(14, 2)?, n(17, 2)?)
-    }
-
-    /// Reads `yyyy-MM-ddTHH:mm:ss` (also with a space instead of `T`, and with fractions).
-    pub(crate) fn parse_flexible(s: &str) -> Option<NaiveDateTime> {
-        let s = s.trim();
-        parse_written(s).or_else(|| {
-            ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"]
-                .iter()
-                .find_map(|f| NaiveDateTime::parse_from_str(s, f).ok())
-        })
-    }
-
-    /// Deserialises a required date-time written as [`parse_flexible`] accepts.
-    #[cfg(test)]
-    pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(
-        d: D,
-    ) -> Result<NaiveDateTime, D::Error> {
-        let s: String = serde::Deserialize::deserialize(d)?;
-        parse_flexible(&s).ok_or_else(|| {
-            serde::de::Error::custom(format!("{s:?} is not a date-time like 2026-01-25T10:00:00"))
-        })
-    }
-
-    /// For `Option<NaiveDateTime>` fields (used with `skip_serializing_if = "Option::is_none"`).
-    pub(crate) mod option {
-        use chrono::NaiveDateTime;
-        use serde::Serializer;
-
-        pub(crate) fn serialize<S: Serializer>(
-            v: &Option<NaiveDateTime>,
-            s: S,
-        ) -> Result<S::Ok, S::Error> {
-            match v {
-                Some(v) => s.collect_str(&super::Written(v)),
-                None => s.serialize_none(),
-            }
-        }
-
-        pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(
-            d: D,
-        ) -> Result<Option<NaiveDateTime>, D::Error> {
-            let s: Option<String> = serde::Deserialize::deserialize(d)?;
-            s.map(|s| match super::parse_written(&s) {
-                Some(v) => Ok(v),
-                None => NaiveDateTime::parse_from_str(&s, super::FORMAT)
-                    .map_err(serde::de::Error::custom),
-            })
-            .transpose()
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn date_times_read_and_write_as_chrono_with_the_format_would() {
-        use chrono::NaiveDateTime;
-        #[derive(serde::Serialize, serde::Deserialize)]
-        struct T {
-            #[serde(with = "datetime_format")]
-            at: NaiveDateTime,
-            #[serde(with = "datetime_format::option")]
-            maybe: Option<NaiveDateTime>,
-        }
-        for text in [
-            "2026-11-24T06:30:00",
-            "0000-01-01T00:00:00",
-            "9999-12-31T23:59:59",
-            "2024-02-29T12:07:09",
-            "+10000-01-01T00:00:00",
-        ] {
-            let v = NaiveDateTime::parse_from_str(text, datetime_format::FORMAT).unwrap();
-            let json = serde_json::to_string(&T {
-                at: v,
-                maybe: Some(v),
-            })
-            .unwrap();
-            let chrono = v.format(datetime_format::FORMAT).to_string();
-            assert_eq!(json, format!(r#"{{"at":"{chrono}","maybe":"{chrono}"}}"#));
-            let back: T = serde_json::from_str(&json).unwrap();
-            assert_eq!((back.at, back.maybe), (v, Some(v)), "{text}");
-        }
-        // What the fixed layout refuses still goes through chrono.
-        let leap = serde_json::from_str::<T>(r#"{"at":"2016-12-31T23:59:60","maybe":null}"#);
-        assert_eq!(
-            leap.map(|t| t.at.format(datetime_format::FORMAT).to_string())
-                .ok(),
-            NaiveDateTime::parse_from_str("2016-12-31T23:59:60", datetime_format::FORMAT)
-                .ok()
-                .map(|v| v.format(datetime_format::FORMAT).to_string())
-        );
-        for bad in [
-            "2026-13-01T00:00:00",
-            "2026-02-30T00:00:00",
-            "2026-1x-01T00:00:00",
-        ] {
-            let json = format!(r#"{{"at":"{bad}","maybe":"{bad}"}}"#);
-            assert!(serde_json::from_str::<T>(&json).is_err(), "{bad}");
-        }
-        assert_eq!(
-            datetime_format::parse_flexible(" 2026-11-24 06:30:00.5 ").map(|v| v.to_string()),
-            Some("2026-11-24 06:30:00.500".to_owned())
-        );
-    }
 
     #[test]
     fn a_full_read_only_or_failing_database_is_unavailable_and_a_bad_statement_is_not() {

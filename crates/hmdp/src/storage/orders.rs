@@ -3,7 +3,8 @@
 use chrono::NaiveDateTime;
 use serde::Serialize;
 
-use super::{BeginWrite, Db, Result, datetime_format, impl_from_row, is_unique_violation, last_id};
+use super::{BeginWrite, Db, Result, impl_from_row, is_unique_violation, last_id};
+use crate::domain::ApiDateTime;
 use crate::domain::{UserId, VoucherId};
 
 /// A flash-sale voucher's sale fields.
@@ -385,30 +386,14 @@ pub struct VoucherOrder {
     pub pay_type: i64,
     /// 1 unpaid, 2 paid, 3 used, 4 cancelled, 5 refunding, 6 refunded.
     pub status: i64,
-    #[serde(
-        with = "datetime_format::option",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<datetime_format::Schema>)]
-    pub create_time: Option<NaiveDateTime>,
-    #[serde(
-        with = "datetime_format::option",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<datetime_format::Schema>)]
-    pub pay_time: Option<NaiveDateTime>,
-    #[serde(
-        with = "datetime_format::option",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<datetime_format::Schema>)]
-    pub use_time: Option<NaiveDateTime>,
-    #[serde(
-        with = "datetime_format::option",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<datetime_format::Schema>)]
-    pub refund_time: Option<NaiveDateTime>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub create_time: Option<ApiDateTime>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pay_time: Option<ApiDateTime>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub use_time: Option<ApiDateTime>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refund_time: Option<ApiDateTime>,
 }
 
 impl_from_row!(VoucherOrder, |row| {

@@ -43,7 +43,7 @@ pub(crate) use name::{ImageKind, InvalidName, PhotoName};
 
 use crate::{
     config::SocialSettings,
-    domain::UserId,
+    domain::{Answer, Answered, ErrorCode, Refused, UserId},
     kv::{Keys, RedisConn},
     storage::{self, Db, StorageError},
 };
@@ -60,6 +60,9 @@ pub enum UploadError {
     /// The request body could not be read as an upload.
     #[error("unreadable upload: {0}")]
     BadBody(String),
+    /// The request body is not `multipart/form-data`.
+    #[error("not a multipart/form-data body")]
+    NotMultipart,
     /// Not a name this service hands out.
     #[error(transparent)]
     InvalidName(#[from] InvalidName),
@@ -69,6 +72,9 @@ pub enum UploadError {
     /// A published note lists this photo: it is the note's now.
     #[error("a published note uses this photo")]
     InUse,
+    /// A profile's icon that is neither empty nor a photo the user uploaded and still has.
+    #[error("not a photo of the user's")]
+    NotAnIcon,
     /// The uploader's photos or bytes of the day (`HMDP_UPLOAD_USER_DAILY_*`) are spent.
     #[error("daily upload quota spent ({count} photos or {bytes} bytes a day)")]
     QuotaExceeded {
@@ -99,6 +105,77 @@ pub enum UploadError {
         upload: PathBuf,
         static_dir: PathBuf,
     },
+}
+
+impl UploadError {
+    /// The same error, for a photo someone wants as their icon: a name that is no photo, or not
+    /// theirs, is not an icon.
+    pub(crate) fn for_icon(self) -> Self {
+        match self {
+            UploadError::InvalidName(_) | UploadError::NotYours => UploadError::NotAnIcon,
+            e => e,
+        }
+    }
+}
+
+impl Answered for UploadError {
+    fn answer(&self) -> Answer {
+        use UploadError as E;
+        let refused = match self {
+            E::Redis(r) => return r.answer(),
+            E::Storage(s) => return s.answer(),
+            E::Io(_) | E::Folder { .. } | E::InsideStaticDir { .. } => return Answer::Internal,
+            E::NotAnImage => Refused::new(
+                ErrorCode::NotAnImage,
+                "只能上传图片 (only JPEG, PNG, GIF or WebP images, judged by their content)",
+            ),
+            E::TooLarge { max } => Refused::new(
+                ErrorCode::PayloadTooLarge,
+                format!("图片过大 (photo larger than {max} bytes)"),
+            ),
+            E::BadBody(detail) => Refused::new(
+                ErrorCode::InvalidRequest,
+                format!("上传内容错误 (unreadable multipart body: {detail})"),
+            ),
+            E::NotMultipart => Refused::new(
+                ErrorCode::UnsupportedMediaType,
+                "请以 multipart/form-data 上传图片 (expected a multipart/form-data body with the \
+                 photo in the field `file`)",
+            ),
+            E::InvalidName(_) => Refused::new(ErrorCode::InvalidFileName, "错误的文件名称"),
+            E::NotYours => Refused::new(
+                ErrorCode::NotYourFile,
+                "只能删除自己上传且未发布的图片 (only the uploader may delete a photo, until a note \
+                 uses it)",
+            ),
+            E::InUse => Refused::new(
+                ErrorCode::FileInUse,
+                "图片已被发布的笔记使用，不能删除 (a published note uses this photo)",
+            ),
+            E::NotAnIcon => Refused::new(
+                ErrorCode::InvalidIcon,
+                "头像只能是自己上传的图片 (icon must be empty or a photo you uploaded: \
+                 /imgs/blogs/…)",
+            ),
+            E::QuotaExceeded {
+                count,
+                bytes,
+                retry_after,
+            } => Refused::new(
+                ErrorCode::UploadQuota,
+                format!(
+                    "今日上传已达上限 (daily upload quota spent: {count} photos or {bytes} bytes a \
+                     day)"
+                ),
+            )
+            .retry_after(*retry_after),
+            E::DiskFull => Refused::new(
+                ErrorCode::DiskFull,
+                "存储空间不足，请稍后再试 (no room for photos right now, retry later)",
+            ),
+        };
+        refused.into()
+    }
 }
 
 /// What one clean-up did.
