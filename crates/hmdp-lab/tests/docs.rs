@@ -505,7 +505,8 @@ fn every_quote_in_the_docs_equals_the_lines_it_links_to() {
     );
     assert!(
         problems.is_empty(),
-        "quotes that no longer match the source they link to:\n{}",
+        "quotes that no longer match the source they link to:\n{}\n\
+         (if only the lines moved, `python3 scripts/requote.py` re-points the ranges)",
         problems.join("\n")
     );
 }
