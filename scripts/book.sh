@@ -24,7 +24,7 @@ log() { printf '\033[1m[book.sh]\033[0m %s\n' "$*" >&2; }
 tools="${HMDP_TOOLS_DIR:-$HOME/.cache/hmdp-tools}"
 mdbook="$tools/bin/mdbook"
 mermaid="$tools/bin/mdbook-mermaid"
-# `mdbook --version` prints "mdbook v0.5.4", `mdbook-mermaid --version` "mdbook-mermaid 0.17.1".
+# `mdbook --version` prints "mdbook v0.5.0", `mdbook-mermaid --version` "mdbook-mermaid 0.17.1".
 has_version() {
   local shown
   shown=$("$1" --version 2>/dev/null | awk '{print $2}') || return 1
@@ -53,6 +53,7 @@ for asset in mermaid.min.js mermaid-init.js; do
 done
 
 if [ "${1:-}" = serve ]; then
+  rm -rf "$scratch"
   exec "$mdbook" serve docs
 fi
 
