@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole hmdp test suite against real Redis, MariaDB and RabbitMQ.
 #
-#   scripts/test.sh            # everything (what CI runs)
+#   scripts/test.sh            # everything (what CI runs), the book under docs/ included
 #   scripts/test.sh -p hmdp    # extra arguments go to `cargo test`
 #
 # It makes sure what the tests need is there first: installs redis-server, mariadb-server,
@@ -114,6 +114,11 @@ if [ -z "${HMDP_ORIGINAL_SQL:-}" ]; then
   done
 fi
 log "compat tests: crates/hmdp/tests/fixtures/original-schema.sql + ${HMDP_ORIGINAL_SQL:-no original hmdp.sql (set HMDP_ORIGINAL_SQL to add it)}"
+# The book under docs/ first (skipped when arguments narrow the run): seconds once its pinned
+# mdbook is installed, and a chapter that does not render fails before the long test run.
+if [ $# -eq 0 ]; then
+  scripts/book.sh
+fi
 cargo test --workspace --no-fail-fast "$@"
 # Then fuzz the running service from its OpenAPI document (skipped when arguments narrow the run).
 if [ $# -eq 0 ]; then
