@@ -42,7 +42,7 @@ pub mod catalogue {
 
 /// The newtypes parsed at the edge.
 pub mod domain {
-    pub use crate::domain::{ApiDateTime, SessionToken, ShopId, UserId, VoucherId};
+    pub use crate::domain::{ApiDateTime, OrderId, SessionToken, ShopId, UserId, VoucherId};
 }
 
 /// The running service's shared state and its documented routes.

@@ -22,6 +22,7 @@ use std::{
 
 use bytes::Bytes;
 use hmdp::testing::{
+    domain::{UserId, VoucherId},
     kv::{Keys, RedisConn},
     order_stream::PendingRecord,
     seckill::{GRAB, GrabAnswer, GrabCall, voucher_hash::Sale},
@@ -130,8 +131,8 @@ async fn grab_once(
     order: i64,
 ) -> redis::RedisResult<GrabAnswer> {
     let record = PendingRecord {
-        user_id: user,
-        voucher_id: GRAB_VOUCHER,
+        user_id: UserId::new(user).expect("the bench's users are positive"),
+        voucher_id: VoucherId::new(GRAB_VOUCHER).expect("a positive voucher"),
         failed: false,
     };
     let keys_of_grab = [

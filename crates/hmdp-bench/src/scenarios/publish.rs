@@ -24,6 +24,7 @@ use std::{
 
 use hmdp::testing::{
     amqp::{AmqpStats, CONTENT_TYPE, OrderMessage, Outgoing, Publisher, topology},
+    domain::{OrderId, UserId, VoucherId},
     storage::orders::NewOrder,
 };
 use lapin::{
@@ -54,9 +55,9 @@ pub struct PublishArgs {
 fn order(i: u64) -> NewOrder {
     let id = i as i64 + 1;
     NewOrder {
-        id,
-        user_id: id,
-        voucher_id: 1,
+        id: OrderId::new(id).expect("positive"),
+        user_id: UserId::new(id).expect("positive"),
+        voucher_id: VoucherId::new(1).expect("positive"),
     }
 }
 

@@ -56,6 +56,7 @@ use clap::ValueEnum;
 use futures_util::{FutureExt, StreamExt};
 use hmdp::testing::{
     amqp::{CONTENT_TYPE, OrderMessage, topology},
+    domain::{OrderId, UserId, VoucherId},
     storage::{Db, orders::NewOrder},
 };
 use lapin::{
@@ -206,9 +207,9 @@ pub struct ConsumerArgs {
 
 fn order(id: u64) -> NewOrder {
     NewOrder {
-        id: id as i64,
-        user_id: 1_000_000 + id as i64,
-        voucher_id: 1,
+        id: OrderId::new(id as i64).expect("the bench numbers orders from 1"),
+        user_id: UserId::new(1_000_000 + id as i64).expect("positive"),
+        voucher_id: VoucherId::new(1).expect("positive"),
     }
 }
 
@@ -338,9 +339,9 @@ fn stream_order(e: &StreamId) -> anyhow::Result<NewOrder> {
             .ok_or_else(|| anyhow::anyhow!("stream entry {} has no {name}", e.id))
     };
     Ok(NewOrder {
-        id: field("id")?,
-        user_id: field("userId")?,
-        voucher_id: field("voucherId")?,
+        id: OrderId::new(field("id")?)?,
+        user_id: UserId::new(field("userId")?)?,
+        voucher_id: VoucherId::new(field("voucherId")?)?,
     })
 }
 

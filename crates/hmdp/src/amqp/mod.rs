@@ -21,7 +21,10 @@ pub use publisher::Publisher;
 pub(crate) use publisher::{PublishError, Unconfirmed, mandatory, order_properties};
 pub use stats::AmqpStats;
 
-use crate::storage::orders::NewOrder;
+use crate::{
+    domain::{OrderId, UserId, VoucherId},
+    storage::orders::NewOrder,
+};
 
 /// How long opening a connection may take before it counts as "broker away".
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -109,19 +112,19 @@ impl OrderMessage {
     /// The order a message body carries, if it is one: JSON with three positive ids.
     pub fn parse(body: &[u8]) -> Option<NewOrder> {
         let m: OrderMessage = serde_json::from_slice(body).ok()?;
-        (m.id > 0 && m.user_id > 0 && m.voucher_id > 0).then_some(NewOrder {
-            id: m.id,
-            user_id: m.user_id,
-            voucher_id: m.voucher_id,
+        Some(NewOrder {
+            id: OrderId::new(m.id).ok()?,
+            user_id: UserId::new(m.user_id).ok()?,
+            voucher_id: VoucherId::new(m.voucher_id).ok()?,
         })
     }
 
     /// The message body of an order.
     pub fn body(order: &NewOrder) -> Vec<u8> {
         serde_json::to_vec(&OrderMessage {
-            id: order.id,
-            user_id: order.user_id,
-            voucher_id: order.voucher_id,
+            id: order.id.get(),
+            user_id: order.user_id.get(),
+            voucher_id: order.voucher_id.get(),
         })
         .expect("three integers always serialise")
     }
@@ -186,9 +189,9 @@ mod tests {
     #[test]
     fn the_body_is_the_courses_json_and_reads_back() {
         let order = NewOrder {
-            id: 42,
-            user_id: 7,
-            voucher_id: 9,
+            id: OrderId::new(42).unwrap(),
+            user_id: UserId::new(7).unwrap(),
+            voucher_id: VoucherId::new(9).unwrap(),
         };
         let body = OrderMessage::body(&order);
         assert_eq!(

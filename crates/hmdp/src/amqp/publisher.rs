@@ -206,7 +206,7 @@ impl Publisher {
                         AMQPValue::LongString(entry.as_str().into()),
                     );
                 }
-                let properties = order_properties(order.id).with_headers(headers);
+                let properties = order_properties(order.id.get()).with_headers(headers);
                 let publish = channel.basic_publish(
                     topology::EXCHANGE.into(),
                     topology::ROUTING_KEY.into(),

@@ -60,6 +60,39 @@ macro_rules! id_type {
                 self.0.fmt(f)
             }
         }
+
+        /// A plain `BIGINT` in the database.
+        impl<DB: sqlx::Database> sqlx::Type<DB> for $name
+        where
+            i64: sqlx::Type<DB>,
+        {
+            fn type_info() -> DB::TypeInfo {
+                <i64 as sqlx::Type<DB>>::type_info()
+            }
+
+            fn compatible(ty: &DB::TypeInfo) -> bool {
+                <i64 as sqlx::Type<DB>>::compatible(ty)
+            }
+        }
+
+        impl<'q, DB: sqlx::Database> sqlx::Encode<'q, DB> for $name
+        where
+            i64: sqlx::Encode<'q, DB>,
+        {
+            fn encode_by_ref(
+                &self,
+                buf: &mut DB::ArgumentBuffer<'q>,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                self.0.encode_by_ref(buf)
+            }
+        }
+
+        /// A plain integer in Redis (a stream field, a script argument).
+        impl redis::ToRedisArgs for $name {
+            fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+                self.0.write_redis_args(out)
+            }
+        }
     };
 }
 

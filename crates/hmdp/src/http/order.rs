@@ -156,7 +156,7 @@ async fn order_status(
         OrderStatus::Pending { voucher_id } => ok(StatusView {
             id,
             id_str: id.to_string(),
-            voucher_id,
+            voucher_id: voucher_id.get(),
             state: OrderState::Pending,
             status: None,
             status_name: None,
@@ -167,7 +167,7 @@ async fn order_status(
         OrderStatus::Failed { voucher_id } => ok(StatusView {
             id,
             id_str: id.to_string(),
-            voucher_id,
+            voucher_id: voucher_id.get(),
             state: OrderState::Failed,
             status: None,
             status_name: None,

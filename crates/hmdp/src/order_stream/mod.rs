@@ -16,6 +16,7 @@ pub use shards::ShardCountMismatch;
 pub(crate) use shards::check_shard_count;
 
 use crate::{
+    domain::{OrderId, UserId, VoucherId},
     kv::{Keys, RedisConn},
     storage::orders::NewOrder,
 };
@@ -37,13 +38,10 @@ pub(crate) const FIELD_REASON: &str = "reason";
 /// The order an entry carries, if its three fields are there and positive. Entries of a
 /// deleted (trimmed) message come back without fields.
 pub(crate) fn parse(e: &StreamId) -> Option<NewOrder> {
-    let id = e.get::<i64>(FIELD_ORDER_ID)?;
-    let user_id = e.get::<i64>(FIELD_USER_ID)?;
-    let voucher_id = e.get::<i64>(FIELD_VOUCHER_ID)?;
-    (id > 0 && user_id > 0 && voucher_id > 0).then_some(NewOrder {
-        id,
-        user_id,
-        voucher_id,
+    Some(NewOrder {
+        id: OrderId::new(e.get(FIELD_ORDER_ID)?).ok()?,
+        user_id: UserId::new(e.get(FIELD_USER_ID)?).ok()?,
+        voucher_id: VoucherId::new(e.get(FIELD_VOUCHER_ID)?).ok()?,
     })
 }
 
@@ -62,7 +60,7 @@ pub(crate) async fn orders_of_voucher(
     let mut out = Vec::new();
     let mut pages = Pages::default();
     while let Some(orders) = pages.next(redis, stream).await? {
-        out.extend(orders.into_iter().filter(|o| o.voucher_id == voucher));
+        out.extend(orders.into_iter().filter(|o| o.voucher_id.get() == voucher));
     }
     Ok(out)
 }
@@ -145,8 +143,8 @@ pub const PENDING_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// `user:voucher:failed` once the worker moved the order to the dead letters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PendingRecord {
-    pub user_id: i64,
-    pub voucher_id: i64,
+    pub user_id: UserId,
+    pub voucher_id: VoucherId,
     /// The worker gave up on the order (it waits in the dead letters).
     pub failed: bool,
 }
@@ -249,7 +247,7 @@ pub(crate) async fn record_failed(
         .arg(format!("{}:{}", order.user_id, order.voucher_id))
         .query_async(&mut redis.clone())
         .await?;
-    write_pending(redis, keys, order.id, record).await
+    write_pending(redis, keys, order.id.get(), record).await
 }
 
 /// Gives the pending records of the orders in `stream` (a shard's order stream: what waits to
@@ -270,7 +268,7 @@ pub(crate) async fn refresh_pending(
         let mut pipe = redis::pipe();
         for o in &orders {
             pipe.cmd("PEXPIRE")
-                .arg(keys.seckill_pending(o.id))
+                .arg(keys.seckill_pending(o.id.get()))
                 .arg(ttl)
                 .ignore();
         }
@@ -362,9 +360,9 @@ mod tests {
         assert_eq!(
             parse(&e),
             Some(NewOrder {
-                id: 42,
-                user_id: 7,
-                voucher_id: 9
+                id: OrderId::new(42).unwrap(),
+                user_id: UserId::new(7).unwrap(),
+                voucher_id: VoucherId::new(9).unwrap(),
             })
         );
         // A trimmed message comes back without fields; a bad or missing field is no order.
@@ -395,16 +393,16 @@ mod tests {
     fn pending_records_round_trip() {
         for failed in [false, true] {
             let r = PendingRecord {
-                user_id: 7,
-                voucher_id: 9,
+                user_id: UserId::new(7).unwrap(),
+                voucher_id: VoucherId::new(9).unwrap(),
                 failed,
             };
             assert_eq!(PendingRecord::parse(&r.to_string()), Some(r));
         }
         assert_eq!(
             PendingRecord {
-                user_id: 7,
-                voucher_id: 9,
+                user_id: UserId::new(7).unwrap(),
+                voucher_id: VoucherId::new(9).unwrap(),
                 failed: false
             }
             .to_string(),
@@ -412,8 +410,8 @@ mod tests {
         );
         assert_eq!(
             PendingRecord {
-                user_id: 7,
-                voucher_id: 9,
+                user_id: UserId::new(7).unwrap(),
+                voucher_id: VoucherId::new(9).unwrap(),
                 failed: true
             }
             .to_string(),

@@ -10,7 +10,7 @@ use super::{
     scripts::{self, GrabAnswer, GrabCall},
 };
 use crate::{
-    domain::{UserId, VoucherId, pay_deadline_ms},
+    domain::{OrderId, UserId, VoucherId, pay_deadline_ms},
     kv::{Keys, RedisConn},
     order_stream::{self, PendingRecord},
     storage::orders::{self, NewOrder, SyncOutcome},
@@ -58,8 +58,8 @@ impl Seckill {
         // as it accepts the order: an accepted grab is one request to Redis, and a refusal
         // leaves no record to delete.
         let record = PendingRecord {
-            user_id: user.get(),
-            voucher_id: voucher.get(),
+            user_id: user,
+            voucher_id: voucher,
             failed: false,
         };
         if !matches!(self.redis, RedisConn::Cluster(_)) {
@@ -236,9 +236,9 @@ impl Seckill {
             Ok(id) => orders::create_order_sync(
                 &self.db,
                 NewOrder {
-                    id,
-                    user_id: user.get(),
-                    voucher_id: voucher.get(),
+                    id: generated(id),
+                    user_id: user,
+                    voucher_id: voucher,
                 },
             )
             .await
@@ -274,4 +274,10 @@ impl Seckill {
             tracing::error!(order = order_id, error = %e, "could not record the pay deadline of an order; it stays open until cancelled");
         }
     }
+}
+
+/// An id from the order-id generator, which makes only positive ids (a timestamp since its
+/// epoch in the high bits).
+fn generated(id: i64) -> OrderId {
+    OrderId::new(id).expect("the order-id generator makes positive ids")
 }

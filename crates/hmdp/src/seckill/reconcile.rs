@@ -13,7 +13,7 @@ use std::{collections::HashMap, fmt, time::Duration};
 
 use super::{Seckill, SeckillError, scripts, voucher_hash::VoucherHash};
 use crate::{
-    domain::VoucherId,
+    domain::{OrderId, UserId, VoucherId},
     kv::Keys,
     order_stream::{self, PendingRecord},
     storage::{
@@ -315,19 +315,27 @@ impl Seckill {
     async fn repair(&self, voucher: VoucherId, check: &SaleCheck) -> Result<(), SeckillError> {
         let shard = self.shard(voucher);
         let stream = self.keys.seckill_stream(shard);
-        for &(user_id, id) in &check.only_in_redis {
+        for &(user, order) in &check.only_in_redis {
+            let (Ok(user_id), Ok(id)) = (UserId::new(user), OrderId::new(order)) else {
+                tracing::warn!(
+                    user,
+                    order,
+                    "a buyer record whose ids are not positive: left alone"
+                );
+                continue;
+            };
             let order = NewOrder {
                 id,
                 user_id,
-                voucher_id: voucher.get(),
+                voucher_id: voucher,
             };
             order_stream::append(&self.redis, &stream, order).await?;
             let record = PendingRecord {
                 user_id,
-                voucher_id: voucher.get(),
+                voucher_id: voucher,
                 failed: false,
             };
-            order_stream::write_pending(&self.redis, &self.keys, id, record).await?;
+            order_stream::write_pending(&self.redis, &self.keys, id.get(), record).await?;
         }
         let _: i64 = scripts::UNLOAD
             .key(self.keys.seckill_voucher(shard, voucher.get()))

@@ -520,6 +520,7 @@ mod tests {
     use redis::{Arg, Cmd};
 
     use super::*;
+    use crate::domain::{UserId, VoucherId};
 
     /// The keys and the arguments of an `EVALSHA` (after the script's hash and the key count).
     fn keys_and_argv(cmd: &Cmd, script: &Script) -> (Vec<String>, Vec<String>) {
@@ -567,8 +568,8 @@ mod tests {
     #[test]
     fn a_grab_sends_each_argument_at_its_place() {
         let record = PendingRecord {
-            user_id: 12,
-            voucher_id: 11,
+            user_id: UserId::new(12).unwrap(),
+            voucher_id: VoucherId::new(11).unwrap(),
             failed: false,
         };
         let call = GrabCall {

@@ -2,7 +2,7 @@
 
 use super::{Seckill, SeckillError};
 use crate::{
-    domain::{OrderId, UserId},
+    domain::{OrderId, UserId, VoucherId},
     order_stream::{self, PendingRecord},
     storage::orders::{self, VoucherOrder},
 };
@@ -11,10 +11,10 @@ use crate::{
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OrderStatus {
     /// Accepted, not yet in the database.
-    Pending { voucher_id: i64 },
+    Pending { voucher_id: VoucherId },
     /// Accepted, but the worker could not write it and moved it to the dead-letter stream
     /// (an operator must settle it).
-    Failed { voucher_id: i64 },
+    Failed { voucher_id: VoucherId },
     /// In the database.
     Created(VoucherOrder),
     /// No such order of this user.
@@ -44,7 +44,7 @@ impl Seckill {
                 user_id,
                 voucher_id,
                 failed,
-            }) if user_id == user.get() => {
+            }) if user_id == user => {
                 if failed {
                     OrderStatus::Failed { voucher_id }
                 } else {
@@ -57,7 +57,7 @@ impl Seckill {
             None => {
                 let failed = order_stream::read_failed(&self.redis, &self.keys, order_id.get());
                 match failed.await? {
-                    Some(r) if r.user_id == user.get() => OrderStatus::Failed {
+                    Some(r) if r.user_id == user => OrderStatus::Failed {
                         voucher_id: r.voucher_id,
                     },
                     _ => OrderStatus::Unknown,

@@ -38,8 +38,9 @@ pub(super) fn plan(snapshot: &SaleSnapshot, queued: &[NewOrder], dead: &[NewOrde
     let mut buyers: BTreeMap<i64, i64> = snapshot.orders.iter().map(|(o, u)| (*u, *o)).collect();
     let mut unwritten = 0i64;
     for o in queued.iter().chain(dead) {
-        if !persisted.contains(&o.id) && !buyers.contains_key(&o.user_id) {
-            buyers.insert(o.user_id, o.id);
+        let (id, user) = (o.id.get(), o.user_id.get());
+        if !persisted.contains(&id) && !buyers.contains_key(&user) {
+            buyers.insert(user, id);
             unwritten += 1;
         }
     }
@@ -236,13 +237,16 @@ impl Seckill {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::orders::SeckillVoucher;
+    use crate::{
+        domain::{OrderId, UserId},
+        storage::orders::SeckillVoucher,
+    };
 
     fn order(id: i64, user_id: i64) -> NewOrder {
         NewOrder {
-            id,
-            user_id,
-            voucher_id: 1,
+            id: OrderId::new(id).unwrap(),
+            user_id: UserId::new(user_id).unwrap(),
+            voucher_id: VoucherId::new(1).unwrap(),
         }
     }
 

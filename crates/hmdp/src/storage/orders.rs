@@ -4,8 +4,7 @@ use chrono::NaiveDateTime;
 use serde::Serialize;
 
 use super::{BeginWrite, Db, Result, impl_from_row, is_unique_violation, last_id};
-use crate::domain::ApiDateTime;
-use crate::domain::{UserId, VoucherId};
+use crate::domain::{ApiDateTime, OrderId, UserId, VoucherId};
 
 /// A flash-sale voucher's sale fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,9 +145,9 @@ pub async fn sale_snapshot(db: &Db, id: VoucherId) -> Result<Option<SaleSnapshot
 /// One accepted order on its way to the database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NewOrder {
-    pub id: i64,
-    pub user_id: i64,
-    pub voucher_id: i64,
+    pub id: OrderId,
+    pub user_id: UserId,
+    pub voucher_id: VoucherId,
 }
 
 /// Why a batch could not be written as a whole.
@@ -222,7 +221,7 @@ pub struct BatchOutcome {
 /// [`BatchOutcome::conflicts`], so they are not taken for "already written" while the buyer
 /// was told the order succeeded.
 pub async fn write_order_batch(db: &Db, orders: &[NewOrder]) -> Result<BatchOutcome, BatchError> {
-    let mut by_voucher: std::collections::BTreeMap<i64, Vec<&NewOrder>> = Default::default();
+    let mut by_voucher: std::collections::BTreeMap<VoucherId, Vec<&NewOrder>> = Default::default();
     for o in orders {
         by_voucher.entry(o.voucher_id).or_default().push(o);
     }
@@ -257,7 +256,9 @@ pub async fn write_order_batch(db: &Db, orders: &[NewOrder]) -> Result<BatchOutc
                 .rows_affected();
                 if updated == 0 {
                     tx.rollback().await?;
-                    return Err(BatchError::StockShort { voucher_id: *voucher_id });
+                    return Err(BatchError::StockShort {
+                        voucher_id: voucher_id.get(),
+                    });
                 }
             }
             outcome.inserted += inserted;
@@ -301,19 +302,17 @@ pub async fn write_order_batch(db: &Db, orders: &[NewOrder]) -> Result<BatchOutc
 /// `None` when `o` is in `rows` under its own id with its own user and voucher; otherwise the
 /// row it collides with.
 fn classify(o: &NewOrder, rows: &[(i64, i64, i64)]) -> Option<Conflict> {
-    if rows.contains(&(o.id, o.user_id, o.voucher_id)) {
+    let (id, user, voucher) = (o.id.get(), o.user_id.get(), o.voucher_id.get());
+    if rows.contains(&(id, user, voucher)) {
         return None;
     }
-    if let Some(&(_, user_id, voucher_id)) = rows.iter().find(|r| r.0 == o.id) {
+    if let Some(&(_, user_id, voucher_id)) = rows.iter().find(|r| r.0 == id) {
         return Some(Conflict::IdTaken {
             user_id,
             voucher_id,
         });
     }
-    match rows
-        .iter()
-        .find(|r| r.1 == o.user_id && r.2 == o.voucher_id)
-    {
+    match rows.iter().find(|r| r.1 == user && r.2 == voucher) {
         Some(&(existing_order, _, _)) => Some(Conflict::BuyerHasOrder { existing_order }),
         // Neither its id nor its buyer is there (should not happen): report it rather than
         // pretend it was written.

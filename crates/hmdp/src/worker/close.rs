@@ -304,13 +304,15 @@ const CLOSE_RETRY_MS: i64 = topology::CLOSE_RETRY_DELAY.as_millis() as i64;
 /// The order a close message names: its body (an order message), else its `message_id` (a
 /// close asked for by hand).
 fn order_of(d: &Delivery) -> Option<i64> {
-    OrderMessage::parse(&d.data).map(|o| o.id).or_else(|| {
-        d.properties
-            .message_id()
-            .as_ref()?
-            .as_str()
-            .parse()
-            .ok()
-            .filter(|id: &i64| *id > 0)
-    })
+    OrderMessage::parse(&d.data)
+        .map(|o| o.id.get())
+        .or_else(|| {
+            d.properties
+                .message_id()
+                .as_ref()?
+                .as_str()
+                .parse()
+                .ok()
+                .filter(|id: &i64| *id > 0)
+        })
 }

@@ -129,7 +129,7 @@ impl OrderWorker {
                             .await?;
                     } else {
                         tracing::warn!(
-                            order = order.id,
+                            order = %order.id,
                             deliveries,
                             error,
                             "order not written; it will be redelivered"
@@ -239,10 +239,10 @@ impl OrderWorker {
     /// Marks the order `failed` and sends the message to the dead-letter exchange.
     async fn give_up(&self, d: &Delivery, order: &NewOrder, reason: &str) -> Result<(), AmqpError> {
         if let Err(e) = self.mark_failed(order).await {
-            tracing::warn!(error = %e, order = order.id, "cannot mark the order failed");
+            tracing::warn!(error = %e, order = %order.id, "cannot mark the order failed");
         }
         tracing::error!(
-            order = order.id,
+            order = %order.id,
             reason,
             "order message moved to {}",
             topology::DEAD_LETTER_QUEUE

@@ -97,9 +97,9 @@ impl OrderWorker {
                 Some((_, conflict)) => {
                     self.stats.conflicts.inc();
                     tracing::error!(
-                        order = order.id,
-                        user = order.user_id,
-                        voucher = order.voucher_id,
+                        order = %order.id,
+                        user = %order.user_id,
+                        voucher = %order.voucher_id,
                         %conflict,
                         "accepted order collides with another order in the database; not written"
                     );
@@ -246,7 +246,7 @@ impl OrderWorker {
     ) -> redis::Cmd {
         let mut del = redis::cmd("DEL");
         for o in orders {
-            del.arg(self.keys.seckill_pending(o.id));
+            del.arg(self.keys.seckill_pending(o.id.get()));
         }
         del
     }

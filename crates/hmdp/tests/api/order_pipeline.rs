@@ -10,7 +10,7 @@ use std::{
 };
 
 use hmdp::testing::{
-    domain::{UserId, VoucherId},
+    domain::{OrderId, UserId, VoucherId},
     seckill::{
         SeckillError, ShardCountMismatch,
         voucher_hash::{FIELD_BEGIN, FIELD_END, FIELD_STOCK},
@@ -1015,10 +1015,13 @@ async fn a_worker_killed_between_commit_and_ack_writes_nothing_twice() {
     let batch: Vec<NewOrder> = read.keys[0]
         .ids
         .iter()
-        .map(|e| NewOrder {
-            id: e.get("id").unwrap(),
-            user_id: e.get("userId").unwrap(),
-            voucher_id: e.get("voucherId").unwrap(),
+        .map(|e| {
+            let id = |field: &str| e.get::<i64>(field).unwrap();
+            NewOrder {
+                id: OrderId::new(id("id")).unwrap(),
+                user_id: UserId::new(id("userId")).unwrap(),
+                voucher_id: VoucherId::new(id("voucherId")).unwrap(),
+            }
         })
         .collect();
     let outcome = orders::write_order_batch(&app.state.db, &batch)

@@ -562,8 +562,8 @@ async fn a_repeated_order_id_never_replaces_another_buyers_order(backend: Backen
     // first buyer's record.
     let keys = &app.state.keys;
     let record = hmdp::testing::order_stream::PendingRecord {
-        user_id: second_id,
-        voucher_id: voucher,
+        user_id: hmdp::testing::domain::UserId::new(second_id).unwrap(),
+        voucher_id: hmdp::testing::domain::VoucherId::new(voucher).unwrap(),
         failed: false,
     };
     let answer: hmdp::testing::seckill::GrabAnswer = hmdp::testing::seckill::GRAB
