@@ -135,7 +135,7 @@ pub struct UvStats {
     pub flush_failures: Counter,
     /// Counts computed in Redis (not answered from the shared cache).
     pub counts_computed: Counter,
-    /// Counts refused because the day-key budget was spent.
+    /// Counts refused because the budget of keys read was spent.
     pub counts_refused: Counter,
 }
 
@@ -169,7 +169,7 @@ impl UvStats {
         );
         registry.register(
             "hmdp_uv_counts_refused",
-            "Visitor counts refused because the per-instance budget of day keys was spent",
+            "Visitor counts refused because the per-instance budget of keys read (day and week) was spent",
             self.counts_refused.clone(),
         );
     }
