@@ -181,7 +181,11 @@ async fn run_on(
                     expected_to_hold: v.holds,
                     metrics: &outcome.metrics,
                     voucher_id: outcome.voucher_id,
-                    trace: outcome.trace.as_ref().filter(|_| print.trace).map(|t| t.json()),
+                    trace: outcome
+                        .trace
+                        .as_ref()
+                        .filter(|_| print.trace)
+                        .map(|t| t.json()),
                     trace_left_out: outcome
                         .trace
                         .as_ref()

@@ -588,7 +588,7 @@ impl Timeline {
         let total = shown + self.left_out;
         let heading = match lang {
             Lang::Zh => format!(
-                "{version} 的交错（记录 {total} 条事件，列出与违规有关的 {shown} 条，略去 {}）：",
+                "{version} 的交错（记录 {total} 条事件，列出与违规有关的 {shown} 条，略去 {} 条）：",
                 self.left_out
             ),
             Lang::En => format!(
@@ -612,9 +612,8 @@ impl Timeline {
                 )
             })
             .collect();
-        let width = |f: fn(&(String, String, &str, String)) -> usize| {
-            rows.iter().map(f).max().unwrap_or(0)
-        };
+        let width =
+            |f: fn(&(String, String, &str, String)) -> usize| rows.iter().map(f).max().unwrap_or(0);
         let time_w = width(|r| r.0.width());
         let actor_w = width(|r| r.1.width()).min(30);
         let action_w = width(|r| r.2.width());
