@@ -362,9 +362,9 @@ impl What {
             }
             What::Resume => {
                 if zh {
-                    "另一写者已写完".to_owned()
+                    "另一写者已写完，缓存又有值".to_owned()
                 } else {
-                    "the other writer is done".to_owned()
+                    "the other writer is done, the entry cached again".to_owned()
                 }
             }
             What::Rebuild { ms } => {
