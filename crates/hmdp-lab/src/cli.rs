@@ -8,6 +8,7 @@ use crate::{
     Lab, LabOptions, Outcome, Report,
     experiments::{self, ALL, one_per_user, queues},
     outcome,
+    trace::{self, Lang},
 };
 
 /// Runs the versions the hm-dianping course teaches, the broken ones beside the fix, against
@@ -30,6 +31,10 @@ pub enum Command {
         /// One JSON object per version per line instead of tables.
         #[arg(long)]
         json: bool,
+        /// Under each table, the interleaving that broke each broken version: the events that
+        /// mattered, recorded as it ran (with --json: a "trace" array, in English).
+        #[arg(long)]
+        trace: bool,
         #[arg(
             long,
             env = "HMDP_LAB_REDIS_URL",
@@ -83,6 +88,7 @@ pub async fn run(cli: Cli) -> i32 {
         Command::Run {
             names,
             json,
+            trace,
             redis_url,
             amqp_url,
             database_url,
@@ -95,7 +101,12 @@ pub async fn run(cli: Cli) -> i32 {
                 exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("hmdp-lab")),
                 progress: !quiet,
             };
-            match run_named(&names, options, json).await {
+            let print = Print {
+                json,
+                trace,
+                lang: Lang::default(),
+            };
+            match run_named(&names, options, print).await {
                 Ok(true) => 0,
                 Ok(false) => 1,
                 Err(e) => {
@@ -111,8 +122,17 @@ pub async fn run(cli: Cli) -> i32 {
     }
 }
 
+/// How `run` prints.
+#[derive(Debug, Clone, Copy)]
+struct Print {
+    json: bool,
+    /// The broken versions' timelines.
+    trace: bool,
+    lang: Lang,
+}
+
 /// Runs the named experiments; whether every version behaved as taught.
-async fn run_named(names: &[String], options: LabOptions, json: bool) -> anyhow::Result<bool> {
+async fn run_named(names: &[String], options: LabOptions, print: Print) -> anyhow::Result<bool> {
     let chosen: Vec<&experiments::Experiment> = if names.iter().any(|n| n == "all") {
         ALL.to_vec()
     } else {
@@ -126,7 +146,7 @@ async fn run_named(names: &[String], options: LabOptions, json: bool) -> anyhow:
             .collect::<anyhow::Result<_>>()?
     };
     let lab = Lab::open(options).await?;
-    let result = run_on(&lab, &chosen, json).await;
+    let result = run_on(&lab, &chosen, print).await;
     // Clean up on every path: an error in one version still removes the run's keys.
     let cleaned = lab.clean_up().await;
     let as_taught = result?;
@@ -138,8 +158,9 @@ async fn run_named(names: &[String], options: LabOptions, json: bool) -> anyhow:
 async fn run_on(
     lab: &Lab,
     chosen: &[&experiments::Experiment],
-    json: bool,
+    print: Print,
 ) -> anyhow::Result<bool> {
+    let json = print.json;
     lab.progress(format_args!("database: {}", lab.database_url));
     let mut as_taught = true;
     for e in chosen.iter().copied() {
@@ -160,6 +181,16 @@ async fn run_on(
                     expected_to_hold: v.holds,
                     metrics: &outcome.metrics,
                     voucher_id: outcome.voucher_id,
+                    trace: outcome
+                        .trace
+                        .as_ref()
+                        .filter(|_| print.trace)
+                        .map(|t| t.json()),
+                    trace_left_out: outcome
+                        .trace
+                        .as_ref()
+                        .filter(|_| print.trace)
+                        .map(|t| t.left_out),
                 };
                 println!("{}", serde_json::to_string(&report)?);
             }
@@ -170,6 +201,9 @@ async fn run_on(
             let view: Vec<(&str, bool, bool, &Outcome)> =
                 rows.iter().map(|(n, h, d, o)| (*n, *h, *d, o)).collect();
             print!("{}", outcome::table(&view));
+            if print.trace {
+                print!("{}", trace::timelines(&view, print.lang));
+            }
         }
     }
     if !json {

@@ -12,6 +12,8 @@
 //!   (the original's tables, without the unique key hmdp adds), and this binary, for versions
 //!   that need a second process.
 //! - [`Outcome`]: what a version measured, and whether the invariant held.
+//! - [`trace`]: the events a version records as it runs, and the timeline that explains its
+//!   outcome (`run --trace`).
 //! - [`service_database_url`]: where the `hmdp` versions' service keeps its rows, beside the
 //!   lab's database.
 
@@ -22,9 +24,11 @@ mod outcome;
 mod schema;
 mod service;
 mod setnx;
+pub mod trace;
 
 pub use cli::{Cli, run};
 pub use experiments::{Experiment, Version, find};
 pub use lab::{Lab, LabOptions};
 pub use outcome::{Outcome, Report};
 pub use service::database_url as service_database_url;
+pub use trace::{Timeline, Trace};

@@ -4,6 +4,8 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::trace::{JsonEvent, Timeline};
+
 /// What one run of one version measured.
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
@@ -14,6 +16,8 @@ pub struct Outcome {
     /// The voucher whose `tb_voucher_order` rows this version wrote, for anyone who wants to
     /// count them in the database themselves.
     pub voucher_id: Option<i64>,
+    /// The events that explain this run's outcome, where the version records them.
+    pub trace: Option<Timeline>,
 }
 
 impl Outcome {
@@ -36,6 +40,12 @@ impl Outcome {
         self.voucher_id = Some(id);
         self
     }
+
+    /// Attaches the timeline that explains the outcome.
+    pub fn traced(mut self, timeline: Timeline) -> Self {
+        self.trace = Some(timeline);
+        self
+    }
 }
 
 /// One line of `--json` output.
@@ -50,6 +60,12 @@ pub struct Report<'a> {
     pub expected_to_hold: bool,
     pub metrics: &'a Map<String, Value>,
     pub voucher_id: Option<i64>,
+    /// With `--trace`: the events that explain the outcome, in time order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Vec<JsonEvent>>,
+    /// With `--trace`: how many recorded events `trace` leaves out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_left_out: Option<usize>,
 }
 
 /// The table of one experiment: a row per version, a column per metric (in first-seen order).

@@ -1,7 +1,8 @@
 //! The course's hand-written Redis lock: `SET key <owner> NX PX <ttl>` to take it, and the
 //! three ways the course releases it, from wrong to right: a plain `DEL`; `GET`, compare with
 //! our owner value, then `DEL`; compare and delete in one Lua script. The lock experiments and
-//! `one-per-user`'s Redis version share it, so each runs exactly the course's commands.
+//! `one-per-user`'s Redis version share it, so each runs exactly the course's commands (the
+//! plain `DEL` goes out with a `GET` in one `MULTI`, which only observes whose value it deletes).
 
 use std::time::Duration;
 
@@ -10,6 +11,14 @@ use redis::aio::ConnectionManager;
 /// Compare-and-delete in one step: deletes the key only while it holds our owner value.
 const UNLOCK: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
                       return redis.call('del', KEYS[1]) else return 0 end";
+
+/// What the `GET`-compare-`DEL` unlock did.
+pub(crate) enum Checked {
+    /// The `GET` found this value, not ours: nothing deleted.
+    NotOurs(Option<String>),
+    /// The `GET` found ours; the `DEL` after the pause deleted this value.
+    Deleted(Option<String>),
+}
 
 /// One attempt's hold on the lock `key`: its own owner value, the TTL it sets.
 pub(crate) struct SetNx {
@@ -49,39 +58,62 @@ impl SetNx {
         wait: Duration,
         retry: Duration,
     ) -> anyhow::Result<bool> {
+        Ok(self.acquire_counting(wait, retry).await?.is_some())
+    }
+
+    /// Tries every `retry` for at most `wait`: once taken, how many attempts were refused
+    /// before.
+    pub(crate) async fn acquire_counting(
+        &self,
+        wait: Duration,
+        retry: Duration,
+    ) -> anyhow::Result<Option<u32>> {
         let deadline = tokio::time::Instant::now() + wait;
+        let mut refused = 0;
         loop {
             if self.try_acquire().await? {
-                return Ok(true);
+                return Ok(Some(refused));
             }
             if tokio::time::Instant::now() >= deadline {
-                return Ok(false);
+                return Ok(None);
             }
+            refused += 1;
             tokio::time::sleep(retry).await;
         }
     }
 
-    /// The first unlock: `DEL`, whoever holds the lock now.
-    pub(crate) async fn del(&self) -> anyhow::Result<()> {
-        redis::cmd("DEL")
+    /// The owner value this hold sets.
+    pub(crate) fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The first unlock: `DEL`, whoever holds the lock now. The value it deleted, read by a
+    /// `GET` in the same `MULTI` (so it sees exactly what the `DEL` removes, and changes
+    /// nothing the `DEL` does), for the trace to say whose lock went.
+    pub(crate) async fn del(&self) -> anyhow::Result<Option<String>> {
+        let (value, _deleted): (Option<String>, i64) = redis::pipe()
+            .atomic()
+            .cmd("GET")
             .arg(&self.key)
-            .query_async::<()>(&mut self.conn.clone())
+            .cmd("DEL")
+            .arg(&self.key)
+            .query_async(&mut self.conn.clone())
             .await?;
-        Ok(())
+        Ok(value)
     }
 
     /// The second unlock: `GET`, and only if it is still ours, `DEL` — after `pause` (a GC
-    /// pause, say) between the two, which nothing prevents. Whether the check passed.
+    /// pause, say) between the two, which nothing prevents.
     pub(crate) async fn check_then_del(
         &self,
         pause: impl std::future::Future<Output = anyhow::Result<()>>,
-    ) -> anyhow::Result<bool> {
-        if self.holder().await?.as_deref() != Some(self.owner.as_str()) {
-            return Ok(false);
+    ) -> anyhow::Result<Checked> {
+        let seen = self.holder().await?;
+        if seen.as_deref() != Some(self.owner.as_str()) {
+            return Ok(Checked::NotOurs(seen));
         }
         pause.await?;
-        self.del().await?;
-        Ok(true)
+        Ok(Checked::Deleted(self.del().await?))
     }
 
     /// The owner value the key holds now (`GET`).
@@ -93,16 +125,16 @@ impl SetNx {
     }
 
     /// Polls the key every `retry`, for at most `wait`, until another owner's value is in it:
-    /// our lock expired and someone else took it.
+    /// our lock expired and someone else took it. That owner's value.
     pub(crate) async fn taken_by_another(
         &self,
         wait: Duration,
         retry: Duration,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<String> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             match self.holder().await? {
-                Some(h) if h != self.owner => return Ok(()),
+                Some(h) if h != self.owner => return Ok(h),
                 _ if tokio::time::Instant::now() >= deadline => {
                     anyhow::bail!("nobody else took the lock {} within {wait:?}", self.key)
                 }
@@ -111,13 +143,13 @@ impl SetNx {
         }
     }
 
-    /// The third unlock: compare and delete in one Lua script.
-    pub(crate) async fn unlock(&self) -> anyhow::Result<()> {
-        redis::Script::new(UNLOCK)
+    /// The third unlock: compare and delete in one Lua script. Whether it deleted the key.
+    pub(crate) async fn unlock(&self) -> anyhow::Result<bool> {
+        let deleted = redis::Script::new(UNLOCK)
             .key(&self.key)
             .arg(&self.owner)
             .invoke_async::<i64>(&mut self.conn.clone())
             .await?;
-        Ok(())
+        Ok(deleted == 1)
     }
 }

@@ -22,7 +22,10 @@ use super::{
     shops::{Shop, ShopDb, cache_aside, cache_client, new_shops},
     version,
 };
-use crate::{Lab, Outcome};
+use crate::{
+    Lab, Outcome, Trace,
+    trace::{Actor, What},
+};
 
 /// Readers of the hot key, all at once.
 const READERS: u64 = 60;
@@ -32,6 +35,8 @@ const INSTANCES: usize = 2;
 /// concurrent reader also misses.
 const REBUILD: Duration = Duration::from_millis(200);
 const TTL: Duration = Duration::from_secs(60);
+/// Readers whose steps the trace shows: the first few to miss, enough to see them all rebuild.
+const TRACED_READERS: usize = 4;
 
 pub static EXPERIMENT: Experiment = Experiment {
     name: "cache-breakdown",
@@ -110,12 +115,13 @@ async fn burst(lab: &Lab, name: &str, how: Read) -> anyhow::Result<Outcome> {
             .await?;
     }
     let db = ShopDb::new(lab, REBUILD);
+    let trace = Trace::start();
     let stale = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut readers = Vec::new();
     for n in 0..READERS {
         let cache = instances[n as usize % INSTANCES].clone();
-        let (redis, full, key, opts, db, stale, fresh) = (
+        let (redis, full, key, opts, db, stale, fresh, trace) = (
             lab.redis.clone(),
             lab.key(&key),
             key.clone(),
@@ -123,14 +129,29 @@ async fn burst(lab: &Lab, name: &str, how: Read) -> anyhow::Result<Outcome> {
             db.clone(),
             stale.clone(),
             fresh.clone(),
+            trace.clone(),
         );
+        let me = Actor::Reader {
+            shop: id,
+            n: n as u32 + 1,
+            instance: Some((n as usize % INSTANCES) as u8),
+        };
         readers.push(tokio::spawn(async move {
             let t = Instant::now();
             let shop = match how {
-                Read::Plain => cache_aside(&redis, &full, TTL, &db, id).await?,
+                Read::Plain => cache_aside(&redis, &full, TTL, &db, id, Some((&trace, me))).await?,
                 Read::Mutex | Read::Logical => {
                     cache
-                        .get_or_load(&key, &opts, move || async move { db.shop(id).await })
+                        .get_or_load(&key, &opts, move || async move {
+                            // The cache client calls this only to rebuild.
+                            trace.record(
+                                me,
+                                What::Rebuild {
+                                    ms: REBUILD.as_millis() as u64,
+                                },
+                            );
+                            db.shop(id).await
+                        })
                         .await?
                 }
             };
@@ -164,6 +185,21 @@ async fn burst(lab: &Lab, name: &str, how: Read) -> anyhow::Result<Outcome> {
         anyhow::ensure!(done, "the background rebuild did not store the new value");
     }
     let rebuilds = db.queries();
+    trace.record(
+        Actor::Lab,
+        What::Rebuilds {
+            count: rebuilds,
+            readers: READERS,
+        },
+    );
+    // The first readers to act, and the lab's count.
+    let mut shown: Vec<Actor> = Vec::new();
+    for e in trace.events() {
+        if e.actor != Actor::Lab && !shown.contains(&e.actor) && shown.len() < TRACED_READERS {
+            shown.push(e.actor);
+        }
+    }
+    let timeline = trace.timeline(|e| e.actor == Actor::Lab || shown.contains(&e.actor), 64);
     Ok(Outcome::new(rebuilds == 1)
         .metric("readers", READERS)
         .metric("instances", INSTANCES as u64)
@@ -171,5 +207,6 @@ async fn burst(lab: &Lab, name: &str, how: Read) -> anyhow::Result<Outcome> {
         .metric("db_rebuilds", rebuilds)
         .metric("stale_answers", stale.load(Ordering::Relaxed))
         .metric("slowest_read_ms", slowest.as_millis() as u64)
-        .metric("elapsed_ms", started.elapsed().as_millis() as u64))
+        .metric("elapsed_ms", started.elapsed().as_millis() as u64)
+        .traced(timeline))
 }

@@ -32,7 +32,10 @@ use sqlx::AnyPool;
 use tokio::sync::{Notify, RwLock};
 
 use super::{Experiment, shops::new_shops, version};
-use crate::{Lab, Outcome};
+use crate::{
+    Lab, Outcome, Trace,
+    trace::{Actor, What},
+};
 
 /// Shops written and read, each its own race.
 const SHOPS: i64 = 5;
@@ -42,6 +45,8 @@ const READERS: usize = 4;
 const BETWEEN_READS: Duration = Duration::from_millis(1);
 /// How long the first writer's pause waits for the second writer and a reader, at most.
 const PAUSE_PATIENCE: Duration = Duration::from_secs(5);
+/// Events the trace shows at most: one shop's writers and the misses of its readers.
+const TRACED_EVENTS: usize = 40;
 
 pub static EXPERIMENT: Experiment = Experiment {
     name: "cache-consistency",
@@ -99,6 +104,7 @@ struct Entry {
     redis: ConnectionManager,
     db: AnyPool,
     gate: Arc<RwLock<()>>,
+    trace: Trace,
 }
 
 impl Entry {
@@ -143,14 +149,27 @@ impl Entry {
         Ok(())
     }
 
-    /// A cache-aside read: the entry, or on a miss the row, stored without a TTL.
-    async fn read(&self) -> anyhow::Result<String> {
+    /// A cache-aside read: the entry, or on a miss the row, stored without a TTL. A miss
+    /// goes into the trace as `who`'s, when given (hits change nothing and are not recorded).
+    async fn read(&self, who: Option<Actor>) -> anyhow::Result<String> {
         if let Some(name) = self.cached().await? {
             return Ok(name);
         }
+        let record = |what| {
+            if let Some(who) = who {
+                self.trace.record(who, what);
+            }
+        };
+        record(What::CacheMiss);
         let _gate = self.gate.read().await;
         let name = self.stored().await?;
+        record(What::DbRead {
+            value: name.clone(),
+        });
         self.set_cache(&name).await?;
+        record(What::CacheSet {
+            value: name.clone(),
+        });
         Ok(name)
     }
 
@@ -160,20 +179,39 @@ impl Entry {
         &self,
         order: Order,
         name: &str,
+        who: Actor,
         between: impl FnOnce(),
         pause: impl std::future::Future<Output = anyhow::Result<()>>,
     ) -> anyhow::Result<()> {
+        let value = name.to_owned();
         match order {
-            Order::UpdateCacheThenDb => self.set_cache(name).await?,
-            Order::DeleteCacheThenDb => self.delete_cache().await?,
-            Order::DbThenDeleteCache => self.update_db(name).await?,
+            Order::UpdateCacheThenDb => {
+                self.set_cache(name).await?;
+                self.trace.record(who, What::CacheSet { value });
+            }
+            Order::DeleteCacheThenDb => {
+                self.delete_cache().await?;
+                self.trace.record(who, What::CacheDel);
+            }
+            Order::DbThenDeleteCache => {
+                self.update_db(name).await?;
+                self.trace.record(who, What::DbUpdate { value });
+            }
         }
         between();
         pause.await?;
+        let value = name.to_owned();
         match order {
-            Order::UpdateCacheThenDb | Order::DeleteCacheThenDb => self.update_db(name).await,
-            Order::DbThenDeleteCache => self.delete_cache().await,
+            Order::UpdateCacheThenDb | Order::DeleteCacheThenDb => {
+                self.update_db(name).await?;
+                self.trace.record(who, What::DbUpdate { value });
+            }
+            Order::DbThenDeleteCache => {
+                self.delete_cache().await?;
+                self.trace.record(who, What::CacheDel);
+            }
         }
+        Ok(())
     }
 
     /// Polls the entry until it is cached, for at most `wait`.
@@ -197,6 +235,7 @@ impl Entry {
 /// Once all are done, the entries that differ from their rows are counted.
 async fn writes(lab: &Lab, name: &str, order: Order) -> anyhow::Result<Outcome> {
     let ids = new_shops(lab, SHOPS, name).await?;
+    let trace = Trace::start();
     let entries: Vec<Entry> = ids
         .iter()
         .map(|&id| Entry {
@@ -205,20 +244,26 @@ async fn writes(lab: &Lab, name: &str, order: Order) -> anyhow::Result<Outcome> 
             redis: lab.redis.clone(),
             db: lab.db.clone(),
             gate: Arc::default(),
+            trace: trace.clone(),
         })
         .collect();
     for e in &entries {
-        e.read().await?;
+        e.read(None).await?;
     }
     let writing = Arc::new(AtomicBool::new(true));
     let reads = Arc::new(AtomicU64::new(0));
     let mut readers = Vec::new();
     for e in &entries {
-        for _ in 0..READERS {
+        for n in 1..=READERS as u32 {
             let (e, writing, reads) = (e.clone(), writing.clone(), reads.clone());
+            let me = Actor::Reader {
+                shop: e.id,
+                n,
+                instance: None,
+            };
             readers.push(tokio::spawn(async move {
                 while writing.load(Ordering::Relaxed) {
-                    e.read().await?;
+                    e.read(Some(me)).await?;
                     reads.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(BETWEEN_READS).await;
                 }
@@ -233,12 +278,18 @@ async fn writes(lab: &Lab, name: &str, order: Order) -> anyhow::Result<Outcome> 
         let (first, stepped, done) = (e.clone(), first_stepped.clone(), second_done.clone());
         let longest = longest_pause.clone();
         writers.push(tokio::spawn(async move {
+            let me = Actor::Writer {
+                shop: first.id,
+                n: 1,
+            };
             let pause = async {
                 let started = std::time::Instant::now();
+                first.trace.record(me, What::Pause);
                 tokio::time::timeout(PAUSE_PATIENCE, done.notified())
                     .await
                     .map_err(|_| anyhow::anyhow!("the second writer did not finish"))?;
                 first.until_cached(PAUSE_PATIENCE).await?;
+                first.trace.record(me, What::Resume);
                 longest.fetch_max(started.elapsed().as_millis() as u64, Ordering::Relaxed);
                 anyhow::Ok(())
             };
@@ -246,6 +297,7 @@ async fn writes(lab: &Lab, name: &str, order: Order) -> anyhow::Result<Outcome> 
                 .write(
                     order,
                     &format!("first-{}", first.id),
+                    me,
                     || stepped.notify_one(),
                     pause,
                 )
@@ -256,8 +308,12 @@ async fn writes(lab: &Lab, name: &str, order: Order) -> anyhow::Result<Outcome> 
             tokio::time::timeout(PAUSE_PATIENCE, first_stepped.notified())
                 .await
                 .map_err(|_| anyhow::anyhow!("the first writer did not do its first step"))?;
+            let me = Actor::Writer {
+                shop: second.id,
+                n: 2,
+            };
             second
-                .write(order, &format!("second-{}", second.id), || {}, async {
+                .write(order, &format!("second-{}", second.id), me, || {}, async {
                     Ok(())
                 })
                 .await?;
@@ -283,19 +339,44 @@ async fn writes(lab: &Lab, name: &str, order: Order) -> anyhow::Result<Outcome> 
     }
     let mut stale = 0i64;
     let mut missing = 0i64;
+    // The shop whose race the trace shows: the first that went stale, else the first.
+    let mut shown = entries[0].id;
     for e in &entries {
         let stored = e.stored().await?;
-        match e.cached().await? {
-            Some(cached) if cached != stored => stale += 1,
+        let cached = e.cached().await?;
+        match &cached {
+            Some(cached) if *cached != stored => {
+                if stale == 0 {
+                    shown = e.id;
+                }
+                stale += 1;
+            }
             Some(_) => {}
             None => missing += 1,
         }
+        let shop = e.id;
+        trace.record(
+            Actor::Lab,
+            What::CacheVsDb {
+                shop,
+                cached,
+                stored,
+            },
+        );
     }
+    let timeline = trace.timeline(
+        |e| match &e.what {
+            What::CacheVsDb { shop, .. } => *shop == shown,
+            _ => e.actor.shop() == Some(shown),
+        },
+        TRACED_EVENTS,
+    );
     Ok(Outcome::new(stale == 0)
         .metric("shops", SHOPS)
         .metric("writes", SHOPS * 2)
         .metric("reads", reads.load(Ordering::Relaxed))
         .metric("pause_ms", longest_pause.load(Ordering::Relaxed))
         .metric("stale_entries", stale)
-        .metric("uncached", missing))
+        .metric("uncached", missing)
+        .traced(timeline))
 }

@@ -130,7 +130,7 @@ async fn reads(lab: &Lab, name: &str, how: Read) -> anyhow::Result<Outcome> {
                 let full = lab.key(&key);
                 readers.push(tokio::spawn(async move {
                     let shop = match how {
-                        Read::Plain => cache_aside(&redis, &full, TTL, &db, id).await?,
+                        Read::Plain => cache_aside(&redis, &full, TTL, &db, id, None).await?,
                         Read::NullCache => {
                             cache
                                 .get_or_load(&key, &opts, move || async move { db.shop(id).await })

@@ -28,7 +28,11 @@ use redis::aio::ConnectionManager;
 use tokio::sync::watch;
 
 use super::{Experiment, version};
-use crate::{Lab, Outcome, setnx::SetNx};
+use crate::{
+    Lab, Outcome, Trace,
+    setnx::{Checked, SetNx},
+    trace::{Actor, What},
+};
 
 /// The lock's TTL (the hand-written versions), and hmdp-lock's watchdog lease.
 const TTL: Duration = Duration::from_millis(400);
@@ -102,39 +106,45 @@ async fn lua_unlock(lab: &Lab) -> anyhow::Result<Outcome> {
 }
 
 /// Who is inside the critical section, how often someone entered beside another, and how
-/// many have entered so far (watched by a holder waiting for another to get in).
+/// many have entered so far (watched by a holder waiting for another to get in); entries and
+/// exits go into the version's trace.
 #[derive(Clone)]
 struct Section {
     inside: Arc<AtomicI64>,
     overlaps: Arc<AtomicI64>,
     entered: watch::Sender<usize>,
+    trace: Trace,
 }
 
 impl Section {
-    fn new() -> Self {
+    fn new(trace: Trace) -> Self {
         Self {
             inside: Arc::default(),
             overlaps: Arc::default(),
             entered: watch::Sender::new(0),
+            trace,
         }
     }
 
-    fn enter(&self) {
-        if self.inside.fetch_add(1, Ordering::SeqCst) > 0 {
+    fn enter(&self, who: Actor) {
+        let others = self.inside.fetch_add(1, Ordering::SeqCst);
+        if others > 0 {
             self.overlaps.fetch_add(1, Ordering::SeqCst);
         }
+        self.trace.record(who, What::Enter { others });
         self.entered.send_modify(|n| *n += 1);
     }
 
-    fn leave(&self) {
+    fn leave(&self, who: Actor) {
         self.inside.fetch_sub(1, Ordering::SeqCst);
+        self.trace.record(who, What::Leave);
     }
 
     /// Enters, works for `work`, leaves.
-    async fn work(&self, work: Duration) {
-        self.enter();
+    async fn work(&self, who: Actor, work: Duration) {
+        self.enter(who);
         tokio::time::sleep(work).await;
-        self.leave();
+        self.leave(who);
     }
 
     /// Waits, for at most `bound`, until `n` holders have entered.
@@ -145,53 +155,119 @@ impl Section {
 
     fn outcome(&self, entered: i64, stall: Duration) -> Outcome {
         let overlaps = self.overlaps.load(Ordering::SeqCst);
+        self.trace
+            .record(Actor::Lab, What::Overlaps { count: overlaps });
+        // Three holders' steps: few enough to show them all.
+        let timeline = self.trace.timeline(|_| true, 64);
         Outcome::new(overlaps == 0)
             .metric("holders", entered)
             .metric("ttl_ms", TTL.as_millis() as u64)
             .metric("stall_ms", stall.as_millis() as u64)
             .metric("overlaps", overlaps)
+            .traced(timeline)
+    }
+}
+
+/// The holders' owner values, in their numbers' order (holder 1 first).
+#[derive(Clone)]
+struct Owners(Arc<Vec<String>>);
+
+impl Owners {
+    /// What a `GET` or `DEL` of the lock by `me` saw: whose value (`None`: no key), and
+    /// whether it was `me`'s own.
+    fn whose(&self, me: u8, value: Option<&str>) -> (Option<u8>, bool) {
+        let holder = value.map(|v| {
+            self.0
+                .iter()
+                .position(|o| o == v)
+                .map_or(0, |i| i as u8 + 1)
+        });
+        (holder, holder == Some(me))
+    }
+
+    fn get(&self, me: u8, value: Option<&str>) -> What {
+        let (holder, own) = self.whose(me, value);
+        What::GetLock { holder, own }
+    }
+
+    fn del(&self, me: u8, value: Option<&str>) -> What {
+        let (holder, own) = self.whose(me, value);
+        What::DelLock { holder, own }
     }
 }
 
 /// The course's hand-written lock, unlocked the version's way.
 async fn by_hand(lab: &Lab, name: &str, unlock: Unlock) -> anyhow::Result<Outcome> {
     let key = lab.key(&format!("lock:misdelete:{name}"));
-    let section = Section::new();
+    let trace = Trace::start();
+    let section = Section::new(trace.clone());
     // Set once the first holder's unlock has landed (whatever it deleted).
     let (unlocked, _) = watch::channel(false);
     let first = SetNx::new(lab.redis.clone(), key.clone(), TTL);
+    let later_locks: Vec<SetNx> = (0..LATER_HOLDERS)
+        .map(|_| SetNx::new(lab.redis.clone(), key.clone(), TTL))
+        .collect();
+    let owners = Owners(Arc::new(
+        std::iter::once(&first)
+            .chain(&later_locks)
+            .map(|l| l.owner().to_owned())
+            .collect(),
+    ));
+    let me = Actor::Holder { n: 1 };
     anyhow::ensure!(
         first.try_acquire().await?,
         "the first holder takes a free lock"
     );
-    let later: Vec<_> = (0..LATER_HOLDERS)
-        .map(|_| {
-            let (section, conn, key) = (section.clone(), lab.redis.clone(), key.clone());
+    trace.record(
+        me,
+        What::SetNx {
+            ok: true,
+            refused_before: 0,
+        },
+    );
+    let later: Vec<_> = later_locks
+        .into_iter()
+        .zip(2..)
+        .map(|(lock, n)| {
+            let (section, owners) = (section.clone(), owners.clone());
             let unlocked = unlocked.subscribe();
-            tokio::spawn(async move { later_by_hand(section, conn, key, unlock, unlocked).await })
+            tokio::spawn(
+                async move { later_by_hand(section, lock, n, owners, unlock, unlocked).await },
+            )
         })
         .collect();
-    section.work(FIRST_WORK).await;
+    section.work(me, FIRST_WORK).await;
     let stalled = Instant::now();
+    let ttl_ms = TTL.as_millis() as u64;
+    trace.record(me, What::Stall { ttl_ms });
     let stall = first.taken_by_another(WAIT, RETRY);
     let stall_ms = match unlock {
         Unlock::Del => {
             stall.await?;
             let stall = stalled.elapsed();
-            first.del().await?;
+            let deleted = first.del().await?;
+            trace.record(me, owners.del(1, deleted.as_deref()));
             stall
         }
         Unlock::CheckThenDel => {
-            anyhow::ensure!(
-                first.check_then_del(stall).await?,
-                "the first holder's check sees its own lock"
-            );
+            // The check comes first and passes; the stall falls between it and the DEL.
+            let checked = first
+                .check_then_del(async {
+                    trace.record(me, owners.get(1, Some(first.owner())));
+                    stall.await.map(|_| ())
+                })
+                .await?;
+            let Checked::Deleted(deleted) = checked else {
+                anyhow::bail!("the first holder's check sees its own lock");
+            };
+            trace.record(me, owners.del(1, deleted.as_deref()));
             stalled.elapsed()
         }
         Unlock::Script => {
             stall.await?;
             let stall = stalled.elapsed();
-            first.unlock().await?;
+            let deleted = first.unlock().await?;
+            trace.record(me, What::ScriptUnlock { deleted });
             stall
         }
     };
@@ -208,29 +284,54 @@ async fn by_hand(lab: &Lab, name: &str, unlock: Unlock) -> anyhow::Result<Outcom
 /// unlocks the version's way without stalling.
 async fn later_by_hand(
     section: Section,
-    conn: ConnectionManager,
-    key: String,
+    lock: SetNx,
+    n: u8,
+    owners: Owners,
     unlock: Unlock,
     mut unlocked: watch::Receiver<bool>,
 ) -> anyhow::Result<bool> {
-    let lock = SetNx::new(conn, key, TTL);
-    if !lock.acquire_within(WAIT, RETRY).await? {
+    let (me, trace) = (Actor::Holder { n }, section.trace.clone());
+    let Some(refused_before) = lock.acquire_counting(WAIT, RETRY).await? else {
+        trace.record(
+            me,
+            What::SetNx {
+                ok: false,
+                refused_before: 0,
+            },
+        );
         return Ok(false);
-    }
-    section.enter();
+    };
+    trace.record(
+        me,
+        What::SetNx {
+            ok: true,
+            refused_before,
+        },
+    );
+    section.enter(me);
     let landed = tokio::time::timeout(WAIT, unlocked.wait_for(|u| *u))
         .await
         .is_ok_and(|r| r.is_ok());
     if landed {
         section.until_entered(1 + LATER_HOLDERS, LINGER).await;
     }
-    section.leave();
+    section.leave(me);
     match unlock {
-        Unlock::Del => lock.del().await?,
-        Unlock::CheckThenDel => {
-            lock.check_then_del(async { Ok(()) }).await?;
+        Unlock::Del => {
+            let deleted = lock.del().await?;
+            trace.record(me, owners.del(n, deleted.as_deref()));
         }
-        Unlock::Script => lock.unlock().await?,
+        Unlock::CheckThenDel => match lock.check_then_del(async { Ok(()) }).await? {
+            Checked::NotOurs(seen) => trace.record(me, owners.get(n, seen.as_deref())),
+            Checked::Deleted(deleted) => {
+                trace.record(me, owners.get(n, Some(lock.owner())));
+                trace.record(me, owners.del(n, deleted.as_deref()));
+            }
+        },
+        Unlock::Script => {
+            let deleted = lock.unlock().await?;
+            trace.record(me, What::ScriptUnlock { deleted });
+        }
     }
     Ok(true)
 }
@@ -245,25 +346,28 @@ async fn hmdp_lock(lab: &Lab) -> anyhow::Result<Outcome> {
         .watchdog_timeout(TTL)
         .build()?;
     let lock = locks.lock("misdelete:hmdp-lock")?;
-    let section = Section::new();
+    let section = Section::new(Trace::start());
     let first: LockGuard<ConnectionManager> = lock
         .try_lock(Duration::ZERO, None)
         .await?
         .ok_or_else(|| anyhow::anyhow!("the first holder takes a free lock"))?;
     let later: Vec<_> = (0..LATER_HOLDERS)
-        .map(|_| {
+        .zip(2..)
+        .map(|(_, n)| {
             let (section, lock) = (section.clone(), lock.clone());
             tokio::spawn(async move {
                 let Some(guard) = lock.try_lock(WAIT, None).await? else {
                     return anyhow::Ok(false);
                 };
-                section.work(WORK).await;
+                section.work(Actor::Holder { n }, WORK).await;
                 guard.unlock().await?;
                 Ok(true)
             })
         })
         .collect();
-    section.work(FIRST_WORK + HELD_STALL).await;
+    section
+        .work(Actor::Holder { n: 1 }, FIRST_WORK + HELD_STALL)
+        .await;
     first.unlock().await?;
     let mut entered = 1;
     for l in later {

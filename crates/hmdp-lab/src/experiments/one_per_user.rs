@@ -27,7 +27,12 @@ use sqlx::AnyPool;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use super::{Experiment, version};
-use crate::{Lab, LabOptions, Outcome, service::Service, setnx::SetNx};
+use crate::{
+    Lab, LabOptions, Outcome, Trace,
+    service::Service,
+    setnx::SetNx,
+    trace::{Actor, Decrement, Event, What},
+};
 
 /// Users buying.
 const USERS: i64 = 4;
@@ -50,6 +55,8 @@ const RUN_PATIENCE: Duration = Duration::from_secs(60);
 const BARRIER_PATIENCE: Duration = Duration::from_secs(5);
 /// How often a request at the barrier reads the counter.
 const BARRIER_POLL: Duration = Duration::from_millis(2);
+/// Requests whose steps the trace shows: those of one user that got an order, and one refused.
+const TRACED_REQUESTS: usize = 3;
 
 pub static EXPERIMENT: Experiment = Experiment {
     name: "one-per-user",
@@ -124,6 +131,13 @@ pub struct InstanceArgs {
     /// counted no order waits for the other process's; none: no barrier.
     #[arg(long)]
     barrier_prefix: Option<String>,
+    /// Which of the processes this is (0 = A), as its trace events name it.
+    #[arg(long)]
+    instance: u8,
+    /// The version's start on the wall clock, in µs since the epoch: this process's trace
+    /// events are timed from it and printed on stdout as JSON lines when it is done.
+    #[arg(long)]
+    trace_origin_us: u64,
 }
 
 async fn check_then_insert(lab: &Lab) -> anyhow::Result<Outcome> {
@@ -145,6 +159,7 @@ async fn redis_lock(lab: &Lab) -> anyhow::Result<Outcome> {
 /// Every request in this process.
 async fn in_process(lab: &Lab, guard: Guard) -> anyhow::Result<Outcome> {
     let voucher = lab.new_voucher(STOCK).await?;
+    let trace = Trace::start();
     let buying = Buying {
         db: lab.db.clone(),
         redis: lab.redis.clone(),
@@ -152,9 +167,11 @@ async fn in_process(lab: &Lab, guard: Guard) -> anyhow::Result<Outcome> {
         barrier_prefix: None,
         guard,
         voucher,
+        trace: trace.clone(),
+        instance: None,
     };
     buying.fire(USERS, REQUESTS).await?;
-    counted(lab, voucher, 1).await
+    counted(lab, voucher, 1, &trace).await
 }
 
 /// Half of each user's requests in each of two processes of this binary, started together.
@@ -163,8 +180,9 @@ async fn two_processes(lab: &Lab, guard: Guard) -> anyhow::Result<Outcome> {
     // The local locks let one request per user and process through at a time: the barrier
     // holds each process's first one until the other's has counted too.
     let barrier = (guard == Guard::Local).then(|| lab.key(&format!("barrier:{voucher}:")));
+    let trace = Trace::start();
     let mut children = Vec::new();
-    for _ in 0..INSTANCES {
+    for instance in 0..INSTANCES {
         let mut command = tokio::process::Command::new(&lab.exe);
         command
             .arg("instance")
@@ -175,7 +193,9 @@ async fn two_processes(lab: &Lab, guard: Guard) -> anyhow::Result<Outcome> {
             .args(["--requests", &(REQUESTS / INSTANCES).to_string()])
             .args(["--database-url", &lab.database_url])
             .args(["--redis-url", &lab.redis_url])
-            .args(["--lock-prefix", &lab.key("lock:order:")]);
+            .args(["--lock-prefix", &lab.key("lock:order:")])
+            .args(["--instance", &instance.to_string()])
+            .args(["--trace-origin-us", &trace.origin_unix_us().to_string()]);
         if let Some(barrier) = &barrier {
             command.args(["--barrier-prefix", barrier]);
         }
@@ -203,13 +223,33 @@ async fn two_processes(lab: &Lab, guard: Guard) -> anyhow::Result<Outcome> {
         stdin.write_all(b"go\n").await?;
         stdin.flush().await?;
     }
-    for (mut child, _, _) in children {
-        let status = tokio::time::timeout(RUN_PATIENCE, child.wait())
+    let finishing: Vec<_> = children
+        .into_iter()
+        .map(|(mut child, stdin, mut stdout)| {
+            tokio::spawn(async move {
+                // What the process prints once it is done buying: its trace events.
+                let mut events = Vec::new();
+                let mut line = String::new();
+                while stdout.read_line(&mut line).await? > 0 {
+                    let event: Event = serde_json::from_str(line.trim())
+                        .with_context(|| format!("an instance printed {line:?}"))?;
+                    events.push(event);
+                    line.clear();
+                }
+                drop(stdin);
+                let status = child.wait().await?;
+                anyhow::ensure!(status.success(), "an instance failed: {status}");
+                anyhow::Ok(events)
+            })
+        })
+        .collect();
+    for f in finishing {
+        let events = tokio::time::timeout(RUN_PATIENCE, f)
             .await
-            .with_context(|| format!("an instance did not finish within {RUN_PATIENCE:?}"))??;
-        anyhow::ensure!(status.success(), "an instance failed: {status}");
+            .with_context(|| format!("an instance did not finish within {RUN_PATIENCE:?}"))???;
+        trace.merge(events);
     }
-    counted(lab, voucher, INSTANCES).await
+    counted(lab, voucher, INSTANCES, &trace).await
 }
 
 fn guard_name(guard: Guard) -> &'static str {
@@ -255,8 +295,13 @@ async fn run_instance(args: InstanceArgs) -> anyhow::Result<()> {
         barrier_prefix: args.barrier_prefix,
         guard: args.guard,
         voucher: args.voucher,
+        trace: Trace::joining(args.trace_origin_us),
+        instance: Some(args.instance),
     };
     buying.fire(args.users, args.requests).await?;
+    for event in buying.trace.events() {
+        println!("{}", serde_json::to_string(&event)?);
+    }
     Ok(())
 }
 
@@ -282,11 +327,69 @@ async fn hmdp(lab: &Lab) -> anyhow::Result<Outcome> {
     Ok(outcome(voucher, 1, orders, doubled, left).metric("database", database))
 }
 
-/// What the lab's database holds for the voucher, and whether each user got exactly one.
-async fn counted(lab: &Lab, voucher: i64, instances: i64) -> anyhow::Result<Outcome> {
+/// What the lab's database holds for the voucher, and whether each user got exactly one; the
+/// trace shows the requests of one user, the first to get two orders if one did.
+async fn counted(
+    lab: &Lab,
+    voucher: i64,
+    instances: i64,
+    trace: &Trace,
+) -> anyhow::Result<Outcome> {
     let (orders, doubled) = lab.orders(voucher).await?;
     let left = lab.stock(voucher).await?;
-    Ok(outcome(voucher, instances, orders, doubled, left))
+    let events = trace.events();
+    let user = doubled_first(&events).unwrap_or(1);
+    let theirs: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM tb_voucher_order WHERE user_id = ? AND voucher_id = ?",
+    )
+    .bind(user)
+    .bind(voucher)
+    .fetch_one(&lab.db)
+    .await?;
+    trace.record(
+        Actor::Lab,
+        What::UserOrders {
+            user,
+            orders: theirs,
+        },
+    );
+    let shown = requests_of(&events, user);
+    let timeline = trace.timeline(|e| e.actor == Actor::Lab || shown.contains(&e.actor), 64);
+    Ok(outcome(voucher, instances, orders, doubled, left).traced(timeline))
+}
+
+/// The first user whose second order was inserted, by the events' times.
+fn doubled_first(events: &[Event]) -> Option<i64> {
+    let mut inserted: std::collections::HashMap<i64, u32> = Default::default();
+    events.iter().find_map(|e| match e.what {
+        What::InsertOrder { user } => {
+            let n = inserted.entry(user).or_default();
+            *n += 1;
+            (*n == 2).then_some(user)
+        }
+        _ => None,
+    })
+}
+
+/// `user`'s requests worth showing: the first few that inserted an order, and the first that
+/// found an order already there.
+fn requests_of(events: &[Event], user: i64) -> Vec<Actor> {
+    let mut shown: Vec<Actor> = events
+        .iter()
+        .filter(|e| e.actor.user() == Some(user) && matches!(e.what, What::InsertOrder { .. }))
+        .map(|e| e.actor)
+        .take(TRACED_REQUESTS)
+        .collect();
+    shown.extend(
+        events
+            .iter()
+            .find(|e| {
+                e.actor.user() == Some(user)
+                    && matches!(e.what, What::CountOrders { count } if count > 0)
+            })
+            .map(|e| e.actor),
+    );
+    shown
 }
 
 fn outcome(voucher: i64, instances: i64, orders: i64, doubled: i64, left: i64) -> Outcome {
@@ -310,6 +413,9 @@ struct Buying {
     barrier_prefix: Option<String>,
     guard: Guard,
     voucher: i64,
+    trace: Trace,
+    /// This process, where the version runs two.
+    instance: Option<u8>,
 }
 
 impl Buying {
@@ -318,8 +424,13 @@ impl Buying {
         let locks: Arc<Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>> = Arc::default();
         let mut tasks = Vec::new();
         for user in 1..=users {
-            for _ in 0..requests {
+            for n in 1..=requests {
                 let (buying, locks) = (self.clone(), locks.clone());
+                let me = Actor::Request {
+                    user,
+                    n,
+                    instance: self.instance,
+                };
                 tasks.push(tokio::spawn(async move {
                     match buying.guard {
                         Guard::Local => {
@@ -330,19 +441,24 @@ impl Buying {
                                 .or_default()
                                 .clone();
                             let _held = mutex.lock().await;
-                            buying.buy(user).await?;
+                            buying.trace.record(me, What::LocalLock);
+                            buying.buy(user, me).await?;
                         }
                         Guard::Redis => {
                             let key = format!("{}{user}", buying.lock_prefix);
                             let lock = SetNx::new(buying.redis.clone(), key, LOCK_TTL);
-                            if lock.try_acquire().await? {
-                                let bought = buying.buy(user).await;
-                                lock.unlock().await?;
+                            let ok = lock.try_acquire().await?;
+                            let refused_before = 0;
+                            buying.trace.record(me, What::SetNx { ok, refused_before });
+                            if ok {
+                                let bought = buying.buy(user, me).await;
+                                let deleted = lock.unlock().await?;
+                                buying.trace.record(me, What::ScriptUnlock { deleted });
                                 bought?;
                             }
                         }
                         Guard::None => {
-                            buying.buy(user).await?;
+                            buying.buy(user, me).await?;
                         }
                     }
                     anyhow::Ok(())
@@ -357,7 +473,7 @@ impl Buying {
 
     /// The course's steps: count the user's orders, refuse if any, (window), decrement the
     /// stock if positive, insert the order. Whether it bought.
-    async fn buy(&self, user: i64) -> anyhow::Result<bool> {
+    async fn buy(&self, user: i64, me: Actor) -> anyhow::Result<bool> {
         let mine: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM tb_voucher_order WHERE user_id = ? AND voucher_id = ?",
         )
@@ -365,6 +481,7 @@ impl Buying {
         .bind(self.voucher)
         .fetch_one(&self.db)
         .await?;
+        self.trace.record(me, What::CountOrders { count: mine });
         if mine > 0 {
             return Ok(false);
         }
@@ -379,6 +496,13 @@ impl Buying {
         .execute(&self.db)
         .await?
         .rows_affected();
+        self.trace.record(
+            me,
+            What::Decrement {
+                how: Decrement::IfPositive,
+                affected: taken,
+            },
+        );
         if taken == 0 {
             return Ok(false);
         }
@@ -391,6 +515,7 @@ impl Buying {
             .bind(self.voucher)
             .execute(&self.db)
             .await?;
+        self.trace.record(me, What::InsertOrder { user });
         Ok(true)
     }
 

@@ -5,6 +5,7 @@
 //! writing the orders into the service's database.
 
 use std::{
+    collections::HashMap,
     sync::{
         Arc,
         atomic::{AtomicI64, Ordering},
@@ -13,7 +14,11 @@ use std::{
 };
 
 use super::{Experiment, version};
-use crate::{Lab, Outcome, service::Service};
+use crate::{
+    Lab, Outcome, Trace,
+    service::Service,
+    trace::{self, Actor, Event, What},
+};
 
 /// Vouchers on sale in each version.
 const STOCK: i64 = 50;
@@ -22,6 +27,8 @@ const BUYERS: i64 = 400;
 /// The course's `Thread.sleep`-style window between reading the stock and writing: it makes
 /// the race the chapter is about happen on every run instead of now and then.
 const WINDOW: Duration = Duration::from_millis(20);
+/// Buyers whose steps the trace shows: a few who read the same stock, enough to see the race.
+const TRACED_BUYERS: usize = 4;
 
 pub static EXPERIMENT: Experiment = Experiment {
     name: "oversell",
@@ -80,10 +87,12 @@ async fn stock_gt_0(lab: &Lab) -> anyhow::Result<Outcome> {
 async fn sale(lab: &Lab, how: Decrement) -> anyhow::Result<Outcome> {
     let voucher = lab.new_voucher(STOCK).await?;
     let refused = Arc::new(AtomicI64::new(0));
+    let trace = Trace::start();
     let mut buyers = Vec::new();
     for user in 1..=BUYERS {
         let db = lab.db.clone();
         let refused = refused.clone();
+        let (trace, me) = (trace.clone(), Actor::Buyer { user });
         buyers.push(tokio::spawn(async move {
             let stock: i64 = sqlx::query_scalar(
                 "SELECT CAST(stock AS SIGNED) FROM tb_seckill_voucher WHERE voucher_id = ?",
@@ -91,6 +100,7 @@ async fn sale(lab: &Lab, how: Decrement) -> anyhow::Result<Outcome> {
             .bind(voucher)
             .fetch_one(&db)
             .await?;
+            trace.record(me, What::ReadStock { stock });
             if stock < 1 {
                 refused.fetch_add(1, Ordering::Relaxed);
                 return anyhow::Ok(());
@@ -113,7 +123,14 @@ async fn sale(lab: &Lab, how: Decrement) -> anyhow::Result<Outcome> {
                 )
                 .bind(voucher),
             };
-            if update.execute(&db).await?.rows_affected() == 0 {
+            let affected = update.execute(&db).await?.rows_affected();
+            let how = match how {
+                Decrement::Blind => trace::Decrement::Blind,
+                Decrement::IfUnchanged => trace::Decrement::IfUnchanged { read: stock },
+                Decrement::IfPositive => trace::Decrement::IfPositive,
+            };
+            trace.record(me, What::Decrement { how, affected });
+            if affected == 0 {
                 refused.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
@@ -123,6 +140,7 @@ async fn sale(lab: &Lab, how: Decrement) -> anyhow::Result<Outcome> {
                 .bind(voucher)
                 .execute(&db)
                 .await?;
+            trace.record(me, What::InsertOrder { user });
             Ok(())
         }));
     }
@@ -131,13 +149,81 @@ async fn sale(lab: &Lab, how: Decrement) -> anyhow::Result<Outcome> {
     }
     let (orders, doubled) = lab.orders(voucher).await?;
     let left = lab.stock(voucher).await?;
+    trace.record(
+        Actor::Lab,
+        What::Sold {
+            stock: STOCK,
+            orders,
+            left,
+        },
+    );
+    let shown = raced(&trace.events());
+    let timeline = trace.timeline(|e| e.actor == Actor::Lab || shown.contains(&e.actor), 64);
     Ok(sold(
         voucher,
         orders,
         doubled,
         refused.load(Ordering::Relaxed),
         left,
-    ))
+    )
+    .traced(timeline))
+}
+
+/// The buyers whose steps show the race: of the buyers who went on to the `UPDATE`, those who
+/// read the stock value most of them read: the first two whose `UPDATE` changed a row, the
+/// first whose `UPDATE` changed none (refused with stock left), and the one whose `UPDATE` was
+/// the first beyond the stock (the first voucher sold twice).
+fn raced(events: &[Event]) -> Vec<Actor> {
+    let mut read: HashMap<Actor, i64> = HashMap::new();
+    // Buyers in the order of their UPDATEs, with the rows each changed.
+    let mut updated: Vec<(Actor, u64)> = Vec::new();
+    for e in events {
+        match e.what {
+            What::ReadStock { stock } => {
+                read.insert(e.actor, stock);
+            }
+            What::Decrement { affected, .. } => updated.push((e.actor, affected)),
+            _ => {}
+        }
+    }
+    let mut readers_of: HashMap<i64, usize> = HashMap::new();
+    for (actor, _) in &updated {
+        *readers_of.entry(read[actor]).or_default() += 1;
+    }
+    let Some(value) = readers_of
+        .into_iter()
+        .max_by_key(|(v, n)| (*n, *v))
+        .map(|(v, _)| v)
+    else {
+        return Vec::new();
+    };
+    // The group in the order they read.
+    let mut group: Vec<(u64, Actor, u64)> = events
+        .iter()
+        .filter(|e| matches!(e.what, What::ReadStock { stock } if stock == value))
+        .filter_map(|e| {
+            let affected = updated.iter().find(|(a, _)| *a == e.actor)?.1;
+            Some((e.t_us, e.actor, affected))
+        })
+        .collect();
+    group.sort_by_key(|g| g.0);
+    let mut shown: Vec<Actor> = group
+        .iter()
+        .filter(|g| g.2 > 0)
+        .take(2)
+        .map(|g| g.1)
+        .collect();
+    shown.extend(group.iter().find(|g| g.2 == 0).map(|g| g.1));
+    let beyond = updated
+        .iter()
+        .filter(|(_, affected)| *affected > 0)
+        .nth(STOCK as usize)
+        .map(|(a, _)| *a);
+    if let Some(a) = beyond.filter(|a| read.get(a) == Some(&value) && !shown.contains(a)) {
+        shown.push(a);
+    }
+    shown.truncate(TRACED_BUYERS);
+    shown
 }
 
 /// The same sale through the service: `BUYERS` grabs at once, then the orders its worker wrote.

@@ -17,7 +17,10 @@ use hmdp_lock::LockClient;
 use redis::aio::ConnectionManager;
 use sqlx::AnyPool;
 
-use crate::Lab;
+use crate::{
+    Lab, Trace,
+    trace::{Actor, What},
+};
 
 /// A shop as the cache keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -93,19 +96,30 @@ impl ShopDb {
 
 /// The course's cache-aside read, by hand: `GET`; on a miss the query, and `SET … PX ttl` of
 /// what it found. Nothing is stored for a shop that does not exist, and concurrent misses each
-/// run the query: what the penetration and breakdown chapters start from.
+/// run the query: what the penetration and breakdown chapters start from. With `traced`, a
+/// miss, its query and its store go into that trace as the actor's.
 pub(crate) async fn cache_aside(
     redis: &ConnectionManager,
     key: &str,
     ttl: Duration,
     db: &ShopDb,
     id: i64,
+    traced: Option<(&Trace, Actor)>,
 ) -> anyhow::Result<Option<Shop>> {
+    let record = |what| {
+        if let Some((trace, who)) = traced {
+            trace.record(who, what);
+        }
+    };
     let mut conn = redis.clone();
     let cached: Option<String> = redis::cmd("GET").arg(key).query_async(&mut conn).await?;
     if let Some(json) = cached {
         return Ok(Some(serde_json::from_str(&json)?));
     }
+    record(What::CacheMiss);
+    record(What::Rebuild {
+        ms: db.pause.as_millis() as u64,
+    });
     let shop = db.shop(id).await?;
     if let Some(shop) = &shop {
         let _: () = redis::cmd("SET")
@@ -115,6 +129,9 @@ pub(crate) async fn cache_aside(
             .arg(ttl.as_millis() as u64)
             .query_async(&mut conn)
             .await?;
+        record(What::CacheSet {
+            value: shop.name.clone(),
+        });
     }
     Ok(shop)
 }
