@@ -12,7 +12,7 @@ use std::{
     time::Duration,
 };
 
-use super::{Experiment, version};
+use super::{Experiment, Text, version};
 use crate::{Lab, Outcome, service::Service};
 
 /// Vouchers on sale in each version.
@@ -27,22 +27,30 @@ pub static EXPERIMENT: Experiment = Experiment {
     name: "oversell",
     chapter: "优惠券秒杀",
     invariant: "every voucher is sold once: none beyond the stock, none left while buyers were refused",
+    invariant_zh: "每张券只卖一次：不超过库存，有买家被拒时也不剩库存",
+    lesson: Text {
+        zh: "判断库存和扣减库存要在同一条 UPDATE 里原子完成：WHERE stock > 0；写成 >= 0 就会多卖一张。",
+        en: "Check and decrement the stock in one UPDATE: WHERE stock > 0; written as >= 0 it sells one more than the stock.",
+    },
     versions: &[
         version!(
             "v1-no-check",
             false,
             "read the stock, check it, then UPDATE stock = stock - 1",
+            "读库存、判断，然后 UPDATE stock = stock - 1",
             no_check
         ),
         version!(
             "v2-version-cas",
             false,
             "optimistic lock: UPDATE … WHERE stock = <the stock read>",
+            "乐观锁：UPDATE … WHERE stock = <读到的库存>",
             version_cas
         ),
         version!(
             "v2-stock-gt-0",
             true,
+            "UPDATE … SET stock = stock - 1 WHERE stock > 0",
             "UPDATE … SET stock = stock - 1 WHERE stock > 0",
             stock_gt_0
         ),
@@ -50,6 +58,7 @@ pub static EXPERIMENT: Experiment = Experiment {
             "hmdp",
             true,
             "the service: its grab script decides in Redis, its worker writes the orders",
+            "本服务：抢购脚本在 Redis 里做决定，worker 写订单",
             hmdp
         ),
     ],

@@ -1,0 +1,264 @@
+//! What each column of the lab's tables means. A column is named after its metric, the same
+//! name as the key in `--json`, so a reader who learns it here can find it in a script's output;
+//! the table under each experiment explains the columns it showed.
+
+use crate::Lang;
+
+/// `(metric, Chinese, English)`, for every metric any version records.
+static TERMS: &[(&str, &str, &str)] = &[
+    // Shared by several experiments.
+    (
+        "voucher",
+        "本版本所用券的 id，可在数据库里按 voucher_id 查它的订单",
+        "the version's voucher id: count its orders by voucher_id in the database",
+    ),
+    (
+        "database",
+        "本服务写订单用的数据库（在实验库旁边）",
+        "the database the service wrote its orders to (beside the lab's)",
+    ),
+    (
+        "instances",
+        "同时运行的实例（进程）数",
+        "instances (processes) running at once",
+    ),
+    ("users", "参与的用户数", "users taking part"),
+    ("requests", "发出的请求总数", "requests sent in all"),
+    ("reads", "读取次数", "reads made"),
+    ("writes", "写入次数", "writes made"),
+    ("readers", "并发读者数", "concurrent readers"),
+    (
+        "db_queries",
+        "打到数据库的查询数",
+        "queries that reached the database",
+    ),
+    ("ttl_ms", "TTL（毫秒）", "the TTL, in ms"),
+    (
+        "holders",
+        "进入锁临界区的次数",
+        "entries into the lock's critical section",
+    ),
+    (
+        "stock",
+        "券的库存（开卖时）",
+        "the voucher's stock when the sale opened",
+    ),
+    (
+        "orders",
+        "数据库里写入的订单数",
+        "orders written in the database",
+    ),
+    (
+        "stock_left",
+        "最后剩下的库存；负数就是超卖",
+        "the stock left at the end; below zero means oversold",
+    ),
+    (
+        "users_with_two_or_more",
+        "拿到两张及以上订单的用户数",
+        "users holding two orders or more",
+    ),
+    ("elapsed_ms", "总耗时（毫秒）", "time taken in all, in ms"),
+    // session
+    (
+        "refused_requests",
+        "登录后仍被当作未登录拒绝的请求",
+        "requests refused as not logged in, after the login",
+    ),
+    (
+        "lost_logins",
+        "登录后至少有一次请求被当作未登录的用户",
+        "users treated as logged out at least once after logging in",
+    ),
+    // cache-penetration
+    (
+        "unknown_ids",
+        "哪里都不存在的商户 id 个数",
+        "shop ids that exist nowhere",
+    ),
+    (
+        "reads_of_unknown",
+        "对这些不存在 id 的读取次数",
+        "reads of those ids",
+    ),
+    (
+        "db_queries_after_first_round",
+        "第一轮读取得到答复之后，仍然打到数据库的查询",
+        "queries that reached the database after the first round was answered",
+    ),
+    (
+        "db_queries_for_shops",
+        "读存在的商户时的数据库查询",
+        "database queries for shops that exist",
+    ),
+    (
+        "shops_found",
+        "读到的存在商户数",
+        "existing shops read back",
+    ),
+    (
+        "bloom_false_positives",
+        "布隆过滤器误放行的不存在 id",
+        "unknown ids the Bloom filter let through",
+    ),
+    // cache-breakdown
+    (
+        "rebuild_ms",
+        "一次重建要查多久（毫秒）",
+        "how long one rebuild's query takes, in ms",
+    ),
+    (
+        "db_rebuilds",
+        "数据库重建热点 key 的次数",
+        "times the database rebuilt the hot key",
+    ),
+    (
+        "stale_answers",
+        "返回旧值的读取",
+        "reads answered with the old value",
+    ),
+    (
+        "slowest_read_ms",
+        "最慢一次读取（毫秒）",
+        "the slowest read, in ms",
+    ),
+    // cache-avalanche
+    ("keys", "一起写入缓存的条目数", "entries cached together"),
+    (
+        "jitter",
+        "TTL 随机偏移的比例",
+        "the TTL's random spread, as a fraction",
+    ),
+    (
+        "peak_db_queries_per_100ms",
+        "任一 100 ms 内最多的数据库查询",
+        "most database queries in any 100 ms",
+    ),
+    (
+        "peak_expiries_per_100ms",
+        "任一 100 ms 内最多的过期条目",
+        "most entries expiring in any 100 ms",
+    ),
+    (
+        "peak_share_of_keys",
+        "上一项占全部条目的比例（不变量要求 ≤ 30%）",
+        "that peak as a share of all entries (the invariant: ≤ 30%)",
+    ),
+    // cache-consistency
+    ("shops", "商户数", "shops"),
+    (
+        "pause_ms",
+        "一次写入两步之间最长的停顿（毫秒）",
+        "the longest pause between a write's two steps, in ms",
+    ),
+    (
+        "stale_entries",
+        "最后和数据库不一致的缓存条目",
+        "cached entries that differ from the database at the end",
+    ),
+    (
+        "uncached",
+        "最后没有缓存的商户",
+        "shops not cached at the end",
+    ),
+    // oversell
+    (
+        "buyers",
+        "买家数，每人一个不同的用户",
+        "buyers, each a different user",
+    ),
+    (
+        "oversold",
+        "超卖：订单数超出库存的张数",
+        "oversold: orders beyond the stock",
+    ),
+    (
+        "refused",
+        "被拒绝（或出错）的买家",
+        "buyers refused (or failed)",
+    ),
+    (
+        "unsold_while_refused",
+        "少卖：有买家被拒，库存却还剩的张数",
+        "undersold: stock left although buyers were refused",
+    ),
+    (
+        "script_errors",
+        "抢购脚本报错的次数",
+        "grabs whose script raised an error",
+    ),
+    // lock-misdelete, lock-reentrancy
+    (
+        "stall_ms",
+        "持有者在锁里卡住的时长（毫秒）",
+        "how long a holder stalls inside the lock, in ms",
+    ),
+    (
+        "overlaps",
+        "两个持有者同时在临界区里的次数",
+        "times two holders were inside at once",
+    ),
+    (
+        "inner_wait_ms",
+        "内层获取锁最多等多久（毫秒）",
+        "how long the inner acquire waits at most, in ms",
+    ),
+    (
+        "self_deadlocks",
+        "等自己持有的锁而卡死的持有者",
+        "holders stuck waiting for their own lock",
+    ),
+    (
+        "freed_by_inner_release",
+        "内层释放就删掉了外层锁的次数",
+        "times the inner release deleted the outer hold's lock",
+    ),
+    // queues
+    (
+        "accepted",
+        "已经回复“抢到了”的订单",
+        "orders the buyers were told they got",
+    ),
+    (
+        "written",
+        "写进数据库的不同订单",
+        "distinct orders written in the database",
+    ),
+    (
+        "lost",
+        "丢失：接受了却没写进数据库的订单",
+        "lost: accepted but never written",
+    ),
+    ("written_twice", "写了两次的订单", "orders written twice"),
+    (
+        "kills",
+        "对 consumer 的 kill -9 次数",
+        "kill -9s of the consumer",
+    ),
+    (
+        "drain_orders_per_s",
+        "消费速率（订单/秒）",
+        "orders written per second",
+    ),
+    ("table", "这次写订单的表", "the table the orders went to"),
+];
+
+/// What the column `metric` means, in `lang`.
+pub fn explain(metric: &str, lang: Lang) -> Option<&'static str> {
+    TERMS
+        .iter()
+        .find(|(m, _, _)| *m == metric)
+        .map(|(_, zh, en)| lang.pick(*zh, *en))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn each_term_once() {
+        let mut names: Vec<&str> = super::TERMS.iter().map(|t| t.0).collect();
+        names.sort_unstable();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(n, names.len());
+    }
+}
