@@ -176,3 +176,26 @@ async fn a_run_explains_itself_in_chinese_within_100_columns() {
     assert!(en.contains("conclusion: ") && !en.contains("结论"), "{en}");
     assert_eq!(too_wide(&en), Vec::<String>::new());
 }
+
+/// The metrics `version` of `experiment` measured on a fresh SQLite lab.
+async fn measure(experiment: &str, version: &str) -> hmdp_lab::Outcome {
+    let _alone = support::one_at_a_time().await;
+    let lab = support::TestLab::open(Backend::Sqlite).await;
+    let v = experiments::find(experiment)
+        .unwrap()
+        .versions
+        .iter()
+        .find(|v| v.name == version)
+        .unwrap();
+    let outcome = (v.run)(&lab.lab).await;
+    lab.close().await;
+    outcome.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stock_ge_0_sells_exactly_one_more_than_the_stock() {
+    let o = measure("oversell", "v2-stock-ge-0").await;
+    assert!(!o.held);
+    assert_eq!(o.metrics["oversold"], 1, "{:?}", o.metrics);
+    assert_eq!(o.metrics["stock_left"], -1, "{:?}", o.metrics);
+}

@@ -1,6 +1,7 @@
 //! 优惠券秒杀: the stock. Many buyers at once, each a different user, for fewer vouchers than
 //! buyers. The course's first version checks the stock it read and decrements blindly; the
-//! optimistic lock that compares against the stock read refuses too many; `stock > 0` holds.
+//! optimistic lock that compares against the stock read refuses too many; `stock >= 0`, as the
+//! course's notes write it, sells exactly one more than the stock; `stock > 0` holds.
 //! The `hmdp` version is the service's own decision: its Lua script in Redis, then its worker
 //! writing the orders into the service's database.
 
@@ -48,6 +49,13 @@ pub static EXPERIMENT: Experiment = Experiment {
             version_cas
         ),
         version!(
+            "v2-stock-ge-0",
+            false,
+            "the course notes' slip: UPDATE … SET stock = stock - 1 WHERE stock >= 0 (.ge, not .gt)",
+            "课程笔记里的笔误：UPDATE … SET stock = stock - 1 WHERE stock >= 0（写成了 .ge 而不是 .gt）",
+            stock_ge_0
+        ),
+        version!(
             "v2-stock-gt-0",
             true,
             "UPDATE … SET stock = stock - 1 WHERE stock > 0",
@@ -69,6 +77,8 @@ pub static EXPERIMENT: Experiment = Experiment {
 enum Decrement {
     Blind,
     IfUnchanged,
+    /// `stock >= 0`: true at 0 as well, so the last unit's late buyers still decrement once.
+    IfNotNegative,
     IfPositive,
 }
 
@@ -78,6 +88,10 @@ async fn no_check(lab: &Lab) -> anyhow::Result<Outcome> {
 
 async fn version_cas(lab: &Lab) -> anyhow::Result<Outcome> {
     sale(lab, Decrement::IfUnchanged).await
+}
+
+async fn stock_ge_0(lab: &Lab) -> anyhow::Result<Outcome> {
+    sale(lab, Decrement::IfNotNegative).await
 }
 
 async fn stock_gt_0(lab: &Lab) -> anyhow::Result<Outcome> {
@@ -116,6 +130,11 @@ async fn sale(lab: &Lab, how: Decrement) -> anyhow::Result<Outcome> {
                 )
                 .bind(voucher)
                 .bind(stock),
+                Decrement::IfNotNegative => sqlx::query(
+                    "UPDATE tb_seckill_voucher SET stock = stock - 1 \
+                     WHERE voucher_id = ? AND stock >= 0",
+                )
+                .bind(voucher),
                 Decrement::IfPositive => sqlx::query(
                     "UPDATE tb_seckill_voucher SET stock = stock - 1 \
                      WHERE voucher_id = ? AND stock > 0",
