@@ -241,6 +241,32 @@ static TERMS: &[(&str, &str, &str)] = &[
         "orders written per second",
     ),
     ("table", "这次写订单的表", "the table the orders went to"),
+    // likes
+    (
+        "clicks",
+        "点击次数：每个用户点一下，双号用户同时再点一下",
+        "clicks: one per user, and a second at once by every even user",
+    ),
+    (
+        "liked_in_db",
+        "数据库 tb_blog.liked 里的点赞数",
+        "the like count in tb_blog.liked",
+    ),
+    (
+        "likers_in_set",
+        "点赞集合（ZSET）里的用户数",
+        "users in the liked set (the ZSET)",
+    ),
+    (
+        "miscounted",
+        "两者之差：多算或少算的赞",
+        "the difference: likes counted wrongly",
+    ),
+    (
+        "blog",
+        "本版本所用笔记的 id（tb_blog）",
+        "the version's note id (tb_blog)",
+    ),
 ];
 
 /// What the column `metric` means, in `lang`.

@@ -199,3 +199,36 @@ async fn stock_ge_0_sells_exactly_one_more_than_the_stock() {
     assert_eq!(o.metrics["oversold"], 1, "{:?}", o.metrics);
     assert_eq!(o.metrics["stock_left"], -1, "{:?}", o.metrics);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn likes_on_sqlite() {
+    as_taught("likes", Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn likes_on_mysql() {
+    as_taught("likes", Backend::MySql).await;
+}
+
+
+
+
+
+
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_double_click_counts_twice_only_in_the_course_s_version() {
+    let o = measure("likes", "check-then-like").await;
+    assert_eq!(
+        o.metrics["miscounted"], 20,
+        "every double click: {:?}",
+        o.metrics
+    );
+    let o = measure("likes", "lua-toggle").await;
+    assert_eq!(
+        o.metrics["liked_in_db"], 20,
+        "the single clicks: {:?}",
+        o.metrics
+    );
+}
+

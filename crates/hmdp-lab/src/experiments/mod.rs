@@ -7,6 +7,7 @@ pub mod cache_avalanche;
 pub mod cache_breakdown;
 pub mod cache_consistency;
 pub mod cache_penetration;
+pub mod likes;
 pub mod lock_misdelete;
 pub mod lock_reentrancy;
 pub mod one_per_user;
@@ -88,6 +89,7 @@ pub static ALL: &[&Experiment] = &[
     &lock_misdelete::EXPERIMENT,
     &lock_reentrancy::EXPERIMENT,
     &queues::EXPERIMENT,
+    &likes::EXPERIMENT,
 ];
 
 /// The experiment called `name`.
