@@ -267,6 +267,35 @@ static TERMS: &[(&str, &str, &str)] = &[
         "本版本所用笔记的 id（tb_blog）",
         "the version's note id (tb_blog)",
     ),
+    // feed-paging
+    (
+        "notes",
+        "开始翻页时收件箱里的笔记数",
+        "notes in the inbox when scrolling began",
+    ),
+    (
+        "same_ms",
+        "同一毫秒写入（分数相同）的笔记数",
+        "notes written in the same millisecond (sharing a score)",
+    ),
+    ("page_size", "每页条数", "the page size"),
+    ("pages", "读了几页", "pages read"),
+    (
+        "arrived_while_scrolling",
+        "翻页期间新来的笔记",
+        "notes written while the follower scrolled",
+    ),
+    ("shown", "一共展示的笔记条数", "notes shown in all"),
+    (
+        "shown_twice",
+        "开始时已有、却出现了不止一次的笔记",
+        "notes there at the start shown twice or more",
+    ),
+    (
+        "skipped",
+        "开始时已有、却一次都没出现的笔记",
+        "notes there at the start never shown",
+    ),
 ];
 
 /// What the column `metric` means, in `lang`.

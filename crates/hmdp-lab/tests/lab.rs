@@ -210,7 +210,15 @@ async fn likes_on_mysql() {
     as_taught("likes", Backend::MySql).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feed_paging_on_sqlite() {
+    as_taught("feed-paging", Backend::Sqlite).await;
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feed_paging_on_mysql() {
+    as_taught("feed-paging", Backend::MySql).await;
+}
 
 
 

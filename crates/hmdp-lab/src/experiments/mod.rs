@@ -7,6 +7,7 @@ pub mod cache_avalanche;
 pub mod cache_breakdown;
 pub mod cache_consistency;
 pub mod cache_penetration;
+pub mod feed;
 pub mod likes;
 pub mod lock_misdelete;
 pub mod lock_reentrancy;
@@ -90,6 +91,7 @@ pub static ALL: &[&Experiment] = &[
     &lock_reentrancy::EXPERIMENT,
     &queues::EXPERIMENT,
     &likes::EXPERIMENT,
+    &feed::EXPERIMENT,
 ];
 
 /// The experiment called `name`.
