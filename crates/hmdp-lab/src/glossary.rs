@@ -296,6 +296,22 @@ static TERMS: &[(&str, &str, &str)] = &[
         "开始时已有、却一次都没出现的笔记",
         "notes there at the start never shown",
     ),
+    // nearby-shops
+    (
+        "right_pages",
+        "内容和顺序都正确的页数",
+        "pages with the right shops in the right order",
+    ),
+    (
+        "db_rows_read",
+        "从数据库读出的商户行数",
+        "shop rows read from the database",
+    ),
+    (
+        "db_rows_per_page",
+        "平均每页读出的行数（不变量要求 ≤ 每页条数）",
+        "rows read per page (the invariant: ≤ the page size)",
+    ),
 ];
 
 /// What the column `metric` means, in `lang`.

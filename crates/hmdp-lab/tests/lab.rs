@@ -220,7 +220,15 @@ async fn feed_paging_on_mysql() {
     as_taught("feed-paging", Backend::MySql).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nearby_shops_on_sqlite() {
+    as_taught("nearby-shops", Backend::Sqlite).await;
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nearby_shops_on_mysql() {
+    as_taught("nearby-shops", Backend::MySql).await;
+}
 
 
 

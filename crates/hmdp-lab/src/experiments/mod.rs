@@ -11,6 +11,7 @@ pub mod feed;
 pub mod likes;
 pub mod lock_misdelete;
 pub mod lock_reentrancy;
+pub mod nearby;
 pub mod one_per_user;
 pub mod oversell;
 pub mod queues;
@@ -92,6 +93,7 @@ pub static ALL: &[&Experiment] = &[
     &queues::EXPERIMENT,
     &likes::EXPERIMENT,
     &feed::EXPERIMENT,
+    &nearby::EXPERIMENT,
 ];
 
 /// The experiment called `name`.
