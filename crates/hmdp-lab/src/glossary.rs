@@ -312,6 +312,28 @@ static TERMS: &[(&str, &str, &str)] = &[
         "平均每页读出的行数（不变量要求 ≤ 每页条数）",
         "rows read per page (the invariant: ≤ the page size)",
     ),
+    // sign-streak
+    (
+        "days_signed",
+        "用户按自己的日历连续签到的天数",
+        "days the user signed in, by their own calendar",
+    ),
+    ("streak", "算出来的连续签到天数", "the streak counted"),
+    (
+        "signed_in_march",
+        "记在三月 key 里的签到天数",
+        "sign-ins in March's key",
+    ),
+    (
+        "month_keys",
+        "签到写到了几个月份的 key",
+        "month keys the sign-ins went to",
+    ),
+    (
+        "today_seen_as",
+        "统计时认为今天是几号",
+        "the day of the month taken as today",
+    ),
 ];
 
 /// What the column `metric` means, in `lang`.

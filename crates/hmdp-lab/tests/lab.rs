@@ -230,6 +230,10 @@ async fn nearby_shops_on_mysql() {
     as_taught("nearby-shops", Backend::MySql).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_streak() {
+    as_taught("sign-streak", Backend::Sqlite).await;
+}
 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,6 +17,7 @@ pub mod oversell;
 pub mod queues;
 pub mod session;
 mod shops;
+pub mod sign;
 
 use futures_util::future::BoxFuture;
 
@@ -94,6 +95,7 @@ pub static ALL: &[&Experiment] = &[
     &likes::EXPERIMENT,
     &feed::EXPERIMENT,
     &nearby::EXPERIMENT,
+    &sign::EXPERIMENT,
 ];
 
 /// The experiment called `name`.
