@@ -334,6 +334,29 @@ static TERMS: &[(&str, &str, &str)] = &[
         "统计时认为今天是几号",
         "the day of the month taken as today",
     ),
+    // uv-count
+    (
+        "visitors",
+        "一天里的不同访客数",
+        "distinct visitors in the day",
+    ),
+    ("visits", "访问次数", "visits made"),
+    ("counted", "统计出来的独立访客数", "unique visitors counted"),
+    (
+        "error",
+        "与真实访客数的相对误差（不变量要求 ≤ 2%）",
+        "the count's error (the invariant: ≤ 2 %)",
+    ),
+    (
+        "bytes",
+        "这个 key 占用的内存（MEMORY USAGE，不变量要求 ≤ 16 KB）",
+        "the key's memory (MEMORY USAGE; the invariant: ≤ 16 KB)",
+    ),
+    (
+        "bytes_per_visitor",
+        "平均每个访客占的字节",
+        "bytes per visitor",
+    ),
 ];
 
 /// What the column `metric` means, in `lang`.

@@ -235,6 +235,10 @@ async fn sign_streak() {
     as_taught("sign-streak", Backend::Sqlite).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uv_count() {
+    as_taught("uv-count", Backend::Sqlite).await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_double_click_counts_twice_only_in_the_course_s_version() {
@@ -252,3 +256,21 @@ async fn a_double_click_counts_twice_only_in_the_course_s_version() {
     );
 }
 
+#[test]
+fn every_chapter_from_01_to_11_has_an_experiment() {
+    let chapters: Vec<&str> = experiments::ALL.iter().map(|e| e.chapter).collect();
+    for chapter in [
+        "短信登录",
+        "商户查询缓存",
+        "优惠券秒杀",
+        "分布式锁",
+        "Redis消息队列",
+        "达人探店",
+        "好友关注",
+        "附近商户",
+        "用户签到",
+        "UV统计",
+    ] {
+        assert!(chapters.contains(&chapter), "{chapter}: {chapters:?}");
+    }
+}

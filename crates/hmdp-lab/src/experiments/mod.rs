@@ -18,6 +18,7 @@ pub mod queues;
 pub mod session;
 mod shops;
 pub mod sign;
+pub mod uv;
 
 use futures_util::future::BoxFuture;
 
@@ -96,6 +97,7 @@ pub static ALL: &[&Experiment] = &[
     &feed::EXPERIMENT,
     &nearby::EXPERIMENT,
     &sign::EXPERIMENT,
+    &uv::EXPERIMENT,
 ];
 
 /// The experiment called `name`.
