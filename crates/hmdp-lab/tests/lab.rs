@@ -274,3 +274,11 @@ fn every_chapter_from_01_to_11_has_an_experiment() {
         assert!(chapters.contains(&chapter), "{chapter}: {chapters:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_course_s_grab_script_errors_on_every_grab_before_the_stock_is_loaded() {
+    let o = measure("oversell", "lua-before-preload").await;
+    assert!(!o.held);
+    assert_eq!(o.metrics["script_errors"], 400, "{:?}", o.metrics);
+    assert_eq!(o.metrics["orders"], 0, "{:?}", o.metrics);
+}

@@ -63,6 +63,13 @@ pub static EXPERIMENT: Experiment = Experiment {
             stock_gt_0
         ),
         version!(
+            "lua-before-preload",
+            false,
+            "the course's grab script on a voucher whose stock key was never loaded: nil <= 0 errors",
+            "课程的抢购脚本，但券的库存从没写进 Redis：nil 和 0 比较，每次抢购都报错",
+            lua_before_preload
+        ),
+        version!(
             "hmdp",
             true,
             "the service: its grab script decides in Redis, its worker writes the orders",
@@ -166,6 +173,73 @@ async fn sale(lab: &Lab, how: Decrement) -> anyhow::Result<Outcome> {
         refused.load(Ordering::Relaxed),
         left,
     ))
+}
+
+/// The course's grab script as it compares the stock: `tonumber(GET stock)` against 0, which
+/// raises an error when the key is missing (`nil` cannot be compared with a number).
+const COURSE_GRAB: &str = r"
+if tonumber(redis.call('get', KEYS[1])) <= 0 then
+  return 1
+end
+if redis.call('sismember', KEYS[2], ARGV[1]) == 1 then
+  return 2
+end
+redis.call('incrby', KEYS[1], -1)
+redis.call('sadd', KEYS[2], ARGV[1])
+return 0
+";
+
+/// The course's async sale on a voucher created before the stock was preloaded into Redis (or
+/// on a Redis that lost the key): every buyer's script fails, nothing is sold, nobody is told
+/// why. An accepted grab would take the stock in the database and write its order; none is.
+async fn lua_before_preload(lab: &Lab) -> anyhow::Result<Outcome> {
+    let voucher = lab.new_voucher(STOCK).await?;
+    let stock_key = lab.key(&format!("seckill:stock:{voucher}"));
+    let buyers_key = lab.key(&format!("seckill:order:{voucher}"));
+    let script = redis::Script::new(COURSE_GRAB);
+    let mut tasks = Vec::new();
+    for user in 1..=BUYERS {
+        let (db, mut redis, script) = (lab.db.clone(), lab.redis.clone(), script.clone());
+        let keys = (stock_key.clone(), buyers_key.clone());
+        tasks.push(tokio::spawn(async move {
+            let answer: redis::RedisResult<i64> = script
+                .key(&keys.0)
+                .key(&keys.1)
+                .arg(user)
+                .invoke_async(&mut redis)
+                .await;
+            match answer {
+                Ok(0) => {
+                    sqlx::query(
+                        "UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = ?",
+                    )
+                    .bind(voucher)
+                    .execute(&db)
+                    .await?;
+                    sqlx::query(
+                        "INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (?, ?, ?)",
+                    )
+                    .bind(voucher * 1_000_000 + user)
+                    .bind(user)
+                    .bind(voucher)
+                    .execute(&db)
+                    .await?;
+                    anyhow::Ok((false, false))
+                }
+                Ok(_) => Ok((true, false)),
+                Err(_) => Ok((true, true)),
+            }
+        }));
+    }
+    let (mut refused, mut errors) = (0, 0);
+    for t in tasks {
+        let (r, e) = t.await??;
+        refused += i64::from(r);
+        errors += i64::from(e);
+    }
+    let (orders, doubled) = lab.orders(voucher).await?;
+    let left = lab.stock(voucher).await?;
+    Ok(sold(voucher, orders, doubled, refused, left).metric("script_errors", errors))
 }
 
 /// The same sale through the service: `BUYERS` grabs at once, then the orders its worker wrote.
