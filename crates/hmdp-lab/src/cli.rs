@@ -5,26 +5,50 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::{
-    Lab, LabOptions, Outcome, Report,
+    Lab, LabOptions, Lang, Outcome, Report,
     experiments::{self, ALL, one_per_user, queues},
-    outcome,
-    trace::{self, Lang},
+    render, trace,
 };
 
 /// Runs the versions the hm-dianping course teaches, the broken ones beside the fix, against
 /// real Redis and a real database, and shows which keep the chapter's invariant.
 #[derive(Debug, Parser)]
-#[command(name = "hmdp-lab", version)]
+#[command(name = "hmdp-lab", version, verbatim_doc_comment)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// The language of the output: zh (中文) or en. Names and JSON keys stay as they are.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = Lang::Zh,
+        env = "HMDP_LAB_LANG"
+    )]
+    pub lang: Lang,
 }
+
+/// What the experiments need running, shown under `run --help`.
+const SERVICES: &str = "\
+What each experiment needs / 各实验需要的服务:
+  every experiment: Redis (--redis-url; `apt-get install redis-server`,
+    then `redis-server --daemonize yes`)
+  queues / rabbitmq: RabbitMQ (--amqp-url; `apt-get install rabbitmq-server`,
+    then `rabbitmq-server -detached`); the other versions of queues need Redis only
+  the database: a temporary SQLite file unless --database-url names one; for MariaDB or MySQL
+    (`apt-get install mariadb-server`, then `service mariadb start`):
+    --database-url mysql://root@127.0.0.1:3306/hmdp_lab";
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Lists the experiments: name, chapter, versions.
-    List,
+    List {
+        /// One JSON object per experiment per line: name, chapter, versions.
+        #[arg(long)]
+        json: bool,
+    },
     /// Runs experiments by name (`all` for every one).
+    #[command(after_help = SERVICES)]
     Run {
         #[arg(required = true)]
         names: Vec<String>,
@@ -48,9 +72,9 @@ pub enum Command {
             default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
         )]
         amqp_url: String,
-        /// `mysql://root@127.0.0.1:3306/hmdp_lab` (the database is created when missing) or
-        /// `sqlite://FILE`; default: a SQLite file in a new temporary folder, which is kept.
-        #[arg(long, env = "HMDP_LAB_DATABASE_URL")]
+        /// `mysql://root@127.0.0.1:3306/hmdp_lab` (the database is created when missing)
+        /// or `sqlite://FILE`; default: a SQLite file in a new temporary folder, which is kept.
+        #[arg(long, env = "HMDP_LAB_DATABASE_URL", verbatim_doc_comment)]
         database_url: Option<String>,
         /// No progress lines on stderr.
         #[arg(long, short)]
@@ -78,10 +102,13 @@ pub enum Instance {
 /// teaches (the broken ones failed, the others held), 1 when one did not, 2 on an error.
 pub async fn run(cli: Cli) -> i32 {
     match cli.command {
-        Command::List => {
-            for e in ALL {
-                let versions: Vec<&str> = e.versions.iter().map(|v| v.name).collect();
-                println!("{:<18} {:<8} {}", e.name, e.chapter, versions.join(", "));
+        Command::List { json } => {
+            if json {
+                for e in ALL {
+                    println!("{}", render::list_json(e, cli.lang));
+                }
+            } else {
+                print!("{}", render::list(ALL, cli.lang));
             }
             0
         }
@@ -104,7 +131,7 @@ pub async fn run(cli: Cli) -> i32 {
             let print = Print {
                 json,
                 trace,
-                lang: Lang::default(),
+                lang: cli.lang,
             };
             match run_named(&names, options, print).await {
                 Ok(true) => 0,
@@ -160,11 +187,11 @@ async fn run_on(
     chosen: &[&experiments::Experiment],
     print: Print,
 ) -> anyhow::Result<bool> {
-    let json = print.json;
+    let (json, lang) = (print.json, print.lang);
     lab.progress(format_args!("database: {}", lab.database_url));
     let mut as_taught = true;
     for e in chosen.iter().copied() {
-        let mut rows: Vec<(&str, bool, bool, Outcome)> = Vec::new();
+        let mut rows: Vec<(&experiments::Version, Outcome)> = Vec::new();
         for v in e.versions {
             lab.progress(format_args!("{} / {} …", e.name, v.name));
             let outcome = (v.run)(lab)
@@ -176,7 +203,7 @@ async fn run_on(
                     experiment: e.name,
                     version: v.name,
                     chapter: e.chapter,
-                    invariant: e.invariant,
+                    invariant: e.invariant(lang),
                     held: outcome.held,
                     expected_to_hold: v.holds,
                     metrics: &outcome.metrics,
@@ -194,20 +221,23 @@ async fn run_on(
                 };
                 println!("{}", serde_json::to_string(&report)?);
             }
-            rows.push((v.name, v.holds, outcome.held, outcome));
+            rows.push((v, outcome));
         }
         if !json {
-            println!("\n{} ({}): {}\n", e.name, e.chapter, e.invariant);
-            let view: Vec<(&str, bool, bool, &Outcome)> =
-                rows.iter().map(|(n, h, d, o)| (*n, *h, *d, o)).collect();
-            print!("{}", outcome::table(&view));
+            let view: Vec<(&experiments::Version, &Outcome)> =
+                rows.iter().map(|(v, o)| (*v, o)).collect();
+            print!("{}", render::experiment(e, &view, lang));
             if print.trace {
-                print!("{}", trace::timelines(&view, print.lang));
+                print!("{}", trace::timelines(&view, lang));
             }
         }
     }
     if !json {
-        println!("\ndatabase: {}", lab.database_url);
+        println!(
+            "\n{}{}",
+            lang.pick("实验数据库：", "the lab's database: "),
+            lab.database_url
+        );
     }
     Ok(as_taught)
 }

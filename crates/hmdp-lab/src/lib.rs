@@ -19,16 +19,20 @@
 
 mod cli;
 pub mod experiments;
+mod glossary;
 mod lab;
+mod lang;
 mod outcome;
+mod render;
 mod schema;
 mod service;
 mod setnx;
 pub mod trace;
 
 pub use cli::{Cli, run};
-pub use experiments::{Experiment, Version, find};
+pub use experiments::{Experiment, Text, Version, find};
 pub use lab::{Lab, LabOptions};
+pub use lang::{COLUMNS, Lang, width as display_width};
 pub use outcome::{Outcome, Report};
 pub use service::database_url as service_database_url;
 pub use trace::{Timeline, Trace};

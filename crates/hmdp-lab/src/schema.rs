@@ -1,5 +1,5 @@
 //! The lab's tables: the original project's `tb_voucher`, `tb_seckill_voucher`,
-//! `tb_voucher_order` and `tb_shop`, with the original's columns, written once in the SQL that
+//! `tb_voucher_order`, `tb_shop` and `tb_blog`, with the original's columns, written once in the SQL that
 //! SQLite and MySQL/MariaDB both read. What matters is what is *not* here: hmdp's migrations
 //! add a unique key on `(user_id, voucher_id)`; the original has none, and its absence is what
 //! lets the course's one-order-per-user races show.
@@ -53,6 +53,18 @@ pub(crate) const TABLES: &[&str] = &[
         comments INT NOT NULL DEFAULT 0,
         score INT NOT NULL DEFAULT 0,
         open_hours VARCHAR(32) NULL,
+        create_time DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
+        update_time DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP
+    )",
+    "CREATE TABLE IF NOT EXISTS tb_blog (
+        id BIGINT NOT NULL PRIMARY KEY,
+        shop_id BIGINT NOT NULL,
+        user_id BIGINT NOT NULL,
+        title VARCHAR(255) NOT NULL,
+        images VARCHAR(2048) NOT NULL DEFAULT '',
+        content VARCHAR(2048) NOT NULL DEFAULT '',
+        liked INT NOT NULL DEFAULT 0,
+        comments INT NOT NULL DEFAULT 0,
         create_time DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
         update_time DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP
     )",

@@ -25,14 +25,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
-/// The language of the lab's human output. (`--lang` chooses it; until the command line has
-/// that switch the trace is printed in the default, Chinese.)
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Lang {
-    #[default]
-    Zh,
-    En,
-}
+use crate::Lang;
 
 /// Events kept in memory per version at most: far above what any version records, a bound
 /// should one record in a loop by mistake. Events beyond it are counted, not kept.
@@ -123,6 +116,8 @@ pub enum Decrement {
     Blind,
     /// `… AND stock = <the stock read>`.
     IfUnchanged { read: i64 },
+    /// `… AND stock >= 0`.
+    IfNotNegative,
     /// `… AND stock > 0`.
     IfPositive,
 }
@@ -276,6 +271,7 @@ impl What {
                 let sql = match how {
                     Decrement::Blind => "SET stock = stock - 1".to_owned(),
                     Decrement::IfUnchanged { read } => format!("… WHERE stock = {read}"),
+                    Decrement::IfNotNegative => "… WHERE stock >= 0".to_owned(),
                     Decrement::IfPositive => "… WHERE stock > 0".to_owned(),
                 };
                 if zh {
@@ -656,12 +652,12 @@ impl Timeline {
 
 /// The timelines of an experiment's broken versions (those the course teaches to fail) that
 /// recorded one, each after a blank line; `rows` as the table takes them.
-pub(crate) fn timelines(rows: &[(&str, bool, bool, &crate::Outcome)], lang: Lang) -> String {
+pub(crate) fn timelines(rows: &[(&crate::Version, &crate::Outcome)], lang: Lang) -> String {
     let mut out = String::new();
-    for (version, holds, _, outcome) in rows {
-        if let (false, Some(timeline)) = (holds, &outcome.trace) {
+    for (version, outcome) in rows {
+        if let (false, Some(timeline)) = (version.holds, &outcome.trace) {
             out.push('\n');
-            out.push_str(&timeline.render(version, lang));
+            out.push_str(&timeline.render(version.name, lang));
         }
     }
     out

@@ -47,7 +47,7 @@ fn the_command_line_is_well_formed() {
 }
 
 /// `hmdp-lab run ARGS… -q` against the test Redis and a SQLite file of its own: its stdout.
-async fn lab_command(args: &[&str]) -> String {
+async fn lab_run(args: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let database = format!("sqlite://{}?mode=rwc", dir.path().join("lab.db").display());
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hmdp-lab"))
@@ -68,10 +68,28 @@ async fn lab_command(args: &[&str]) -> String {
     stdout
 }
 
+/// `hmdp-lab ARGS` with the test's Redis: its standard output, after asserting it exited 0.
+fn lab_command(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hmdp-lab"))
+        .args(args)
+        .env("HMDP_LAB_REDIS_URL", hmdp_testkit::redis_url())
+        .env_remove("HMDP_LAB_LANG")
+        .output()
+        .expect("run hmdp-lab");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "hmdp-lab {args:?}: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_oversell_trace_shows_two_buyers_reading_one_stock_then_both_decrementing() {
     let _alone = support::one_at_a_time().await;
-    let stdout = lab_command(&["oversell", "--trace", "--json"]).await;
+    let stdout = lab_run(&["oversell", "--trace", "--json"]).await;
     let v1: serde_json::Value = stdout
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
@@ -114,10 +132,98 @@ async fn the_oversell_trace_shows_two_buyers_reading_one_stock_then_both_decreme
     );
 }
 
+/// The lines of `text` wider than a 100-column terminal.
+fn too_wide(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| hmdp_lab::display_width(l) > hmdp_lab::COLUMNS)
+        .map(|l| format!("{} columns: {l}", hmdp_lab::display_width(l)))
+        .collect()
+}
+
+#[test]
+fn list_json_has_one_object_per_experiment_with_its_versions() {
+    let out = lab_command(&["list", "--json"]);
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
+        .collect();
+    assert_eq!(lines.len(), experiments::ALL.len());
+    for (line, e) in lines.iter().zip(experiments::ALL) {
+        let keys: Vec<&str> = line
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, ["name", "chapter", "versions"], "{line}");
+        assert_eq!(line["name"], e.name);
+        assert_eq!(line["chapter"], e.chapter);
+        let versions = line["versions"].as_array().unwrap();
+        assert_eq!(versions.len(), e.versions.len(), "{line}");
+        for (got, v) in versions.iter().zip(e.versions) {
+            let keys: Vec<&str> = got
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(String::as_str)
+                .collect();
+            assert_eq!(keys, ["name", "expected_to_hold", "about"], "{got}");
+            assert_eq!(got["name"], v.name);
+            assert_eq!(got["expected_to_hold"], v.holds);
+            assert_eq!(got["about"], v.about_zh, "Chinese unless told otherwise");
+        }
+    }
+    let en = lab_command(&["list", "--json", "--lang", "en"]);
+    let first: serde_json::Value = serde_json::from_str(en.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        first["versions"][0]["about"],
+        experiments::ALL[0].versions[0].about
+    );
+}
+
+#[test]
+fn every_version_is_described_in_both_languages() {
+    for e in experiments::ALL {
+        let has_cjk = |s: &str| s.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c));
+        assert!(has_cjk(e.invariant_zh), "{}: a Chinese invariant", e.name);
+        assert!(has_cjk(e.lesson.zh), "{}: a Chinese lesson", e.name);
+        assert!(!has_cjk(e.lesson.en), "{}: an English lesson", e.name);
+        for v in e.versions {
+            assert!(
+                !v.about.is_empty() && !v.about_zh.is_empty(),
+                "{} / {}",
+                e.name,
+                v.name
+            );
+        }
+    }
+}
+
+#[test]
+fn list_fits_a_100_column_terminal_in_both_languages() {
+    for lang in ["zh", "en"] {
+        let out = lab_command(&["list", "--lang", lang]);
+        assert!(out.lines().count() > experiments::ALL.len());
+        assert_eq!(too_wide(&out), Vec::<String>::new(), "--lang {lang}");
+    }
+    for args in [&["--help"][..], &["run", "--help"], &["list", "--help"]] {
+        assert_eq!(
+            too_wide(&lab_command(args)),
+            Vec::<String>::new(),
+            "{args:?}"
+        );
+    }
+    let help = lab_command(&["run", "--help"]);
+    assert!(
+        help.contains("rabbitmq-server") && help.contains("mysql://"),
+        "{help}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lock_misdelete_trace_names_whose_lock_a_del_removed_within_100_columns() {
     let _alone = support::one_at_a_time().await;
-    let stdout = lab_command(&["lock-misdelete", "--trace"]).await;
+    let stdout = lab_run(&["lock-misdelete", "--trace"]).await;
     let timeline: Vec<&str> = stdout
         .lines()
         .skip_while(|l| !l.contains("setnx-del"))
@@ -140,4 +246,135 @@ async fn the_lock_misdelete_trace_names_whose_lock_a_del_removed_within_100_colu
         !stdout.contains("  lua-unlock 的交错"),
         "only broken versions' timelines are printed"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_explains_itself_in_chinese_within_100_columns() {
+    let _alone = support::one_at_a_time().await;
+    let out = lab_command(&["run", "session", "-q"]);
+    for expected in [
+        "不变量：",
+        "版本：",
+        "列的含义：",
+        "结论：",
+        "lost_logins",
+        "登录后至少有一次",
+    ] {
+        assert!(out.contains(expected), "{expected:?} in\n{out}");
+    }
+    for v in experiments::find("session").unwrap().versions {
+        let start: String = v.about_zh.chars().take(12).collect();
+        assert!(out.contains(&start), "{} described in\n{out}", v.name);
+    }
+    assert!(!out.contains("  ?"), "every column explained:\n{out}");
+    assert_eq!(too_wide(&out), Vec::<String>::new());
+    let en = lab_command(&["run", "session", "-q", "--lang", "en"]);
+    assert!(en.contains("conclusion: ") && !en.contains("结论"), "{en}");
+    assert_eq!(too_wide(&en), Vec::<String>::new());
+}
+
+/// The metrics `version` of `experiment` measured on a fresh SQLite lab.
+async fn measure(experiment: &str, version: &str) -> hmdp_lab::Outcome {
+    let _alone = support::one_at_a_time().await;
+    let lab = support::TestLab::open(Backend::Sqlite).await;
+    let v = experiments::find(experiment)
+        .unwrap()
+        .versions
+        .iter()
+        .find(|v| v.name == version)
+        .unwrap();
+    let outcome = (v.run)(&lab.lab).await;
+    lab.close().await;
+    outcome.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stock_ge_0_sells_exactly_one_more_than_the_stock() {
+    let o = measure("oversell", "v2-stock-ge-0").await;
+    assert!(!o.held);
+    assert_eq!(o.metrics["oversold"], 1, "{:?}", o.metrics);
+    assert_eq!(o.metrics["stock_left"], -1, "{:?}", o.metrics);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn likes_on_sqlite() {
+    as_taught("likes", Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn likes_on_mysql() {
+    as_taught("likes", Backend::MySql).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feed_paging_on_sqlite() {
+    as_taught("feed-paging", Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feed_paging_on_mysql() {
+    as_taught("feed-paging", Backend::MySql).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nearby_shops_on_sqlite() {
+    as_taught("nearby-shops", Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nearby_shops_on_mysql() {
+    as_taught("nearby-shops", Backend::MySql).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_streak() {
+    as_taught("sign-streak", Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uv_count() {
+    as_taught("uv-count", Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_double_click_counts_twice_only_in_the_course_s_version() {
+    let o = measure("likes", "check-then-like").await;
+    assert_eq!(
+        o.metrics["miscounted"], 20,
+        "every double click: {:?}",
+        o.metrics
+    );
+    let o = measure("likes", "lua-toggle").await;
+    assert_eq!(
+        o.metrics["liked_in_db"], 20,
+        "the single clicks: {:?}",
+        o.metrics
+    );
+}
+
+#[test]
+fn every_chapter_from_01_to_11_has_an_experiment() {
+    let chapters: Vec<&str> = experiments::ALL.iter().map(|e| e.chapter).collect();
+    for chapter in [
+        "短信登录",
+        "商户查询缓存",
+        "优惠券秒杀",
+        "分布式锁",
+        "Redis消息队列",
+        "达人探店",
+        "好友关注",
+        "附近商户",
+        "用户签到",
+        "UV统计",
+    ] {
+        assert!(chapters.contains(&chapter), "{chapter}: {chapters:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_course_s_grab_script_errors_on_every_grab_before_the_stock_is_loaded() {
+    let o = measure("oversell", "lua-before-preload").await;
+    assert!(!o.held);
+    assert_eq!(o.metrics["script_errors"], 400, "{:?}", o.metrics);
+    assert_eq!(o.metrics["orders"], 0, "{:?}", o.metrics);
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use hmdp_cache::{ReadOptions, Strategy};
 
 use super::{
-    Experiment,
+    Experiment, Text,
     shops::{Shop, ShopDb, cache_client, new_shops},
     version,
 };
@@ -40,17 +40,24 @@ pub static EXPERIMENT: Experiment = Experiment {
     name: "cache-avalanche",
     chapter: "商户查询缓存",
     invariant: "entries cached together do not expire together: no 100 ms sees more than 30% of them expire (and their readers reach the database)",
+    invariant_zh: "一起写入缓存的条目不会一起过期：任何 100 ms 内过期的不超过 30%（过期条目的读者会打到数据库）",
+    lesson: Text {
+        zh: "TTL 加随机偏移，让同一批写入的 key 分散在一段时间里过期。",
+        en: "Add a random offset to each TTL, so that keys written together expire over a spread of time.",
+    },
     versions: &[
         version!(
             "same-ttl",
             false,
             "every entry cached for exactly 1 s: they expire in the same instant",
+            "每个条目都缓存整 1 秒：同一时刻一起过期",
             same_ttl
         ),
         version!(
             "jittered-ttl",
             true,
             "hmdp-cache jitter: every TTL spread by ±50 %, expiries over a second",
+            "hmdp-cache 的 TTL 抖动：每个 TTL 随机偏移 ±50%，过期分散在一秒之内",
             jittered_ttl
         ),
     ],

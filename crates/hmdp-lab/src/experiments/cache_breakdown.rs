@@ -18,7 +18,7 @@ use std::{
 use hmdp_cache::{ReadOptions, Strategy};
 
 use super::{
-    Experiment,
+    Experiment, Text,
     shops::{Shop, ShopDb, cache_aside, cache_client, new_shops},
     version,
 };
@@ -42,23 +42,31 @@ pub static EXPERIMENT: Experiment = Experiment {
     name: "cache-breakdown",
     chapter: "商户查询缓存",
     invariant: "when a hot key expires under concurrent reads, the database rebuilds it once",
+    invariant_zh: "热点 key 在并发读取下过期时，数据库只重建它一次",
+    lesson: Text {
+        zh: "热点 key 过期时只让一个请求去重建：互斥锁让其他人等，逻辑过期让其他人先拿旧值。",
+        en: "Let one request rebuild an expired hot key: a mutex makes the others wait, logical expiry hands them the old value meanwhile.",
+    },
     versions: &[
         version!(
             "no-mutex",
             false,
             "cache-aside: every reader that misses the expired hot key rebuilds it",
+            "Cache Aside：每个没命中已过期热点 key 的读者都去重建",
             no_mutex
         ),
         version!(
             "mutex",
             true,
             "hmdp-cache Strategy::Mutex: one rebuild under a Redis lock, the others wait for it",
+            "hmdp-cache Strategy::Mutex：拿到 Redis 锁的那一个去重建，其余的等它",
             mutex
         ),
         version!(
             "logical-expiry",
             true,
             "hmdp-cache Strategy::LogicalExpiry: the stale value answered at once, one background rebuild",
+            "hmdp-cache Strategy::LogicalExpiry：立刻返回旧值，后台只重建一次",
             logical_expiry
         ),
     ],

@@ -31,7 +31,7 @@ use redis::aio::ConnectionManager;
 use sqlx::AnyPool;
 use tokio::sync::{Notify, RwLock};
 
-use super::{Experiment, shops::new_shops, version};
+use super::{Experiment, Text, shops::new_shops, version};
 use crate::{
     Lab, Outcome, Trace,
     trace::{Actor, What},
@@ -52,17 +52,24 @@ pub static EXPERIMENT: Experiment = Experiment {
     name: "cache-consistency",
     chapter: "商户查询缓存",
     invariant: "after concurrent writes settle, no cached shop differs from the database",
+    invariant_zh: "并发写入平息之后，没有哪个缓存的商户和数据库不一致",
+    lesson: Text {
+        zh: "更新时先写数据库、再删缓存；先删缓存或者直接改缓存，都会把旧值留在缓存里。",
+        en: "On update, write the database first and delete the cache entry after; deleting first or setting the cache leaves old values cached.",
+    },
     versions: &[
         version!(
             "update-cache-then-db",
             false,
             "SET the cache to the new value, then UPDATE the database",
+            "先把缓存 SET 成新值，再 UPDATE 数据库",
             update_cache_then_db
         ),
         version!(
             "delete-cache-then-db",
             false,
             "DEL the cache entry, then UPDATE the database",
+            "先 DEL 缓存，再 UPDATE 数据库",
             delete_cache_then_db
         ),
         version!(
@@ -70,6 +77,7 @@ pub static EXPERIMENT: Experiment = Experiment {
             true,
             "UPDATE the database, then DEL the cache entry (a reader's miss never overlaps a write here, \
              which rules out this order's narrow window)",
+            "先 UPDATE 数据库，再 DEL 缓存（这里读者的未命中不会和写交叠，排除了这个顺序仅剩的小窗口）",
             db_then_delete_cache
         ),
     ],

@@ -8,7 +8,7 @@ use std::time::Duration;
 use hmdp_cache::{BloomFilter, BloomOptions, ReadOptions, Strategy};
 
 use super::{
-    Experiment,
+    Experiment, Text,
     shops::{ShopDb, cache_aside, cache_client, new_shops},
     version,
 };
@@ -29,23 +29,31 @@ pub static EXPERIMENT: Experiment = Experiment {
     name: "cache-penetration",
     chapter: "商户查询缓存",
     invariant: "an id that exists nowhere reaches the database only while its first reads are under way, never once they are answered",
+    invariant_zh: "哪里都不存在的 id，只在第一轮读取进行中时打到数据库，得到答复之后再也不会",
+    lesson: Text {
+        zh: "不存在的数据也要挡在数据库前面：缓存空值，或者在前面放一个布隆过滤器。",
+        en: "Keep what does not exist away from the database too: cache the empty answer, or put a Bloom filter in front.",
+    },
     versions: &[
         version!(
             "no-null-cache",
             false,
             "cache-aside that stores nothing for a missing shop: every read of it is a query",
+            "Cache Aside，查不到的商户什么都不缓存：每次读它都是一次查询",
             no_null_cache
         ),
         version!(
             "null-cache",
             true,
             "hmdp-cache: \"not found\" cached as an empty string for 2 minutes",
+            "hmdp-cache：把“不存在”缓存成空字符串，2 分钟",
             null_cache
         ),
         version!(
             "bloom",
             true,
             "hmdp-cache behind a Bloom filter of tb_shop's ids, consulted on a miss: unknown ids are turned away before the database",
+            "hmdp-cache 前面加一个 tb_shop id 的布隆过滤器，未命中时先问它：未知 id 到不了数据库",
             bloom
         ),
     ],

@@ -27,7 +27,7 @@ use hmdp_lock::{LockClient, LockGuard};
 use redis::aio::ConnectionManager;
 use tokio::sync::watch;
 
-use super::{Experiment, version};
+use super::{Experiment, Text, version};
 use crate::{
     Lab, Outcome, Trace,
     setnx::{Checked, SetNx},
@@ -57,29 +57,38 @@ pub static EXPERIMENT: Experiment = Experiment {
     name: "lock-misdelete",
     chapter: "分布式锁",
     invariant: "no two holders are ever inside the lock's critical section at once",
+    invariant_zh: "任何时刻都不会有两个持有者同时在锁的临界区里",
+    lesson: Text {
+        zh: "解锁前要确认锁还是自己的，“判断 + 删除”必须原子（Lua）；业务可能比 TTL 长时，还要看门狗续期。",
+        en: "Unlock only your own lock, comparing and deleting atomically (Lua); when the work may outlast the TTL, a watchdog must renew it.",
+    },
     versions: &[
         version!(
             "setnx-del",
             false,
             "SET NX PX; unlock with DEL, after a stall longer than the TTL",
+            "SET NX PX；持有者卡顿超过 TTL 后用 DEL 解锁",
             setnx_del
         ),
         version!(
             "owner-get-then-del",
             false,
             "SET NX PX with an owner value; GET, compare, stall, DEL",
+            "SET NX PX，值是持有者标识；GET、比较、卡顿、DEL",
             owner_get_then_del
         ),
         version!(
             "lua-unlock",
             true,
             "SET NX PX with an owner value; compare-and-delete in one Lua script",
+            "SET NX PX，值是持有者标识；在一个 Lua 脚本里比较并删除",
             lua_unlock
         ),
         version!(
             "hmdp-lock",
             true,
             "hmdp-lock without a lease: the watchdog renews it while its holder stalls inside",
+            "hmdp-lock，不设租期：持有者在锁内卡顿时看门狗一直续期",
             hmdp_lock
         ),
     ],

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use hmdp_lock::LockClient;
 
-use super::{Experiment, version};
+use super::{Experiment, Text, version};
 use crate::{Lab, Outcome, setnx::SetNx};
 
 /// Holders, each on a lock of its own, all at once.
@@ -24,17 +24,24 @@ pub static EXPERIMENT: Experiment = Experiment {
     name: "lock-reentrancy",
     chapter: "分布式锁",
     invariant: "a holder that takes its own lock again gets it, and keeps it when that inner hold ends",
+    invariant_zh: "持有者再次获取自己的锁能拿到，内层释放之后仍然持有",
+    lesson: Text {
+        zh: "可重入锁按持有者记录重入次数（hash），减到 0 才真正删除。",
+        en: "A reentrant lock counts the holds of each owner (a hash) and deletes the lock only when the count reaches 0.",
+    },
     versions: &[
         version!(
             "setnx",
             false,
             "SET NX PX: the inner call waits for its own caller's lock",
+            "SET NX PX：内层调用等它自己的调用者持有的锁",
             setnx
         ),
         version!(
             "hmdp-lock",
             true,
             "hmdp-lock: a hold count per owner; the inner call re-enters through the guard",
+            "hmdp-lock：按持有者记重入次数，内层调用通过 guard 重入",
             hmdp_lock
         ),
     ],

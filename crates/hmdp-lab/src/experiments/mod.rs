@@ -7,17 +7,22 @@ pub mod cache_avalanche;
 pub mod cache_breakdown;
 pub mod cache_consistency;
 pub mod cache_penetration;
+pub mod feed;
+pub mod likes;
 pub mod lock_misdelete;
 pub mod lock_reentrancy;
+pub mod nearby;
 pub mod one_per_user;
 pub mod oversell;
 pub mod queues;
 pub mod session;
 mod shops;
+pub mod sign;
+pub mod uv;
 
 use futures_util::future::BoxFuture;
 
-use crate::{Lab, Outcome};
+use crate::{Lab, Lang, Outcome};
 
 /// How one version runs.
 pub type RunFn = for<'a> fn(&'a Lab) -> BoxFuture<'a, anyhow::Result<Outcome>>;
@@ -31,7 +36,28 @@ pub struct Version {
     pub holds: bool,
     /// What it does, in a line.
     pub about: &'static str,
+    /// The same line in Chinese.
+    pub about_zh: &'static str,
     pub run: RunFn,
+}
+
+impl Version {
+    /// What it does, in `lang`.
+    pub fn about(&self, lang: Lang) -> &'static str {
+        lang.pick(self.about_zh, self.about)
+    }
+}
+
+/// A sentence in both of the lab's languages.
+pub struct Text {
+    pub zh: &'static str,
+    pub en: &'static str,
+}
+
+impl Text {
+    pub fn get(&self, lang: Lang) -> &'static str {
+        lang.pick(self.zh, self.en)
+    }
 }
 
 /// One experiment: a chapter's invariant and the versions that keep or break it.
@@ -41,7 +67,18 @@ pub struct Experiment {
     pub chapter: &'static str,
     /// What must hold, in a line.
     pub invariant: &'static str,
+    /// The same line in Chinese.
+    pub invariant_zh: &'static str,
+    /// What the experiment teaches, in a sentence: the last line of its report.
+    pub lesson: Text,
     pub versions: &'static [Version],
+}
+
+impl Experiment {
+    /// What must hold, in `lang`.
+    pub fn invariant(&self, lang: Lang) -> &'static str {
+        lang.pick(self.invariant_zh, self.invariant)
+    }
 }
 
 /// Every experiment, in the course's order.
@@ -56,6 +93,11 @@ pub static ALL: &[&Experiment] = &[
     &lock_misdelete::EXPERIMENT,
     &lock_reentrancy::EXPERIMENT,
     &queues::EXPERIMENT,
+    &likes::EXPERIMENT,
+    &feed::EXPERIMENT,
+    &nearby::EXPERIMENT,
+    &sign::EXPERIMENT,
+    &uv::EXPERIMENT,
 ];
 
 /// The experiment called `name`.
@@ -63,13 +105,15 @@ pub fn find(name: &str) -> Option<&'static Experiment> {
     ALL.iter().copied().find(|e| e.name == name)
 }
 
-/// A [`Version`] from an `async fn(&Lab) -> anyhow::Result<Outcome>`.
+/// A [`Version`] from an `async fn(&Lab) -> anyhow::Result<Outcome>`: its name, whether it
+/// holds, what it does in English and in Chinese, the function.
 macro_rules! version {
-    ($name:literal, $holds:expr, $about:literal, $f:path) => {
+    ($name:literal, $holds:expr, $about:literal, $about_zh:literal, $f:path) => {
         $crate::Version {
             name: $name,
             holds: $holds,
             about: $about,
+            about_zh: $about_zh,
             run: |lab| Box::pin($f(lab)),
         }
     };

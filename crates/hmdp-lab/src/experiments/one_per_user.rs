@@ -26,7 +26,7 @@ use redis::aio::ConnectionManager;
 use sqlx::AnyPool;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use super::{Experiment, version};
+use super::{Experiment, Text, version};
 use crate::{
     Lab, LabOptions, Outcome, Trace,
     service::Service,
@@ -62,35 +62,45 @@ pub static EXPERIMENT: Experiment = Experiment {
     name: "one-per-user",
     chapter: "优惠券秒杀",
     invariant: "every user who asks gets exactly one order of the voucher, never two",
+    invariant_zh: "每个下单的用户恰好得到一张订单，绝不会有两张",
+    lesson: Text {
+        zh: "一人一单的“先查再插”要整段加锁，而且锁要跨实例：进程内的锁到了两个进程就失效。",
+        en: "The check-then-insert of one order per user needs one lock around it, shared by every instance: a process's own lock fails with two processes.",
+    },
     versions: &[
         version!(
             "v3-check-then-insert",
             false,
             "count the user's orders, refuse if any, else decrement and insert",
+            "查该用户的订单数，有就拒绝，没有就扣库存、插入订单",
             check_then_insert
         ),
         version!(
             "v4-local-lock-1-instance",
             true,
             "the same steps under a per-user lock of the process, one process",
+            "同样的步骤放进进程内按用户加的锁里，一个进程",
             local_lock_1_instance
         ),
         version!(
             "v4-local-lock-2-instances",
             false,
             "the same per-user lock of the process, in two processes at once",
+            "同样的进程内按用户加锁，两个进程同时跑",
             local_lock_2_instances
         ),
         version!(
             "v5-redis-lock",
             true,
             "SET lock:order:<user> NX PX, unlocked by a compare-and-delete script, two processes",
+            "SET lock:order:<user> NX PX，用比较并删除的脚本解锁，两个进程",
             redis_lock
         ),
         version!(
             "hmdp",
             true,
             "the service: its grab script checks the voucher's buyer set, its worker writes",
+            "本服务：抢购脚本检查该券的已购用户集合，worker 写订单",
             hmdp
         ),
     ],

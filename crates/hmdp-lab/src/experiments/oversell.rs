@@ -1,6 +1,7 @@
 //! 优惠券秒杀: the stock. Many buyers at once, each a different user, for fewer vouchers than
 //! buyers. The course's first version checks the stock it read and decrements blindly; the
-//! optimistic lock that compares against the stock read refuses too many; `stock > 0` holds.
+//! optimistic lock that compares against the stock read refuses too many; `stock >= 0`, as the
+//! course's notes write it, sells exactly one more than the stock; `stock > 0` holds.
 //! The `hmdp` version is the service's own decision: its Lua script in Redis, then its worker
 //! writing the orders into the service's database.
 
@@ -13,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use super::{Experiment, version};
+use super::{Experiment, Text, version};
 use crate::{
     Lab, Outcome, Trace,
     service::Service,
@@ -34,29 +35,52 @@ pub static EXPERIMENT: Experiment = Experiment {
     name: "oversell",
     chapter: "优惠券秒杀",
     invariant: "every voucher is sold once: none beyond the stock, none left while buyers were refused",
+    invariant_zh: "每张券只卖一次：不超过库存，有买家被拒时也不剩库存",
+    lesson: Text {
+        zh: "判断库存和扣减库存要在同一条 UPDATE 里原子完成：WHERE stock > 0；写成 >= 0 就会多卖一张。",
+        en: "Check and decrement the stock in one UPDATE: WHERE stock > 0; written as >= 0 it sells one more than the stock.",
+    },
     versions: &[
         version!(
             "v1-no-check",
             false,
             "read the stock, check it, then UPDATE stock = stock - 1",
+            "读库存、判断，然后 UPDATE stock = stock - 1",
             no_check
         ),
         version!(
             "v2-version-cas",
             false,
             "optimistic lock: UPDATE … WHERE stock = <the stock read>",
+            "乐观锁：UPDATE … WHERE stock = <读到的库存>",
             version_cas
+        ),
+        version!(
+            "v2-stock-ge-0",
+            false,
+            "the course notes' slip: UPDATE … SET stock = stock - 1 WHERE stock >= 0 (.ge, not .gt)",
+            "课程笔记里的笔误：UPDATE … SET stock = stock - 1 WHERE stock >= 0（写成了 .ge 而不是 .gt）",
+            stock_ge_0
         ),
         version!(
             "v2-stock-gt-0",
             true,
             "UPDATE … SET stock = stock - 1 WHERE stock > 0",
+            "UPDATE … SET stock = stock - 1 WHERE stock > 0",
             stock_gt_0
+        ),
+        version!(
+            "lua-before-preload",
+            false,
+            "the course's grab script on a voucher whose stock key was never loaded: nil <= 0 errors",
+            "课程的抢购脚本，但券的库存从没写进 Redis：nil 和 0 比较，每次抢购都报错",
+            lua_before_preload
         ),
         version!(
             "hmdp",
             true,
             "the service: its grab script decides in Redis, its worker writes the orders",
+            "本服务：抢购脚本在 Redis 里做决定，worker 写订单",
             hmdp
         ),
     ],
@@ -67,6 +91,8 @@ pub static EXPERIMENT: Experiment = Experiment {
 enum Decrement {
     Blind,
     IfUnchanged,
+    /// `stock >= 0`: true at 0 as well, so the last unit's late buyers still decrement once.
+    IfNotNegative,
     IfPositive,
 }
 
@@ -76,6 +102,10 @@ async fn no_check(lab: &Lab) -> anyhow::Result<Outcome> {
 
 async fn version_cas(lab: &Lab) -> anyhow::Result<Outcome> {
     sale(lab, Decrement::IfUnchanged).await
+}
+
+async fn stock_ge_0(lab: &Lab) -> anyhow::Result<Outcome> {
+    sale(lab, Decrement::IfNotNegative).await
 }
 
 async fn stock_gt_0(lab: &Lab) -> anyhow::Result<Outcome> {
@@ -117,6 +147,11 @@ async fn sale(lab: &Lab, how: Decrement) -> anyhow::Result<Outcome> {
                 )
                 .bind(voucher)
                 .bind(stock),
+                Decrement::IfNotNegative => sqlx::query(
+                    "UPDATE tb_seckill_voucher SET stock = stock - 1 \
+                     WHERE voucher_id = ? AND stock >= 0",
+                )
+                .bind(voucher),
                 Decrement::IfPositive => sqlx::query(
                     "UPDATE tb_seckill_voucher SET stock = stock - 1 \
                      WHERE voucher_id = ? AND stock > 0",
@@ -127,6 +162,7 @@ async fn sale(lab: &Lab, how: Decrement) -> anyhow::Result<Outcome> {
             let how = match how {
                 Decrement::Blind => trace::Decrement::Blind,
                 Decrement::IfUnchanged => trace::Decrement::IfUnchanged { read: stock },
+                Decrement::IfNotNegative => trace::Decrement::IfNotNegative,
                 Decrement::IfPositive => trace::Decrement::IfPositive,
             };
             trace.record(me, What::Decrement { how, affected });
@@ -224,6 +260,73 @@ fn raced(events: &[Event]) -> Vec<Actor> {
     }
     shown.truncate(TRACED_BUYERS);
     shown
+}
+
+/// The course's grab script as it compares the stock: `tonumber(GET stock)` against 0, which
+/// raises an error when the key is missing (`nil` cannot be compared with a number).
+const COURSE_GRAB: &str = r"
+if tonumber(redis.call('get', KEYS[1])) <= 0 then
+  return 1
+end
+if redis.call('sismember', KEYS[2], ARGV[1]) == 1 then
+  return 2
+end
+redis.call('incrby', KEYS[1], -1)
+redis.call('sadd', KEYS[2], ARGV[1])
+return 0
+";
+
+/// The course's async sale on a voucher created before the stock was preloaded into Redis (or
+/// on a Redis that lost the key): every buyer's script fails, nothing is sold, nobody is told
+/// why. An accepted grab would take the stock in the database and write its order; none is.
+async fn lua_before_preload(lab: &Lab) -> anyhow::Result<Outcome> {
+    let voucher = lab.new_voucher(STOCK).await?;
+    let stock_key = lab.key(&format!("seckill:stock:{voucher}"));
+    let buyers_key = lab.key(&format!("seckill:order:{voucher}"));
+    let script = redis::Script::new(COURSE_GRAB);
+    let mut tasks = Vec::new();
+    for user in 1..=BUYERS {
+        let (db, mut redis, script) = (lab.db.clone(), lab.redis.clone(), script.clone());
+        let keys = (stock_key.clone(), buyers_key.clone());
+        tasks.push(tokio::spawn(async move {
+            let answer: redis::RedisResult<i64> = script
+                .key(&keys.0)
+                .key(&keys.1)
+                .arg(user)
+                .invoke_async(&mut redis)
+                .await;
+            match answer {
+                Ok(0) => {
+                    sqlx::query(
+                        "UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = ?",
+                    )
+                    .bind(voucher)
+                    .execute(&db)
+                    .await?;
+                    sqlx::query(
+                        "INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (?, ?, ?)",
+                    )
+                    .bind(voucher * 1_000_000 + user)
+                    .bind(user)
+                    .bind(voucher)
+                    .execute(&db)
+                    .await?;
+                    anyhow::Ok((false, false))
+                }
+                Ok(_) => Ok((true, false)),
+                Err(_) => Ok((true, true)),
+            }
+        }));
+    }
+    let (mut refused, mut errors) = (0, 0);
+    for t in tasks {
+        let (r, e) = t.await??;
+        refused += i64::from(r);
+        errors += i64::from(e);
+    }
+    let (orders, doubled) = lab.orders(voucher).await?;
+    let left = lab.stock(voucher).await?;
+    Ok(sold(voucher, orders, doubled, refused, left).metric("script_errors", errors))
 }
 
 /// The same sale through the service: `BUYERS` grabs at once, then the orders its worker wrote.

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use hmdp_bench::scenarios::queues::{self as bench, QueuesArgs, Rig, Transport};
 
-use super::{Experiment, version};
+use super::{Experiment, Text, version};
 use crate::{Lab, Outcome};
 
 /// Orders in each version's sale.
@@ -38,23 +38,31 @@ pub static EXPERIMENT: Experiment = Experiment {
     name: "queues",
     chapter: "Redis消息队列",
     invariant: "no acknowledged order is lost across a kill -9 of the consumer",
+    invariant_zh: "consumer 被 kill -9 之后，已经接受的订单一条都不丢",
+    lesson: Text {
+        zh: "消息要持久化，并且在写库提交之后才确认：Stream 消费者组，或开了确认的 RabbitMQ。",
+        en: "Keep messages durable and acknowledge them only after the commit: a Stream consumer group, or RabbitMQ with confirms.",
+    },
     versions: &[
         version!(
             "in-process",
             false,
             "the course's BlockingQueue in the consumer's memory: what is queued dies with it",
+            "课程的 BlockingQueue，在消费者的内存里：排队中的订单随进程一起消失",
             in_process
         ),
         version!(
             "list",
             false,
             "LPUSH / BRPOP: a batch popped and held, not yet committed, is gone with the process",
+            "LPUSH / BRPOP：已弹出、尚未提交的一批随进程一起丢失",
             list
         ),
         version!(
             "pub-sub",
             false,
             "PUBLISH / SUBSCRIBE: nothing kept for a dead subscriber, nor what it had received",
+            "PUBLISH / SUBSCRIBE：不给已死的订阅者保留任何消息，它已收到的也一起没了",
             pub_sub
         ),
         version!(
@@ -62,6 +70,7 @@ pub static EXPERIMENT: Experiment = Experiment {
             true,
             "consumer group, XACK after the commit, pending entries read first on restart; a \
              redelivered batch may be written twice, which the service's idempotent insert absorbs",
+            "消费者组，提交后才 XACK，重启后先读 pending 条目；重投的一批可能写两次，由服务的幂等插入吸收",
             stream
         ),
         version!(
@@ -69,6 +78,7 @@ pub static EXPERIMENT: Experiment = Experiment {
             true,
             "confirmed persistent messages, ack after the commit; unacknowledged ones come back \
              (written twice at most, absorbed by the service's idempotent insert)",
+            "持久化消息加发布确认，提交后才 ack；未确认的会重投（最多写两次，由服务的幂等插入吸收）",
             rabbitmq
         ),
     ],

@@ -19,7 +19,7 @@ use std::{
 
 use redis::AsyncCommands;
 
-use super::{Experiment, version};
+use super::{Experiment, Text, version};
 use crate::{Lab, Outcome};
 
 /// Users, one after the other.
@@ -35,17 +35,24 @@ pub static EXPERIMENT: Experiment = Experiment {
     name: "session",
     chapter: "短信登录",
     invariant: "a user who logged in stays logged in, whichever instance each request reaches",
+    invariant_zh: "用户登录后，不论每个请求落到哪个实例，都一直保持登录",
+    lesson: Text {
+        zh: "登录状态要放在所有实例都读得到的地方：Redis 里的 token，而不是某个实例内存里的 session。",
+        en: "Keep the login where every instance can read it: a token in Redis, not one instance's session.",
+    },
     versions: &[
         version!(
             "in-process-session",
             false,
             "the code and the user in each instance's own session map (the servlet HttpSession)",
+            "验证码和用户存在各实例自己的 session（Servlet 的 HttpSession）里",
             in_process_session
         ),
         version!(
             "redis-token",
             true,
             "the code under login:code:{phone}, the user as a hash under login:token:{uuid}, TTL refreshed",
+            "验证码存 login:code:{phone}，用户以 hash 存 login:token:{uuid}，每次访问刷新 TTL",
             redis_token
         ),
     ],
