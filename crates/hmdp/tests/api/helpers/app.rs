@@ -345,12 +345,23 @@ impl TestApp {
             .await
     }
 
-    /// Full login: ask for a code, read it from the captured SMS, log in; the token.
+    /// Full login: ask for a code, read it from the captured SMS, log in; the token. A login
+    /// answered 503 `unavailable` (SQLite's write lock held past its wait on a starved machine)
+    /// is tried again, as a client told to retry would: the code stays valid when the database
+    /// fails.
     pub async fn login(&self, phone: &str) -> String {
         let r = self.send_code(phone).await;
         assert!(r.success(), "send code: {r:?}");
         let code = self.sms.last_code_for(phone).expect("a code was sent");
-        let r = self.login_with(phone, &code).await;
+        let r = wait_until(Duration::from_secs(60), "a login", async || {
+            let r = self.login_with(phone, &code).await;
+            if r.code() == "unavailable" {
+                Err(format!("{r:?}"))
+            } else {
+                Ok(r)
+            }
+        })
+        .await;
         assert!(r.success(), "login: {r:?}");
         r.body["data"].as_str().unwrap().to_owned()
     }
