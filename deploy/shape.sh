@@ -12,7 +12,8 @@
 #
 #   B        nginx (the address to use)          B+10     Redis primary
 #   B+1..B+N the hmdp instances                  B+11,12  Redis replicas
-#                                                B+20..22 Redis Sentinels
+#   B+31..B+30+N their scrapers' listeners       B+20..22 Redis Sentinels
+#            (/metrics, /health; no credential)
 #
 # Settings (environment):
 #   DEPLOY_BASE_PORT     first port (18080)
@@ -163,7 +164,7 @@ up() {
   local redis_ports=($((base + 10)) $((base + 11)) $((base + 12)))
   local sentinel_ports=($((base + 20)) $((base + 21)) $((base + 22)))
   local ports=("$base") i
-  for i in $(seq "$n"); do ports+=($((base + i))); done
+  for i in $(seq "$n"); do ports+=($((base + i)) $((base + 30 + i))); done
   ports+=("${redis_ports[@]}" "${sentinel_ports[@]}")
   for i in "${ports[@]}"; do
     listening "$i" && die "port $i is taken: choose another DEPLOY_BASE_PORT"
@@ -291,10 +292,13 @@ EOF
 
   for i in $(seq "$n"); do
     port=$((base + i))
-    log "hmdp instance $i on $port"
+    log "hmdp instance $i on $port (metrics for the scraper on $((base + 30 + i)))"
     mkdir -p "$STATE/hmdp-$i"
+    # The scraper's listener: /metrics and /health without the admin token, on loopback, so a
+    # Prometheus (deploy/observability/prometheus.yml) needs no credential.
     env "${common[@]}" \
       HMDP_LISTEN="127.0.0.1:$port" \
+      HMDP_METRICS_LISTEN="127.0.0.1:$((base + 30 + i))" \
       HMDP_DATA_DIR="$STATE/hmdp-$i" \
       HMDP_WORKER_CONSUMER="hmdp-$i" \
       setsid "$hmdp" serve </dev/null >"$STATE/log/hmdp-$i.log" 2>&1 &

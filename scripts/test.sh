@@ -5,7 +5,8 @@
 #   scripts/test.sh -p hmdp    # extra arguments go to `cargo test`
 #
 # It makes sure what the tests need is there first: installs redis-server, mariadb-server,
-# rabbitmq-server, nginx (the deploy/ shape's test), chromium + chromium-driver, and python3 + python3-venv + curl (for the
+# rabbitmq-server, nginx (the deploy/ shape's test), chromium + chromium-driver, prometheus (the
+# board and alerts of deploy/observability/), and python3 + python3-venv + curl (for the
 # fuzzing) with apt-get when missing (as root, or through sudo), starts the servers when they
 # are not running, and creates a MariaDB account for the tests. Override the targets with
 # HMDP_TEST_REDIS_URL, HMDP_TEST_MYSQL_URL and HMDP_TEST_AMQP_URL to use servers of your own.
@@ -37,10 +38,28 @@ dpkg -s fonts-noto-color-emoji >/dev/null 2>&1 || need_install+=(fonts-noto-colo
 command -v python3 >/dev/null || need_install+=(python3)
 dpkg -s python3-venv >/dev/null 2>&1 || need_install+=(python3-venv)
 command -v curl >/dev/null || need_install+=(curl)
+# The observability test runs deploy/observability/ on a private Prometheus (promtool too).
+need_prometheus=
+command -v prometheus >/dev/null && command -v promtool >/dev/null || need_prometheus=1
+if [ ${#need_install[@]} -gt 0 ] || [ -n "$need_prometheus" ]; then
+  as_root apt-get update -qq
+fi
 if [ ${#need_install[@]} -gt 0 ]; then
   log "installing ${need_install[*]} (apt-get)"
-  as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_install[@]}" >/dev/null
+fi
+if [ -n "$need_prometheus" ]; then
+  # Without recommends: no node exporter. Debian starts the package's own Prometheus where an
+  # init system runs; the test runs a private one, so the system one is stopped and disabled
+  # (it would hold port 9090 and scrape for nothing).
+  log "installing prometheus (apt-get, for prometheus and promtool)"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  if [ -d /run/systemd/system ]; then
+    as_root systemctl disable --now prometheus >/dev/null 2>&1 || true
+  else
+    as_root service prometheus stop >/dev/null 2>&1 || true
+    as_root update-rc.d prometheus disable >/dev/null 2>&1 || true
+  fi
 fi
 
 # Redis on 127.0.0.1:6379 unless HMDP_TEST_REDIS_URL points elsewhere.

@@ -151,12 +151,12 @@ impl Drop for Shape {
     }
 }
 
-/// A base port whose 23 ports (nginx, instances, Redis, Sentinels) are all free, below the
-/// ephemeral range and the test clusters' ports.
+/// A base port whose ports (nginx, instances, Redis, Sentinels, the instances' metrics
+/// listeners) are all free, below the ephemeral range and the test clusters' ports.
 fn free_block() -> u16 {
     loop {
         let base = 15_000 + (uuid::Uuid::new_v4().as_u128() % 4_900) as u16;
-        let ports = [0, 1, 2, 3, 10, 11, 12, 20, 21, 22];
+        let ports = [0, 1, 2, 3, 10, 11, 12, 20, 21, 22, 31, 32, 33];
         if ports
             .iter()
             .all(|p| TcpListener::bind(("127.0.0.1", base + p)).is_ok())

@@ -6,7 +6,7 @@ use redis::streams::StreamInfoGroupsReply;
 
 use super::GROUP;
 use crate::{
-    kv::{Keys, RedisConn},
+    kv::{Keys, RedisConn, orders_at_risk},
     metrics::{Family, Gauge, Registry},
 };
 
@@ -67,17 +67,31 @@ pub(crate) async fn read_gauges(
 }
 
 /// The order streams' gauges on `/metrics` (`hmdp_order_stream_{length,pending,lag}{shard}`),
+/// and whether Redis would keep what they hold through a restart (`hmdp_redis_orders_at_risk`),
 /// read from Redis at scrape time by [`StreamMetrics::refresh`].
 #[derive(Debug, Clone, Default)]
 pub struct StreamMetrics {
     length: ShardGauges,
     pending: ShardGauges,
     lag: ShardGauges,
+    at_risk: Gauge,
+    /// `Some(HMDP_REDIS_WAIT_REPLICAS)` when accepted orders wait in the streams (`async`
+    /// mode); `None` leaves `at_risk` at 0, as `/health` says nothing then either.
+    sale_redis: Option<u32>,
 }
 
 type ShardGauges = Family<[(&'static str, String); 1], Gauge>;
 
 impl StreamMetrics {
+    /// Gauges that also watch the durability of the Redis holding the streams; `sale_redis` as
+    /// `/health` takes it (`http::health::sale_redis`).
+    pub fn new(sale_redis: Option<u32>) -> Self {
+        Self {
+            sale_redis,
+            ..Self::default()
+        }
+    }
+
     /// Adds the gauges to `registry`; they show what the last [`refresh`](Self::refresh) read.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
@@ -95,10 +109,24 @@ impl StreamMetrics {
             "Entries not yet delivered to any worker",
             self.lag.clone(),
         );
+        // A setting to fix rather than an outage, so `/health` only warns (`redis_not_durable`);
+        // a gauge lets an alert say it to whoever does not read `/health`'s body.
+        registry.register(
+            "hmdp_redis_orders_at_risk",
+            "1 while a restart of the Redis holding the order streams would lose the accepted \
+             orders not yet written (no AOF, and HMDP_REDIS_WAIT_REPLICAS is 0)",
+            self.at_risk.clone(),
+        );
     }
 
-    /// Reads every shard's gauges; a shard whose stream cannot be read shows none.
+    /// Reads every shard's gauges; a shard whose stream cannot be read shows none. Asks Redis
+    /// whether it persists, too, when accepted orders wait in it.
     pub async fn refresh(&self, redis: &RedisConn, keys: &Keys, shards: u32) {
+        let at_risk = match self.sale_redis {
+            Some(wait_replicas) => orders_at_risk(redis, wait_replicas).await,
+            None => false,
+        };
+        self.at_risk.set(i64::from(at_risk));
         self.length.clear();
         self.pending.clear();
         self.lag.clear();

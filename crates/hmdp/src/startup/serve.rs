@@ -107,7 +107,7 @@ impl Application {
         .context("the photo uploads cannot start")?;
         let http_metrics = Arc::new(http::HttpMetrics::default());
         let connections = Arc::new(http::ConnectionStats::default());
-        let stream_metrics = StreamMetrics::default();
+        let stream_metrics = StreamMetrics::new(http::health::sale_redis(&config));
         let failover_stats = Arc::new(FailoverStats::for_target(&redis.target));
         let registry = Exposed {
             service: Some(ServiceStats {

@@ -77,7 +77,7 @@ pub async fn run_worker_with(
         .settings()
         .log();
     let endpoint = listener.map(|listener| {
-        let stream_metrics = StreamMetrics::default();
+        let stream_metrics = StreamMetrics::new(http::health::sale_redis(&config));
         let connections = Arc::new(http::ConnectionStats::default());
         let metrics = Exposed {
             service: None,

@@ -22,6 +22,7 @@ mod embedded;
 mod failures;
 mod login;
 mod metrics;
+mod observability;
 mod openapi;
 mod order_life;
 mod order_pipeline;
