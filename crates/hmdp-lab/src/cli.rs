@@ -55,9 +55,9 @@ pub enum Command {
         /// One JSON object per version per line instead of tables.
         #[arg(long)]
         json: bool,
-        /// Under each table, the interleaving that broke each broken version: the events that
-        /// mattered, recorded as it ran (with --json: a "trace" array, in English).
-        #[arg(long)]
+        /// Under each table, what broke each broken version, as recorded while it ran
+        /// (with --json: a "trace" array)
+        #[arg(long, verbatim_doc_comment)]
         trace: bool,
         #[arg(
             long,

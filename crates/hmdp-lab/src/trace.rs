@@ -179,6 +179,16 @@ pub enum What {
     },
     /// The lab's count of rebuild queries.
     Rebuilds { count: u64, readers: u64 },
+    /// `ZSCORE` of the note's liked set: whether the user was in it.
+    CheckLiked { liked: bool },
+    /// `UPDATE tb_blog SET liked = liked + delta`.
+    UpdateLiked { delta: i64 },
+    /// `ZADD` (`added`) or `ZREM` of the user in the liked set.
+    SetLiked { added: bool },
+    /// The toggle script: which way it went (`1` liked, `-1` unliked).
+    ToggleScript { delta: i64 },
+    /// The lab's comparison of the note's count with its set.
+    LikesVsSet { liked: i64, likers: i64 },
 }
 
 impl What {
@@ -205,7 +215,12 @@ impl What {
             What::Pause => "pause",
             What::Resume => "resume",
             What::Rebuild { .. } => "rebuild",
+            What::CheckLiked { .. } => "check_liked",
+            What::UpdateLiked { .. } => "update_liked",
+            What::SetLiked { .. } => "set_liked",
+            What::ToggleScript { .. } => "toggle_script",
             What::Sold { .. }
+            | What::LikesVsSet { .. }
             | What::UserOrders { .. }
             | What::Overlaps { .. }
             | What::CacheVsDb { .. }
@@ -236,7 +251,13 @@ impl What {
             What::Pause => ("暂停", "pause"),
             What::Resume => ("继续", "resume"),
             What::Rebuild { .. } => ("查库重建", "rebuild"),
+            What::CheckLiked { .. } => ("ZSCORE", "ZSCORE"),
+            What::UpdateLiked { .. } => ("改点赞数", "UPDATE liked"),
+            What::SetLiked { added: true } => ("ZADD", "ZADD"),
+            What::SetLiked { added: false } => ("ZREM", "ZREM"),
+            What::ToggleScript { .. } => ("Lua 切换", "Lua toggle"),
             What::Sold { .. }
+            | What::LikesVsSet { .. }
             | What::UserOrders { .. }
             | What::Overlaps { .. }
             | What::CacheVsDb { .. }
@@ -412,6 +433,23 @@ impl What {
                     format!("{readers} 个读者，查库重建 {count} 次")
                 } else {
                     format!("{readers} readers, {count} rebuild queries")
+                }
+            }
+            What::CheckLiked { liked } => match (liked, zh) {
+                (true, true) => "已点过赞".to_owned(),
+                (true, false) => "liked already".to_owned(),
+                (false, true) => "没点过赞".to_owned(),
+                (false, false) => "not liked yet".to_owned(),
+            },
+            What::UpdateLiked { delta } | What::ToggleScript { delta } => {
+                format!("liked {delta:+}")
+            }
+            What::SetLiked { .. } => String::new(),
+            What::LikesVsSet { liked, likers } => {
+                if zh {
+                    format!("数据库点赞数 {liked}，集合里 {likers} 人")
+                } else {
+                    format!("{liked} likes in the database, {likers} users in the set")
                 }
             }
         }

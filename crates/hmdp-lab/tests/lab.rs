@@ -226,8 +226,7 @@ async fn the_lock_misdelete_trace_names_whose_lock_a_del_removed_within_100_colu
     let stdout = lab_run(&["lock-misdelete", "--trace"]).await;
     let timeline: Vec<&str> = stdout
         .lines()
-        .skip_while(|l| !l.contains("setnx-del"))
-        .skip_while(|l| !l.starts_with("  setnx-del"))
+        .skip_while(|l| !l.starts_with("  setnx-del 的交错"))
         .take_while(|l| !l.trim().is_empty())
         .collect();
     assert!(timeline.len() > 4, "setnx-del's timeline:\n{stdout}");

@@ -12,7 +12,10 @@ use std::time::Duration;
 use redis::Script;
 
 use super::{Experiment, Text, version};
-use crate::{Lab, Outcome};
+use crate::{
+    Lab, Outcome, Trace,
+    trace::{Actor, Event, What},
+};
 
 /// Users, each clicking once; the even ones click twice at once.
 const USERS: i64 = 40;
@@ -76,10 +79,19 @@ async fn lua_toggle(lab: &Lab) -> anyhow::Result<Outcome> {
 async fn double_clicks(lab: &Lab, how: Click) -> anyhow::Result<Outcome> {
     let blog = new_blog(lab).await?;
     let key = lab.key(&format!("blog:liked:{blog}"));
+    let trace = Trace::start();
     let mut clicks = Vec::new();
     for user in 1..=USERS {
-        for _ in 0..(1 + i64::from(user % 2 == 0)) {
+        for n in 1..=(1 + i64::from(user % 2 == 0)) {
             let (db, mut redis, key) = (lab.db.clone(), lab.redis.clone(), key.clone());
+            let (trace, me) = (
+                trace.clone(),
+                Actor::Request {
+                    user,
+                    n,
+                    instance: None,
+                },
+            );
             clicks.push(tokio::spawn(async move {
                 let now = chrono::Utc::now().timestamp_millis();
                 let delta: i64 = match how {
@@ -89,16 +101,24 @@ async fn double_clicks(lab: &Lab, how: Click) -> anyhow::Result<Outcome> {
                             .arg(user)
                             .query_async(&mut redis)
                             .await?;
+                        trace.record(
+                            me,
+                            What::CheckLiked {
+                                liked: score.is_some(),
+                            },
+                        );
                         tokio::time::sleep(WINDOW).await;
                         if score.is_some() { -1 } else { 1 }
                     }
                     Click::Script => {
-                        Script::new(TOGGLE)
+                        let delta = Script::new(TOGGLE)
                             .key(&key)
                             .arg(user)
                             .arg(now)
                             .invoke_async(&mut redis)
-                            .await?
+                            .await?;
+                        trace.record(me, What::ToggleScript { delta });
+                        delta
                     }
                 };
                 sqlx::query("UPDATE tb_blog SET liked = liked + ? WHERE id = ?")
@@ -106,6 +126,7 @@ async fn double_clicks(lab: &Lab, how: Click) -> anyhow::Result<Outcome> {
                     .bind(blog)
                     .execute(&db)
                     .await?;
+                trace.record(me, What::UpdateLiked { delta });
                 if let Click::CheckThenAct = how {
                     let verb = if delta > 0 { "ZADD" } else { "ZREM" };
                     let mut cmd = redis::cmd(verb);
@@ -114,6 +135,7 @@ async fn double_clicks(lab: &Lab, how: Click) -> anyhow::Result<Outcome> {
                         cmd.arg(now);
                     }
                     cmd.arg(user).query_async::<()>(&mut redis).await?;
+                    trace.record(me, What::SetLiked { added: delta > 0 });
                 }
                 anyhow::Ok(())
             }));
@@ -131,13 +153,34 @@ async fn double_clicks(lab: &Lab, how: Click) -> anyhow::Result<Outcome> {
         .arg(&key)
         .query_async(&mut redis)
         .await?;
+    trace.record(Actor::Lab, What::LikesVsSet { liked, likers });
+    let shown = double_liked(&trace.events());
+    let timeline = trace.timeline(|e| e.actor == Actor::Lab || e.actor.user() == shown, 64);
     Ok(Outcome::new(liked == likers)
         .metric("users", USERS)
         .metric("clicks", USERS + USERS / 2)
         .metric("liked_in_db", liked)
         .metric("likers_in_set", likers)
         .metric("miscounted", (liked - likers).abs())
-        .metric("blog", blog))
+        .metric("blog", blog)
+        .traced(timeline))
+}
+
+/// The first user both of whose clicks saw "not liked" and added a like: the double count.
+fn double_liked(events: &[Event]) -> Option<i64> {
+    let mut added: std::collections::BTreeMap<i64, (u32, u64)> = Default::default();
+    for e in events {
+        if let (What::UpdateLiked { delta: 1 }, Some(user)) = (&e.what, e.actor.user()) {
+            let seen = added.entry(user).or_insert((0, e.t_us));
+            seen.0 += 1;
+            seen.1 = e.t_us;
+        }
+    }
+    added
+        .into_iter()
+        .filter(|(_, (n, _))| *n >= 2)
+        .min_by_key(|(_, (_, at))| *at)
+        .map(|(user, _)| user)
 }
 
 /// A new note in `tb_blog` with no likes: its id.
