@@ -87,6 +87,40 @@ fn lab_command(args: &[&str]) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_like_trace_shows_both_clicks_of_one_user_seeing_not_liked_then_both_adding() {
+    let _alone = support::one_at_a_time().await;
+    let stdout = lab_run(&["likes", "--trace", "--json"]).await;
+    let line: serde_json::Value = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["version"] == "check-then-like")
+        .expect("a line for check-then-like");
+    let trace = line["trace"].as_array().expect("its trace");
+    let of = |action: &str, detail: &str| {
+        trace
+            .iter()
+            .filter(|e| e["action"] == action && e["detail"] == detail)
+            .count()
+    };
+    assert_eq!(of("check_liked", "not liked yet"), 2, "{trace:#?}");
+    assert_eq!(of("update_liked", "liked +1"), 2, "{trace:#?}");
+    let checks_first = trace
+        .iter()
+        .position(|e| e["action"] == "update_liked")
+        .is_some_and(|first_update| {
+            trace[..first_update]
+                .iter()
+                .filter(|e| e["action"] == "check_liked")
+                .count()
+                == 2
+        });
+    assert!(
+        checks_first,
+        "both checks come before either update: {trace:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_oversell_trace_shows_two_buyers_reading_one_stock_then_both_decrementing() {
     let _alone = support::one_at_a_time().await;
     let stdout = lab_run(&["oversell", "--trace", "--json"]).await;
