@@ -7,7 +7,12 @@ The two files are the output of `hmdp-lab run all -q` on SQLite and on MariaDB. 
 the two code blocks after "SQLite:" and inside "<details><summary>MariaDB" of the lab's section
 are replaced (the paragraph above them, which names the commit and the SQL check, is
 edited by hand); in docs/*.md every code block after a line that starts with
-"实测（`hmdp-lab run NAME`" gets the SQLite table of NAME, and the commit in that line is updated.
+"实测（`hmdp-lab run NAME`" gets the SQLite quote of NAME, and the commit in that line is updated.
+
+A quote is what a chapter discusses: the experiment's heading and invariant, its table (split in
+parts to fit 100 columns) and its conclusion; the list of versions and the meaning of each column
+are left to the chapter's prose. The output is the lab's default, Chinese (`--lang zh`). Timelines
+of `--trace` are quoted by hand: they come from another run.
 """
 import re
 import sys
@@ -18,13 +23,15 @@ sqlite_out, mysql_out, commit = Path(sys.argv[1]).read_text(), Path(sys.argv[2])
 
 
 def sections(text):
+    """Each experiment's quote, by name: a section starts at `== NAME（chapter）`."""
     found, name = {}, None
     for para in re.split(r"\n\s*\n", text.strip()):
-        m = re.match(r"^([a-z-]+) \(", para)
+        m = re.match(r"^== ([a-z-]+)（", para)
         if m:
             name = m.group(1)
-            found[name] = [para]
-        elif name and not para.startswith("database:"):
+            # The heading and the invariant; the list of versions after them stays out.
+            found[name] = ["\n".join(para.split("\n")[:2])]
+        elif name and (para.startswith("版本 ") or para.startswith("结论：")):
             found[name].append(para)
     return {k: "\n\n".join(v) for k, v in found.items()}
 
