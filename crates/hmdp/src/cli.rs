@@ -58,7 +58,8 @@ pub async fn run(cli: Cli) -> i32 {
             return 2;
         }
     };
-    telemetry::init(&config);
+    // Held to the end: dropping it sends the traces still buffered.
+    let _traces = telemetry::init(&config, crate::domain::SPAN_TARGET);
     // `hmdp config` lists it a setting a line; the log opens with the process's banner.
     tracing::debug!(config = %config.redacted_summary(), "effective configuration");
     let result = match cli.command.unwrap_or(Command::Serve) {

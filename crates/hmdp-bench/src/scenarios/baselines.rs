@@ -60,6 +60,7 @@ impl GrabKeys {
             order: i as i64 + 1,
             deadline_ms: DEADLINE_MS,
             pending: None,
+            trace: None,
         }
     }
 }

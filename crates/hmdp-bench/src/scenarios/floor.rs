@@ -149,6 +149,7 @@ async fn grab_once(
         order,
         deadline_ms: order / 1_000 + 900_000,
         pending: Some((&pending, record)),
+        trace: None,
     }
     .command()
     .query_async(redis)

@@ -22,7 +22,7 @@ pub(crate) use publisher::{PublishError, Unconfirmed, mandatory, order_propertie
 pub use stats::AmqpStats;
 
 use crate::{
-    domain::{OrderId, UserId, VoucherId},
+    domain::{OrderId, TraceParent, UserId, VoucherId},
     storage::orders::NewOrder,
 };
 
@@ -52,13 +52,19 @@ pub(crate) const ACCEPTED_AT_HEADER: &str = "accepted-at-ms";
 /// entry stays, so a warm-up still counts an order the broker holds.
 pub(crate) const OUTBOX_HEADER: &str = "outbox-entry";
 
+/// Message header, optional: the W3C `traceparent` of the grab that accepted the order (sent
+/// only while traces are exported), so the consumer's write joins the grab's trace.
+pub(crate) const TRACE_HEADER: &str = crate::domain::TRACEPARENT;
+
 /// An order to publish: the order, when the grab accepted it (Unix milliseconds, the
-/// [`ACCEPTED_AT_HEADER`]) and, from the relay, its outbox entry ([`OUTBOX_HEADER`]).
+/// [`ACCEPTED_AT_HEADER`]) and, from the relay, its outbox entry ([`OUTBOX_HEADER`]) and the
+/// grab's trace ([`TRACE_HEADER`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outgoing {
     pub order: NewOrder,
     pub accepted_at_ms: u64,
     pub outbox_entry: Option<String>,
+    pub(crate) trace: Option<TraceParent>,
 }
 
 impl From<(NewOrder, u64)> for Outgoing {
@@ -67,20 +73,25 @@ impl From<(NewOrder, u64)> for Outgoing {
             order,
             accepted_at_ms,
             outbox_entry: None,
+            trace: None,
         }
     }
 }
 
 /// The [`OUTBOX_HEADER`] of a delivery, if it has one.
 pub(crate) fn outbox_entry(d: &lapin::message::Delivery) -> Option<String> {
+    header_string(d, OUTBOX_HEADER)
+}
+
+/// The grab's trace a delivery carries ([`TRACE_HEADER`]), if it is a valid one.
+pub(crate) fn trace_of(d: &lapin::message::Delivery) -> Option<TraceParent> {
+    TraceParent::parse(&header_string(d, TRACE_HEADER)?)
+}
+
+/// A string header of a delivery.
+fn header_string(d: &lapin::message::Delivery, name: &str) -> Option<String> {
     use lapin::types::AMQPValue;
-    match d
-        .properties
-        .headers()
-        .as_ref()?
-        .inner()
-        .get(OUTBOX_HEADER)?
-    {
+    match d.properties.headers().as_ref()?.inner().get(name)? {
         AMQPValue::LongString(s) => Some(s.to_string()),
         AMQPValue::ShortString(s) => Some(s.to_string()),
         _ => None,

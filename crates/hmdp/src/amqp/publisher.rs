@@ -33,7 +33,7 @@ use tokio::{sync::Mutex, time::Instant};
 
 use super::{
     ACCEPTED_AT_HEADER, AmqpError, AmqpStats, CONTENT_TYPE, OUTBOX_HEADER, OrderMessage, Outgoing,
-    connect, topology, within_declare_timeout,
+    TRACE_HEADER, connect, topology, within_declare_timeout,
 };
 
 /// Why a batch was not confirmed. The batch is to be published again.
@@ -191,6 +191,7 @@ impl Publisher {
                     order,
                     accepted_at_ms,
                     outbox_entry,
+                    trace,
                 },
                 body,
             ) in orders.iter().zip(&bodies)
@@ -204,6 +205,12 @@ impl Publisher {
                     headers.insert(
                         OUTBOX_HEADER.into(),
                         AMQPValue::LongString(entry.as_str().into()),
+                    );
+                }
+                if let Some(trace) = trace {
+                    headers.insert(
+                        TRACE_HEADER.into(),
+                        AMQPValue::LongString(trace.as_str().into()),
                     );
                 }
                 let properties = order_properties(order.id.get()).with_headers(headers);

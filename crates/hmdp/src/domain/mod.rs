@@ -12,6 +12,7 @@ mod phone;
 mod profile;
 mod refusal;
 mod token;
+mod trace;
 mod user;
 
 pub(crate) use code::LoginCode;
@@ -25,4 +26,5 @@ pub(crate) use phone::{Phone, mask_phones};
 pub(crate) use profile::{Birthday, ProfileError, ProfileText};
 pub(crate) use refusal::{Answer, Answered, ErrorCode, Operations, Refused, ceil_secs, order_data};
 pub use token::SessionToken;
+pub(crate) use trace::{SPAN_TARGET, TRACEPARENT, TraceParent};
 pub(crate) use user::{NickName, UserDto};

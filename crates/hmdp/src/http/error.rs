@@ -230,6 +230,7 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.code.status();
+        super::pipeline::record_code(self.code.as_str());
         match (&self.source, status.is_server_error()) {
             (Some(cause), true) if self.code == ErrorCode::Internal => {
                 tracing::error!(code = self.code.as_str(), cause = ?cause, "request failed")

@@ -15,14 +15,15 @@ use std::{future::Future, net::SocketAddr, panic::AssertUnwindSafe, task::Poll, 
 
 use axum::{
     extract::{ConnectInfo, MatchedPath, Request, State},
-    http::{Method, header},
+    http::{HeaderValue, Method, header},
     middleware::Next,
     response::{IntoResponse, Response},
 };
 use futures_util::FutureExt as _;
+use tracing::{Instrument as _, Span, field};
 
 use super::{ApiError, AppState, client::ClientIp, extract::SessionLookupFailed};
-use crate::domain::SessionToken;
+use crate::domain::{SPAN_TARGET, SessionToken, TRACEPARENT, TraceParent};
 
 /// The middleware: see the module docs.
 pub(super) async fn pipeline(State(state): State<AppState>, req: Request, next: Next) -> Response {
@@ -30,7 +31,8 @@ pub(super) async fn pipeline(State(state): State<AppState>, req: Request, next: 
     let method = super::metrics::method_label(req.method());
     let route = req.extensions().get::<MatchedPath>().cloned();
     let limit = time_limit(&state, &req, route.as_ref());
-    let resp = unless_panicked(async {
+    let span = request_span(&req, route.as_ref());
+    let mut resp = unless_panicked(async {
         let mut answer = std::pin::pin!(guarded(&state, req, next));
         // Most answers are ready at once (a 404, a cached shop, a refusal from memory) and need
         // no timer: making one takes the runtime's handle (a shared reference count) and the
@@ -44,7 +46,11 @@ pub(super) async fn pipeline(State(state): State<AppState>, req: Request, next: 
             Err(_elapsed) => ApiError::timeout(limit).into_response(),
         }
     })
+    .instrument(span.clone())
     .await;
+    if !span.is_disabled() {
+        answered(&span, &mut resp);
+    }
     // No route took it (unknown paths, static files): one bounded label for all of them.
     let route = route
         .as_ref()
@@ -56,6 +62,64 @@ pub(super) async fn pipeline(State(state): State<AppState>, req: Request, next: 
         started.elapsed().as_secs_f64(),
     );
     resp
+}
+
+/// The response header that names the request's trace: `00-<trace id>-<span id>-<flags>`, the
+/// request's own server span in the W3C Trace Context format (Level 2 calls it
+/// `traceresponse`). Sent only when traces are exported.
+pub(crate) const TRACERESPONSE: &str = "traceresponse";
+
+/// The request's server span (disabled, and free, unless traces are exported): named after its
+/// route template, a child of the caller's `traceparent` if it sent a valid one.
+fn request_span(req: &Request, route: Option<&MatchedPath>) -> Span {
+    let span = tracing::info_span!(
+        target: SPAN_TARGET,
+        "request",
+        otel.name = field::Empty,
+        otel.kind = "server",
+        otel.status_code = field::Empty,
+        http.request.method = field::Empty,
+        http.route = field::Empty,
+        url.path = field::Empty,
+        http.response.status_code = field::Empty,
+        hmdp.code = field::Empty,
+    );
+    if span.is_disabled() {
+        return span;
+    }
+    let route = route.map_or("unmatched", |p| p.as_str());
+    span.record("otel.name", format!("{} {route}", req.method()))
+        .record("http.request.method", req.method().as_str())
+        .record("http.route", route)
+        .record("url.path", req.uri().path());
+    if let Some(parent) = req
+        .headers()
+        .get(TRACEPARENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(TraceParent::parse)
+    {
+        parent.adopt(&span);
+    }
+    span
+}
+
+/// Records the answer on the request's span and names the trace in [`TRACERESPONSE`]. A
+/// refusal's `code` was recorded by the error's rendering ([`record_code`]).
+fn answered(span: &Span, resp: &mut Response) {
+    let status = resp.status();
+    span.record("http.response.status_code", status.as_u16());
+    if status.is_server_error() {
+        span.record("otel.status_code", "error");
+    }
+    if let Some(value) = TraceParent::of(span).and_then(|t| HeaderValue::from_str(t.as_str()).ok())
+    {
+        resp.headers_mut().insert(TRACERESPONSE, value);
+    }
+}
+
+/// Records a refusal's code on the request's span (a no-op unless traces are exported).
+pub(super) fn record_code(code: &'static str) {
+    Span::current().record("hmdp.code", code);
 }
 
 /// `HMDP_REQUEST_TIMEOUT_MS`, or `HMDP_UPLOAD_TIMEOUT_SECS` for photo uploads

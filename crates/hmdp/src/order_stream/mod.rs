@@ -16,7 +16,7 @@ pub use shards::ShardCountMismatch;
 pub(crate) use shards::check_shard_count;
 
 use crate::{
-    domain::{OrderId, UserId, VoucherId},
+    domain::{OrderId, TraceParent, UserId, VoucherId},
     kv::{Keys, RedisConn},
     storage::orders::NewOrder,
 };
@@ -30,6 +30,10 @@ pub(crate) const FIELD_ORDER_ID: &str = "id";
 pub(crate) const FIELD_USER_ID: &str = "userId";
 /// Entry field: the voucher id.
 pub(crate) const FIELD_VOUCHER_ID: &str = "voucherId";
+/// Entry field, optional: the W3C `traceparent` of the grab that accepted the order, written
+/// only while traces are exported, so the span that writes the order joins the grab's trace.
+/// Entries without it (traces off, older versions) are orders all the same.
+pub(crate) const FIELD_TRACE: &str = crate::domain::TRACEPARENT;
 /// Dead-letter field added to the copied entry: the id of the entry in the order stream.
 pub(crate) const FIELD_ORIGIN: &str = "origin";
 /// Dead-letter field added to the copied entry: why the worker gave up on it.
@@ -43,6 +47,11 @@ pub(crate) fn parse(e: &StreamId) -> Option<NewOrder> {
         user_id: UserId::new(e.get(FIELD_USER_ID)?).ok()?,
         voucher_id: VoucherId::new(e.get(FIELD_VOUCHER_ID)?).ok()?,
     })
+}
+
+/// The trace of the grab that accepted the order of an entry, if it carries a valid one.
+pub(crate) fn trace_of(e: &StreamId) -> Option<TraceParent> {
+    TraceParent::parse(&e.get::<String>(FIELD_TRACE)?)
 }
 
 /// When the grab accepted the order of an entry: the milliseconds of its id (Redis clock).

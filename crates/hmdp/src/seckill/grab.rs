@@ -10,7 +10,7 @@ use super::{
     scripts::{self, GrabAnswer, GrabCall},
 };
 use crate::{
-    domain::{OrderId, UserId, VoucherId, pay_deadline_ms},
+    domain::{OrderId, SPAN_TARGET, TraceParent, UserId, VoucherId, pay_deadline_ms},
     kv::{Keys, RedisConn},
     order_stream::{self, PendingRecord},
     storage::orders::{self, NewOrder, SyncOutcome},
@@ -119,6 +119,19 @@ impl Seckill {
             self.keys.seckill_deadlines(shard),
         ];
         let pending_key = pending.map(|_| self.keys.seckill_pending(order_id));
+        // The script's span (exported traces only) lasts until the decision; an accepted order
+        // carries its context in its stream entry, so the span that writes it joins this trace.
+        let span = tracing::info_span!(
+            target: SPAN_TARGET,
+            "grab script",
+            otel.kind = "client",
+            db.system.name = "redis",
+            db.operation.name = "EVALSHA",
+            hmdp.order = order_id,
+            hmdp.voucher = voucher.get(),
+            hmdp.shard = shard,
+        );
+        let trace = TraceParent::of(&span);
         let grab = GrabCall {
             keys: keys.each_ref().map(String::as_str),
             voucher: voucher.get(),
@@ -126,6 +139,7 @@ impl Seckill {
             order: order_id,
             deadline_ms: deadline,
             pending: pending_key.as_deref().zip(pending),
+            trace: trace.as_ref().map(TraceParent::as_str),
         }
         .command();
         for attempt in 1.. {

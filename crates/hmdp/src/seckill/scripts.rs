@@ -62,7 +62,13 @@ if v[5] and tonumber(v[5]) > 0 and redis.call('EXISTS', KEYS[2]) == 0 then retur
 redis.call('HINCRBY', KEYS[1], '{FIELD_STOCK}', -1)
 redis.call('HINCRBY', KEYS[1], '{FIELD_SOLD}', 1)
 redis.call('HSET', KEYS[2], ARGV[{a_user}], ARGV[{a_order}])
-redis.call('XADD', KEYS[3], '*', '{order}', ARGV[{a_order}], '{user}', ARGV[{a_user}], '{voucher}', ARGV[{a_voucher}])
+-- The trace, when sent, is the one argument after an even count (4 alone, 6 with the record).
+local trace = #ARGV % 2 == 1 and ARGV[#ARGV]
+if trace then
+  redis.call('XADD', KEYS[3], '*', '{order}', ARGV[{a_order}], '{user}', ARGV[{a_user}], '{voucher}', ARGV[{a_voucher}], '{trace_field}', trace)
+else
+  redis.call('XADD', KEYS[3], '*', '{order}', ARGV[{a_order}], '{user}', ARGV[{a_user}], '{voucher}', ARGV[{a_voucher}])
+end
 redis.call('ZADD', KEYS[4], ARGV[{a_deadline}], ARGV[{a_order}])
 if KEYS[5] and not redis.call('SET', KEYS[5], ARGV[{a_record}], 'PX', ARGV[{a_record_ttl}], 'NX') then
   return {{{accepted}, gen, 1}}
@@ -79,6 +85,7 @@ return {{{accepted}, gen}}
         order = order_stream::FIELD_ORDER_ID,
         user = order_stream::FIELD_USER_ID,
         voucher = order_stream::FIELD_VOUCHER_ID,
+        trace_field = order_stream::FIELD_TRACE,
         a_voucher = GrabCall::VOUCHER,
         a_user = GrabCall::USER,
         a_order = GrabCall::ORDER,
@@ -102,6 +109,9 @@ pub struct GrabCall<'a> {
     /// The order's pending record: its key (`KEYS[5]`) and its value, written for
     /// [`order_stream::PENDING_TTL`] if the grab is accepted.
     pub pending: Option<(&'a str, PendingRecord)>,
+    /// The grab's `traceparent` while traces are exported: the last argument, added to the
+    /// order's stream entry as [`order_stream::FIELD_TRACE`].
+    pub trace: Option<&'a str>,
 }
 
 impl GrabCall<'_> {
@@ -113,6 +123,8 @@ impl GrabCall<'_> {
     /// With the pending record only, after the others.
     pub const PENDING_RECORD: usize = 5;
     pub const PENDING_TTL: usize = 6;
+    // The trace, when sent, comes last: at 5 without the pending record, at 7 with it (the
+    // script tells it by the odd count).
 
     /// The `EVALSHA` of [`GRAB`], for [`eval`].
     pub fn command(&self) -> Cmd {
@@ -128,6 +140,9 @@ impl GrabCall<'_> {
         if let Some((_, record)) = self.pending {
             cmd.arg(record.to_string())
                 .arg(order_stream::PENDING_TTL.as_millis() as u64);
+        }
+        if let Some(trace) = self.trace {
+            cmd.arg(trace);
         }
         cmd
     }
@@ -579,6 +594,7 @@ mod tests {
             order: 13,
             deadline_ms: 14,
             pending: Some(("pending", record)),
+            trace: None,
         };
         let expected = [
             (GrabCall::VOUCHER, "11".to_owned()),
@@ -610,6 +626,20 @@ mod tests {
         );
         assert_eq!(keys, ["voucher", "buyers", "stream", "deadlines"]);
         assert_at_places(&argv, &expected[..4]);
+
+        // A trace is the last argument, after the record or in its place.
+        let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        for (pending, before) in [(call.pending, 6), (None, 4)] {
+            let traced = GrabCall {
+                pending,
+                trace: Some(trace),
+                ..call
+            };
+            let (_, argv) = keys_and_argv(&traced.command(), &GRAB);
+            let mut with_trace = expected[..before].to_vec();
+            with_trace.push((before + 1, trace.to_owned()));
+            assert_at_places(&argv, &with_trace);
+        }
     }
 
     #[test]

@@ -13,10 +13,12 @@
 use std::collections::VecDeque;
 
 use redis::streams::StreamId;
+use tracing::Instrument as _;
 
 use super::{Held, OrderWorker, Step, WorkerError};
 use crate::{
     amqp::{Outgoing, Unconfirmed},
+    domain::SPAN_TARGET,
     order_stream,
     storage::orders::NewOrder,
 };
@@ -42,9 +44,24 @@ impl OrderWorker {
                 order: *o,
                 accepted_at_ms: order_stream::accepted_at_ms(e).unwrap_or(0),
                 outbox_entry: Some(order_stream::outbox_entry(shard, &e.id)),
+                trace: order_stream::trace_of(e),
             })
             .collect();
-        match publisher.send(&orders).await {
+        // The relay's span (exported traces only), linked to the grab of each order it sends;
+        // the messages carry the grabs' own contexts, for the consumer's write.
+        let span = tracing::info_span!(
+            target: SPAN_TARGET,
+            "relay orders",
+            otel.kind = "producer",
+            messaging.system = "rabbitmq",
+            hmdp.orders = orders.len(),
+            hmdp.shard = shard,
+        );
+        for trace in orders.iter().filter_map(|o| o.trace.as_ref()) {
+            trace.link(&span);
+        }
+        let sent = publisher.send(&orders).instrument(span).await;
+        match sent {
             Ok(sent) => Ok(InFlight { entries, sent }),
             Err(e) => Err(held(entries, e)),
         }

@@ -6,9 +6,11 @@
 use std::time::{Duration, Instant};
 
 use redis::streams::StreamId;
+use tracing::Span;
 
 use super::{GROUP, Held, OrderWorker, Step, WorkerError, scripts::RECORD_FAILURE};
 use crate::{
+    domain::{SPAN_TARGET, TraceParent},
     kv::RedisConn,
     order_stream,
     storage::{
@@ -43,14 +45,92 @@ impl<T> Default for Written<T> {
     }
 }
 
+/// What an order came in, as far as its trace goes: the grab's `traceparent` it carries, if any
+/// (a field of its stream entry, a header of its message).
+pub(super) trait Carrier {
+    fn trace(&self) -> Option<TraceParent>;
+}
+
+impl Carrier for StreamId {
+    fn trace(&self) -> Option<TraceParent> {
+        order_stream::trace_of(self)
+    }
+}
+
+impl Carrier for lapin::message::Delivery {
+    fn trace(&self) -> Option<TraceParent> {
+        crate::amqp::trace_of(self)
+    }
+}
+
+/// The spans of a batch write while traces are exported: the batch's own span, linked to the
+/// trace of every order it carries, and one span per order in that order's grab trace (so one
+/// grab is one trace even though its order is written in someone else's batch), linked back to
+/// the batch. Dropped when the write is over; empty (and free) when traces are off.
+struct BatchSpans {
+    _batch: Span,
+    _orders: Vec<Span>,
+}
+
+impl BatchSpans {
+    fn open<T: Carrier>(items: &[(T, NewOrder)]) -> Self {
+        let batch = tracing::info_span!(
+            target: SPAN_TARGET,
+            "write orders",
+            db.operation.name = "write_order_batch",
+            hmdp.orders = items.len(),
+        );
+        if batch.is_disabled() {
+            return Self {
+                _batch: batch,
+                _orders: Vec::new(),
+            };
+        }
+        let traced: Vec<(TraceParent, NewOrder)> = items
+            .iter()
+            .filter_map(|(source, order)| Some((source.trace()?, *order)))
+            .collect();
+        // Links go in before the span starts (reading its context starts it).
+        for (trace, _) in &traced {
+            trace.link(&batch);
+        }
+        let Some(batch_trace) = TraceParent::of(&batch) else {
+            return Self {
+                _batch: batch,
+                _orders: Vec::new(),
+            };
+        };
+        let orders = traced
+            .into_iter()
+            .map(|(trace, order)| {
+                let span = tracing::info_span!(
+                    target: SPAN_TARGET,
+                    parent: None,
+                    "write order",
+                    hmdp.order = order.id.get(),
+                    hmdp.batch_size = items.len(),
+                );
+                trace.adopt(&span);
+                batch_trace.link(&span);
+                span
+            })
+            .collect();
+        Self {
+            _batch: batch,
+            _orders: orders,
+        }
+    }
+}
+
 impl OrderWorker {
     /// Writes orders in one idempotent transaction; if the database refuses the batch for a
     /// reason other than an outage, writes them one by one to find the culprits.
-    pub(super) async fn write_orders<T>(&self, items: Vec<(T, NewOrder)>) -> Written<T> {
+    pub(super) async fn write_orders<T: Carrier>(&self, items: Vec<(T, NewOrder)>) -> Written<T> {
         let mut written = Written::default();
         if items.is_empty() {
             return written;
         }
+        let _spans = BatchSpans::open(&items);
         let orders: Vec<NewOrder> = items.iter().map(|(_, o)| *o).collect();
         let started = Instant::now();
         match orders::write_order_batch(&self.db, &orders).await {

@@ -38,5 +38,6 @@ mod sms;
 mod social;
 mod soldout;
 mod static_files;
+mod traces;
 mod uploads;
 mod vouchers;
