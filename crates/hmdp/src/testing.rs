@@ -42,7 +42,9 @@ pub mod catalogue {
 
 /// The newtypes parsed at the edge.
 pub mod domain {
-    pub use crate::domain::{ApiDateTime, OrderId, SessionToken, ShopId, UserId, VoucherId};
+    pub use crate::domain::{
+        ApiDateTime, OrderId, SessionToken, ShopId, StockBuckets, UserId, VoucherId,
+    };
 }
 
 /// The running service's shared state and its documented routes.
@@ -126,6 +128,8 @@ pub struct FlashSale {
     stock: i64,
     begin: String,
     end: String,
+    /// `stockBuckets`, sent only when set.
+    buckets: Option<i64>,
 }
 
 impl FlashSale {
@@ -149,7 +153,15 @@ impl FlashSale {
             stock,
             begin: api_time(now - Duration::minutes(1)),
             end: api_time(now + Duration::hours(1)),
+            buckets: None,
         }
+    }
+
+    /// The stock split over `n` buckets (`stockBuckets`; sent as given, so a test can send a
+    /// refused count).
+    pub fn buckets(mut self, n: i64) -> Self {
+        self.buckets = Some(n);
+        self
     }
 
     /// On sale from `begin` to `end` seconds from now (negative: in the past).
@@ -211,6 +223,9 @@ impl FlashSale {
         });
         if let Some(s) = &self.sub_title {
             body["subTitle"] = json!(s);
+        }
+        if let Some(n) = self.buckets {
+            body["stockBuckets"] = json!(n);
         }
         if let Some(r) = &self.rules {
             body["rules"] = json!(r);

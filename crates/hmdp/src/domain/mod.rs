@@ -3,6 +3,7 @@
 //! "Parse, don't validate": a [`Phone`] can only exist if it passed the phone rule, a
 //! [`SessionToken`] only if it has the token shape, so the rest of the code never re-checks.
 
+mod buckets;
 mod code;
 mod datetime;
 mod html;
@@ -15,6 +16,7 @@ mod token;
 mod trace;
 mod user;
 
+pub use buckets::StockBuckets;
 pub(crate) use code::LoginCode;
 pub use datetime::ApiDateTime;
 pub(crate) use datetime::parse_flexible as parse_datetime;

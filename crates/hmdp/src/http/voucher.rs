@@ -15,17 +15,17 @@ use axum::extract::State;
 
 use super::{
     ApiError, ApiResult, AppState,
-    extract::{Admin, AppJson, AppPath},
+    extract::{Admin, AppJson, AppPath, AppQuery},
     ok,
 };
 use chrono::{DateTime, Local, NaiveDateTime};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::{
     catalogue::CatalogueError,
-    domain::{ShopId, VoucherId, parse_datetime},
+    domain::{ShopId, StockBuckets, VoucherId, parse_datetime},
     seckill::{Refusal, SaleStats, local_millis},
     storage::{
         catalogue::{self, Voucher, VoucherInput},
@@ -147,6 +147,10 @@ struct SeckillVoucherInput {
     #[serde(deserialize_with = "sale_time")]
     #[schema(value_type = String, example = "2026-11-21T12:00:00+08:00")]
     end_time: NaiveDateTime,
+    /// How many buckets Redis splits the stock over (库存分桶), each in its own hash slot, so
+    /// that a cluster spreads one voucher's grabs over its masters; 1 (the default) is one key.
+    #[schema(minimum = 1, maximum = 64)]
+    stock_buckets: Option<i64>,
 }
 
 /// Reads a sale's begin or end as the server-local date-time the database stores: the
@@ -203,6 +207,10 @@ async fn create_seckill_voucher(
             "payValue and actualValue must not be negative",
         ));
     }
+    let buckets = match v.stock_buckets {
+        None => StockBuckets::ONE,
+        Some(n) => StockBuckets::new(n).map_err(|e| ApiError::invalid(e.to_string()))?,
+    };
     let shop = ShopId::new(v.shop_id)
         .map_err(|_| ApiError::invalid("shopId must be a positive integer"))?;
     if catalogue::shop(&state.db, shop).await?.is_none() {
@@ -220,12 +228,13 @@ async fn create_seckill_voucher(
             stock: v.stock,
             begin_time: v.begin_time,
             end_time: v.end_time,
+            buckets,
         },
     )
     .await?;
     state
         .seckill
-        .load_new_voucher(id, v.stock, v.begin_time, v.end_time)
+        .load_new_voucher(id, v.stock, v.begin_time, v.end_time, buckets)
         .await;
     ok(id.get())
 }
@@ -245,25 +254,40 @@ struct SaleStatsView {
     server_utc_offset_minutes: i32,
 }
 
+/// What a sale's live state includes.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct SaleStatsQuery {
+    /// With each stock bucket of a split sale (`buckets` in the answer).
+    #[serde(default)]
+    buckets: bool,
+}
+
 /// A sale's live state.
 ///
 /// Stock in Redis and in the database, accepted vs written orders, the order stream's
 /// backlog, and the written orders by status (`paid`, `unpaid`, `released`, `byStatus`): what
 /// the dashboard shows.
 #[utoipa::path(get, path = "/voucher/seckill/{id}/stats", tag = TAG,
-    params(("id" = inline(VoucherId), Path, description = "a positive id")),
+    params(("id" = inline(VoucherId), Path, description = "a positive id"), SaleStatsQuery),
     responses((status = OK, body = SaleStatsView)))]
 async fn sale_stats(
     State(state): State<AppState>,
     AppPath(id): AppPath<VoucherId>,
+    AppQuery(query): AppQuery<SaleStatsQuery>,
 ) -> ApiResult<SaleStatsView> {
     match state.seckill.sale_stats(id).await? {
-        Some(stats) => ok(SaleStatsView {
-            begin_millis: local_millis(stats.begin_time.0),
-            end_millis: local_millis(stats.end_time.0),
-            server_utc_offset_minutes: Local::now().offset().local_minus_utc() / 60,
-            stats,
-        }),
+        Some(mut stats) => {
+            if !query.buckets {
+                stats.buckets = None;
+            }
+            ok(SaleStatsView {
+                begin_millis: local_millis(stats.begin_time.0),
+                end_millis: local_millis(stats.end_time.0),
+                server_utc_offset_minutes: Local::now().offset().local_minus_utc() / 60,
+                stats,
+            })
+        }
         None => Err(Refusal::UnknownVoucher.into()),
     }
 }

@@ -339,6 +339,51 @@ impl Keys {
         format!("{}seckill:{{s{shard}}}:bought:{voucher_id}", self.prefix)
     }
 
+    /// The shard of bucket `bucket` of a voucher ([`crate::domain::StockBuckets`]): bucket 0 is
+    /// on the voucher's own shard, the others on the shards after it in turn, so that with at
+    /// least as many shards as buckets each bucket has a slot (and a stream) of its own.
+    pub fn seckill_bucket_shard(voucher_id: i64, bucket: u32, shards: u32) -> u32 {
+        let shards = shards.max(1);
+        (Self::seckill_shard(voucher_id, shards) + bucket % shards) % shards
+    }
+
+    /// Bucket `bucket`'s voucher hash: bucket 0 is the one-key layout's
+    /// [`Keys::seckill_voucher`], bucket `b` above it `seckill:{s<k>}:voucher:<id>:b<b>`.
+    pub fn seckill_bucket(&self, shard: u32, voucher_id: i64, bucket: u32) -> String {
+        let hash = self.seckill_voucher(shard, voucher_id);
+        match bucket {
+            0 => hash,
+            b => format!("{hash}:b{b}"),
+        }
+    }
+
+    /// Bucket `bucket`'s buyers hash (the users whose home it is): bucket 0's is
+    /// [`Keys::seckill_buyers`], bucket `b`'s `seckill:{s<k>}:bought:<id>:b<b>`.
+    pub fn seckill_bucket_buyers(&self, shard: u32, voucher_id: i64, bucket: u32) -> String {
+        let buyers = self.seckill_buyers(shard, voucher_id);
+        match bucket {
+            0 => buyers,
+            b => format!("{buyers}:b{b}"),
+        }
+    }
+
+    /// Bucket `bucket`'s released set (bucket 0's is [`Keys::seckill_released`]).
+    pub fn seckill_bucket_released(&self, shard: u32, voucher_id: i64, bucket: u32) -> String {
+        slot_mate(&self.seckill_bucket(shard, voucher_id, bucket), "released")
+    }
+
+    /// `…:claims`: a sorted set of a bucket's buyer records whose unit is being borrowed from
+    /// another bucket (order id, scored by when it was claimed); a slot mate of the bucket.
+    pub fn seckill_bucket_claims(&self, shard: u32, voucher_id: i64, bucket: u32) -> String {
+        slot_mate(&self.seckill_bucket(shard, voucher_id, bucket), "claims")
+    }
+
+    /// `…:lent`: a hash of the orders a bucket lent a unit to (order id → user id), or that it
+    /// will never lend to (→ `void`, written when a stale claim is settled).
+    pub fn seckill_bucket_lent(&self, shard: u32, voucher_id: i64, bucket: u32) -> String {
+        slot_mate(&self.seckill_bucket(shard, voucher_id, bucket), "lent")
+    }
+
     /// `seckill:{s<k>}:orders`: the shard's stream of accepted orders.
     pub fn seckill_stream(&self, shard: u32) -> String {
         format!("{}seckill:{{s{shard}}}:orders", self.prefix)

@@ -5,13 +5,16 @@ use std::time::{Duration, Instant};
 
 use chrono::Local;
 
+use redis::{Cmd, FromRedisValue, Script};
+
 use super::{
     Refusal, Seckill, SeckillError,
+    memory::Ticket,
     scripts::{self, GrabAnswer, GrabCall},
 };
 use crate::{
     domain::{OrderId, SPAN_TARGET, TraceParent, UserId, VoucherId, pay_deadline_ms},
-    kv::{Keys, RedisConn},
+    kv::{Keys, RedisConn, Replicated},
     order_stream::{self, PendingRecord},
     storage::orders::{self, NewOrder, SyncOutcome},
 };
@@ -19,7 +22,7 @@ use crate::{
 /// How long a grab keeps warming a voucher that Redis keeps losing before it gives up (with a
 /// retryable 503). Three attempts are always made; a fixed count alone gave up too early on a
 /// machine so busy that the key was lost again between each warm-up and the next try.
-const WARM_RETRY_BUDGET: Duration = Duration::from_secs(2);
+pub(super) const WARM_RETRY_BUDGET: Duration = Duration::from_secs(2);
 
 impl Seckill {
     /// The refusal this instance can give without Redis: an id known to be no voucher, a
@@ -62,13 +65,22 @@ impl Seckill {
             voucher_id: voucher,
             failed: false,
         };
-        if !matches!(self.redis, RedisConn::Cluster(_)) {
+        let buckets = self.buckets_of(voucher).await?;
+        if !buckets.split() && !matches!(self.redis, RedisConn::Cluster(_)) {
             return self.decide(user, voucher, order_id, Some(record)).await;
         }
-        // On a cluster the record's key is in another slot than the script's keys: it goes
-        // out ahead of the script, in the same round trip, and a refusal deletes it again.
+        // On a cluster the record's key is in another slot than the script's keys (and a split
+        // sale's unit may come from any bucket): it goes out ahead of the script, in the same
+        // round trip, and a refusal deletes it again.
         let pending = order_stream::create_pending(&self.redis, &self.keys, order_id, record);
-        let (created, outcome) = tokio::join!(pending, self.decide(user, voucher, order_id, None));
+        let decision = async {
+            if buckets.split() {
+                self.decide_split(user, voucher, order_id, buckets).await
+            } else {
+                self.decide(user, voucher, order_id, None).await
+            }
+        };
+        let (created, outcome) = tokio::join!(pending, decision);
         match (&outcome, created) {
             // Accepted (`NotReplicated` too: the order exists, its buyer is told to look it up).
             (Ok(Ok(_)) | Err(SeckillError::NotReplicated { .. }), Ok(false)) => {
@@ -109,7 +121,6 @@ impl Seckill {
         pending: Option<PendingRecord>,
     ) -> Result<Result<i64, Refusal>, SeckillError> {
         let shard = self.shard(voucher);
-        let mut redis = self.redis.clone();
         let started = Instant::now();
         let deadline = pay_deadline_ms(order_id, self.settings.pay_timeout);
         let keys = [
@@ -146,74 +157,94 @@ impl Seckill {
             // Before the script runs: its answer is remembered only if no announcement can
             // have been missed since.
             let ticket = self.memory.as_ref().and_then(|m| m.ticket());
-            // An accepted grab waits for the replicas on a connection of its own (`kv::replicas`).
-            let (answer, replicated): (GrabAnswer, _) = match &self.replicas {
-                None => (
-                    scripts::eval(&scripts::GRAB, &grab, &mut redis).await?,
-                    None,
-                ),
-                Some(replicas) => {
-                    replicas
-                        .write(
-                            async |conn| scripts::eval(&scripts::GRAB, &grab, conn).await,
-                            GrabAnswer::is_accepted,
-                        )
-                        .await?
-                }
-            };
-            let memory = self.memory.as_ref().zip(ticket);
-            match answer {
-                GrabAnswer::Accepted {
-                    generation,
-                    id_in_use,
-                } => {
-                    if id_in_use {
-                        self.id_in_use(order_id, user, voucher);
-                    }
-                    if let Some(replicated) = replicated.filter(|r| !r.is_complete()) {
-                        self.stats.replica_wait_timeouts.inc();
-                        return Err(SeckillError::NotReplicated {
-                            order_id,
-                            replicated,
-                        });
-                    }
-                    if let Some((memory, ticket)) = memory {
-                        memory.remember_buyer(
-                            voucher.get(),
-                            user.get(),
-                            order_id,
-                            generation,
-                            ticket,
-                        );
-                    }
-                    return Ok(Ok(order_id));
-                }
-                GrabAnswer::SoldOut { generation } => {
-                    if let Some((memory, ticket)) = memory {
-                        memory.remember_sold_out(voucher.get(), generation, ticket);
-                    }
-                    return Ok(Err(Refusal::SoldOut));
-                }
-                GrabAnswer::AlreadyBought { order, generation } => {
-                    if let (Some((memory, ticket)), Some(order)) = (memory, order) {
-                        memory.remember_buyer(voucher.get(), user.get(), order, generation, ticket);
-                    }
-                    return Ok(Err(Refusal::Duplicate(order)));
-                }
-                GrabAnswer::NotStarted => return Ok(Err(Refusal::NotStarted)),
-                GrabAnswer::Ended => return Ok(Err(Refusal::Ended)),
-                GrabAnswer::NoSuchVoucher => {
-                    self.unknown
-                        .insert(voucher.get(), Instant::now() + super::UNKNOWN_TTL);
-                    return Ok(Err(Refusal::UnknownVoucher));
-                }
-                GrabAnswer::NotLoaded if attempt >= 3 && started.elapsed() >= WARM_RETRY_BUDGET => {
-                    break;
-                }
-                GrabAnswer::NotLoaded => self.warm(voucher).await?,
+            let (answer, replicated) = self
+                .run_script(&scripts::GRAB, &grab, GrabAnswer::is_accepted)
+                .await?;
+            if let Some(done) = self.conclude(answer, replicated, ticket, user, voucher, order_id) {
+                return done;
             }
+            if attempt >= 3 && started.elapsed() >= WARM_RETRY_BUDGET {
+                break;
+            }
+            self.warm(voucher).await?;
         }
         Err(SeckillError::NotLoaded)
+    }
+
+    /// Runs a script that may decide an order; an accepted grab (`wrote`) waits for the
+    /// replicas on a connection of its own (`kv::replicas`) when that is configured.
+    pub(super) async fn run_script<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        cmd: &Cmd,
+        wrote: impl FnOnce(&T) -> bool,
+    ) -> Result<(T, Option<Replicated>), SeckillError> {
+        Ok(match &self.replicas {
+            None => (
+                scripts::eval(script, cmd, &mut self.redis.clone()).await?,
+                None,
+            ),
+            Some(replicas) => {
+                replicas
+                    .write(async |conn| scripts::eval(script, cmd, conn).await, wrote)
+                    .await?
+            }
+        })
+    }
+
+    /// The grab's result for an answer of the grab script, remembered where it may be;
+    /// `None` for "not loaded" (warm the voucher and ask again).
+    pub(super) fn conclude(
+        &self,
+        answer: GrabAnswer,
+        replicated: Option<Replicated>,
+        ticket: Option<Ticket>,
+        user: UserId,
+        voucher: VoucherId,
+        order_id: i64,
+    ) -> Option<Result<Result<i64, Refusal>, SeckillError>> {
+        let memory = self.memory.as_ref().zip(ticket);
+        Some(match answer {
+            GrabAnswer::Accepted {
+                generation,
+                id_in_use,
+            } => {
+                if id_in_use {
+                    self.id_in_use(order_id, user, voucher);
+                }
+                if let Some(replicated) = replicated.filter(|r| !r.is_complete()) {
+                    self.stats.replica_wait_timeouts.inc();
+                    return Some(Err(SeckillError::NotReplicated {
+                        order_id,
+                        replicated,
+                    }));
+                }
+                if let Some((memory, ticket)) = memory {
+                    memory.remember_buyer(voucher.get(), user.get(), order_id, generation, ticket);
+                }
+                Ok(Ok(order_id))
+            }
+            GrabAnswer::SoldOut { generation } => {
+                if let Some((memory, ticket)) = memory {
+                    memory.remember_sold_out(voucher.get(), generation, ticket);
+                }
+                Ok(Err(Refusal::SoldOut))
+            }
+            GrabAnswer::AlreadyBought { order, generation } => {
+                if let (Some((memory, ticket)), Some(order)) = (memory, order) {
+                    memory.remember_buyer(voucher.get(), user.get(), order, generation, ticket);
+                }
+                Ok(Err(Refusal::Duplicate(order)))
+            }
+            GrabAnswer::NotStarted => Ok(Err(Refusal::NotStarted)),
+            GrabAnswer::Ended => Ok(Err(Refusal::Ended)),
+            GrabAnswer::NoSuchVoucher => {
+                self.unknown
+                    .insert(voucher.get(), Instant::now() + super::UNKNOWN_TTL);
+                Ok(Err(Refusal::UnknownVoucher))
+            }
+            GrabAnswer::NotLoaded => return None,
+        })
     }
 
     pub(super) async fn grab_sync(

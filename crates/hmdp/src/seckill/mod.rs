@@ -7,6 +7,7 @@
 //! ([`memory`]). docs/internals/flash-sale.md says why each step
 //! is safe.
 
+mod buckets;
 mod grab;
 mod memory;
 mod reconcile;
@@ -33,7 +34,7 @@ pub(crate) use status::OrderStatus;
 
 use crate::{
     config::{SeckillMode, SeckillSettings},
-    domain::{Answer, Answered, ErrorCode, Refused, UserId, VoucherId, order_data},
+    domain::{Answer, Answered, ErrorCode, Refused, StockBuckets, UserId, VoucherId, order_data},
     kv::{Keys, RedisConn, ReplicaWait, Replicated},
     order_stream,
     storage::{Db, StorageError},
@@ -59,6 +60,10 @@ pub enum SeckillError {
     /// Another process held the voucher's warm-up lock for all of `hmdp reconcile`'s wait.
     #[error("voucher {0} is being loaded into Redis by another process; run it again")]
     WarmUpBusy(i64),
+    /// A split sale's claim this grab made was settled as abandoned by another process while
+    /// the grab was still borrowing (it stalled for seconds): nothing was taken, try again.
+    #[error("the grab's claim was settled by another process; nothing was taken")]
+    ClaimSettled,
     /// A computation shared by concurrent callers (a sale's stats) failed.
     #[error(transparent)]
     Shared(Arc<SeckillError>),
@@ -85,7 +90,7 @@ impl Answered for SeckillError {
             E::Lock(l) if l.is_connection_error() || l.is_timeout() => Answer::Unavailable("redis"),
             E::Id(i) if i.is_redis() => Answer::Unavailable("redis"),
             // Redis keeps losing the voucher's keys: retryable, like Redis being away.
-            E::NotLoaded => Answer::Unavailable("redis"),
+            E::NotLoaded | E::ClaimSettled => Answer::Unavailable("redis"),
             E::Shared(inner) => inner.answer(),
             E::NotReplicated { order_id, .. } => Refused::new(
                 ErrorCode::NotReplicated,
@@ -157,6 +162,8 @@ pub struct Seckill {
     /// grab reads this, so it is a `quick_cache`, whose reads record nothing (see
     /// `memory::Ids`).
     unknown: Arc<memory::Ids<Instant>>,
+    /// Each voucher's stock buckets, once read (they never change).
+    layouts: Arc<memory::Ids<StockBuckets>>,
     /// Each voucher's dashboard view for [`STATS_TTL`], computed once for all concurrent
     /// callers: the route is public, and each computation counts orders in the database.
     sale_stats: moka::future::Cache<i64, Option<SaleStats>>,
@@ -197,6 +204,7 @@ impl Seckill {
             stats: Arc::default(),
             shards_checked: Arc::default(),
             unknown: Arc::new(memory::ids(UNKNOWN_CAPACITY)),
+            layouts: Arc::new(memory::ids(buckets::LAYOUT_CAPACITY)),
             sale_stats: moka::future::Cache::builder()
                 .max_capacity(UNKNOWN_CAPACITY as u64)
                 .time_to_live(STATS_TTL)

@@ -11,7 +11,7 @@
 
 use std::{collections::HashMap, fmt, time::Duration};
 
-use super::{Seckill, SeckillError, scripts, voucher_hash::VoucherHash};
+use super::{Seckill, SeckillError, buckets::CLAIM_STALE, scripts, voucher_hash::VoucherHash};
 use crate::{
     domain::{OrderId, UserId, VoucherId},
     kv::Keys,
@@ -52,6 +52,26 @@ pub struct SaleCheck {
     pub holding: i64,
     /// Cancelled orders whose payment was kept (neither owed back nor refunded): must be 0.
     pub paid_and_closed: i64,
+    /// A sale split over stock buckets: each bucket's part (empty for one bucket).
+    pub buckets: Vec<BucketCheck>,
+}
+
+/// One stock bucket of a split sale, as the check found it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BucketCheck {
+    pub bucket: u32,
+    pub shard: u32,
+    /// Its share of the stock left (`None`: not loaded).
+    pub stock: Option<i64>,
+    /// Buyers whose home it is.
+    pub buyers: usize,
+    /// Buyer records claimed by grabs borrowing a unit right now.
+    pub claims: usize,
+    /// Buyer records in this bucket although it is not their home: a second grab of theirs
+    /// would not see them.
+    pub misplaced: usize,
+    /// Claims left by grabs that never finished, settled by this check.
+    pub settled: usize,
 }
 
 impl SaleCheck {
@@ -68,6 +88,11 @@ impl SaleCheck {
             || !self.unknown_to_redis.is_empty()
             || !self.only_in_redis.is_empty()
             || !self.other_order.is_empty()
+            || (self.loaded
+                && self
+                    .buckets
+                    .iter()
+                    .any(|b| b.misplaced > 0 || b.stock.is_none()))
     }
 
     /// Whether a unit is missing or counted twice in the database, or a closed order kept a
@@ -76,6 +101,34 @@ impl SaleCheck {
         self.initial_stock
             .is_some_and(|i| i != self.db_stock + self.holding)
             || self.paid_and_closed > 0
+    }
+
+    /// A split sale's buckets, one line each.
+    fn write_buckets(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in &self.buckets {
+            let stock = b
+                .stock
+                .map_or("not loaded".to_owned(), |s| format!("stock {s}"));
+            write!(
+                f,
+                "\n  bucket {} (shard {}): {stock}, {} buyers",
+                b.bucket, b.shard, b.buyers
+            )?;
+            if b.claims > 0 {
+                write!(f, ", {} borrowing now", b.claims)?;
+            }
+            if b.settled > 0 {
+                write!(f, ", {} abandoned claims settled", b.settled)?;
+            }
+            if b.misplaced > 0 {
+                write!(
+                    f,
+                    ", DRIFT: {} buyers recorded outside their home bucket",
+                    b.misplaced
+                )?;
+            }
+        }
+        Ok(())
     }
 
     fn write_books(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -117,11 +170,12 @@ impl fmt::Display for SaleCheck {
                 "voucher {v}: not in Redis (loaded from the database on first use)"
             );
         } else if !self.drift() {
-            return write!(
+            write!(
                 f,
                 "voucher {v}: ok (stock {}, {} buyers)",
                 self.redis_stock, self.buyers
-            );
+            )?;
+            return self.write_buckets(f);
         } else {
             write!(f, "voucher {v}: DRIFT")?;
         }
@@ -175,6 +229,7 @@ impl fmt::Display for SaleCheck {
             )?;
         }
         self.write_books(f)?;
+        self.write_buckets(f)?;
         if self.repaired {
             write!(
                 f,
@@ -234,26 +289,66 @@ impl Seckill {
         result
     }
 
-    /// Redis first (both hashes at one instant), then the streams, then the database: an order
-    /// accepted before the Redis read is then in a stream or in the table, and one accepted
-    /// after it is found again in Redis by the second look below.
+    /// Redis first (both hashes of each bucket at one instant), then the streams, then the
+    /// database: an order accepted before the Redis read is then in a stream or in the table,
+    /// and one accepted after it is found again in Redis by the second look below. A split
+    /// sale's abandoned claims are settled first; the claims of grabs borrowing right now are
+    /// in flight, not drift.
     async fn compare(&self, voucher: VoucherId) -> Result<Option<SaleCheck>, SeckillError> {
-        let shard = self.shard(voucher);
-        let (hash_key, buyers_key) = (
-            self.keys.seckill_voucher(shard, voucher.get()),
-            self.keys.seckill_buyers(shard, voucher.get()),
-        );
-        let (hash, in_redis): (VoucherHash, HashMap<i64, i64>) = scripts::READ_SALE
-            .key(&hash_key)
-            .key(&buyers_key)
-            .invoke_async(&mut self.redis.clone())
-            .await?;
-        let Some((_, load, _)) = self.what_to_load(voucher, shard).await? else {
+        let buckets = self.buckets_of(voucher).await?;
+        let all = self.all_buckets(voucher, buckets);
+        let mut settled = vec![0usize; all.len()];
+        if buckets.split() {
+            for b in &all {
+                settled[b.index as usize] = self
+                    .settle_claims_in(voucher, buckets, b, CLAIM_STALE)
+                    .await?;
+            }
+        }
+        let live = if buckets.split() {
+            self.live_claims(voucher, buckets).await?
+        } else {
+            Default::default()
+        };
+        let mut in_redis: HashMap<i64, i64> = HashMap::new();
+        let mut parts = Vec::with_capacity(all.len());
+        let mut hashes = Vec::with_capacity(all.len());
+        for b in &all {
+            let (hash, buyers): (VoucherHash, HashMap<i64, i64>) = scripts::READ_SALE
+                .key(&b.hash)
+                .key(&b.buyers)
+                .invoke_async(&mut self.redis.clone())
+                .await?;
+            parts.push(BucketCheck {
+                bucket: b.index,
+                shard: b.shard,
+                stock: hash.sale().map(|s| s.stock),
+                buyers: buyers.len(),
+                claims: live
+                    .iter()
+                    .filter(|(user, _)| buckets.home(*user) == b.index)
+                    .count(),
+                misplaced: buyers
+                    .keys()
+                    .filter(|user| buckets.home(**user) != b.index)
+                    .count(),
+                settled: settled[b.index as usize],
+            });
+            in_redis.extend(buyers);
+            hashes.push(hash);
+        }
+        let shards: Vec<u32> = all
+            .iter()
+            .map(|b| b.shard)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let Some((_, load, _)) = self.what_to_load(voucher, &shards).await? else {
             return Ok(None);
         };
         let mut check = SaleCheck {
             voucher: voucher.get(),
-            marked_unknown: hash.marked_unknown(),
+            marked_unknown: hashes[0].marked_unknown(),
             ..SaleCheck::default()
         };
         if let Some(books) = order_life::books(&self.db, voucher.get()).await? {
@@ -262,11 +357,17 @@ impl Seckill {
             check.holding = books.holding;
             check.paid_and_closed = books.paid_and_closed;
         }
-        let Some(sale) = hash.sale() else {
+        if buckets.split() {
+            check.buckets = parts;
+        }
+        let sales: Vec<_> = hashes.iter().filter_map(VoucherHash::sale).collect();
+        // Nothing loaded, nothing to compare; a split sale loaded in part is compared, and its
+        // buckets not loaded are drift.
+        if sales.is_empty() {
             return Ok(Some(check));
-        };
+        }
         check.loaded = true;
-        check.redis_stock = sale.stock;
+        check.redis_stock = sales.iter().map(|s| s.stock).sum();
         check.buyers = in_redis.len();
         let elsewhere: HashMap<i64, i64> = load.buyers.iter().copied().collect();
         let mut missing = Vec::new();
@@ -277,16 +378,25 @@ impl Seckill {
                 Some(_) => {}
             }
         }
-        // Accepted after the Redis read: in Redis now, with the same order.
+        // Accepted after the Redis read: in Redis now (in the buyer's home bucket), with the
+        // same order.
         let mut late = 0;
-        if !missing.is_empty() {
-            let users: Vec<i64> = missing.iter().map(|(u, _)| *u).collect();
+        for b in &all {
+            let homed: Vec<(i64, i64)> = missing
+                .iter()
+                .copied()
+                .filter(|(user, _)| buckets.home(*user) == b.index)
+                .collect();
+            if homed.is_empty() {
+                continue;
+            }
+            let users: Vec<i64> = homed.iter().map(|(u, _)| *u).collect();
             let now: Vec<Option<i64>> = redis::cmd("HMGET")
-                .arg(&buyers_key)
+                .arg(&b.buyers)
                 .arg(&users)
                 .query_async(&mut self.redis.clone())
                 .await?;
-            for ((user, order), now) in missing.into_iter().zip(now) {
+            for ((user, order), now) in homed.into_iter().zip(now) {
                 match now {
                     Some(o) if o == order => late += 1,
                     Some(o) => check.other_order.push((user, o, order)),
@@ -295,14 +405,16 @@ impl Seckill {
             }
         }
         // In Redis only. (With RabbitMQ too, an order keeps its stream entry until the
-        // consumer has written it, so one in the broker is in a stream.)
+        // consumer has written it, so one in the broker is in a stream.) A claim being lent
+        // to right now has no unit yet and is in no stream: in flight, not drift.
         for (&user, &order) in &in_redis {
-            if !elsewhere.contains_key(&user) {
+            if !elsewhere.contains_key(&user) && !live.contains(&(user, order)) {
                 check.only_in_redis.push((user, order));
             }
         }
         check.only_in_redis.sort_unstable();
         check.unknown_to_redis.sort_unstable();
+        check.other_order.sort_unstable();
         // Each order Redis counted and the plan did not takes one from Redis's stock; each one
         // accepted after the Redis read took one from the plan's.
         check.expected_stock = load.stock + late - check.only_in_redis.len() as i64;
@@ -313,8 +425,7 @@ impl Seckill {
     /// does, from the database and the streams (announced to every instance first, so none
     /// keeps refusing it from memory: `super::memory`).
     async fn repair(&self, voucher: VoucherId, check: &SaleCheck) -> Result<(), SeckillError> {
-        let shard = self.shard(voucher);
-        let stream = self.keys.seckill_stream(shard);
+        let buckets = self.buckets_of(voucher).await?;
         for &(user, order) in &check.only_in_redis {
             let (Ok(user_id), Ok(id)) = (UserId::new(user), OrderId::new(order)) else {
                 tracing::warn!(
@@ -329,6 +440,7 @@ impl Seckill {
                 user_id,
                 voucher_id: voucher,
             };
+            let stream = self.bucket(voucher, buckets.home(user)).stream;
             order_stream::append(&self.redis, &stream, order).await?;
             let record = PendingRecord {
                 user_id,
@@ -337,12 +449,17 @@ impl Seckill {
             };
             order_stream::write_pending(&self.redis, &self.keys, id.get(), record).await?;
         }
+        self.unknown.remove(&voucher.get());
+        if buckets.split() {
+            self.unload_split(voucher, buckets).await?;
+            return self.load_split(voucher, buckets).await;
+        }
+        let shard = self.shard(voucher);
         let _: i64 = scripts::UNLOAD
             .key(self.keys.seckill_voucher(shard, voucher.get()))
             .key(self.keys.seckill_buyers(shard, voucher.get()))
             .invoke_async(&mut self.redis.clone())
             .await?;
-        self.unknown.remove(&voucher.get());
         self.load_from_database(voucher, shard).await
     }
 }

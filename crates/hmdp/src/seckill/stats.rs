@@ -38,6 +38,10 @@ pub struct SeckillStats {
     pub memory_duplicate: Counter,
     /// Load announcements that not every instance acknowledged in time.
     pub clear_ack_timeouts: Counter,
+    /// Split sales: grabs served by a bucket other than the buyer's home bucket.
+    pub borrowed: Counter,
+    /// Split sales: claims left by grabs that never finished, dropped with no unit taken.
+    pub claims_dropped: Counter,
 }
 
 impl Default for SeckillStats {
@@ -67,6 +71,8 @@ impl Default for SeckillStats {
             id_collisions: Counter::default(),
             stats_computed: Counter::default(),
             replica_wait_timeouts: Counter::default(),
+            borrowed: Counter::default(),
+            claims_dropped: Counter::default(),
             outcomes,
         }
     }
@@ -116,6 +122,18 @@ impl SeckillStats {
             self.reloads.clone(),
         );
         registry.register(
+            "hmdp_seckill_borrowed",
+            "Accepted grabs of a sale split over stock buckets whose unit came from a bucket \
+             other than the buyer's home bucket (it had run dry)",
+            self.borrowed.clone(),
+        );
+        registry.register(
+            "hmdp_seckill_claims_dropped",
+            "Buyer records claimed by a grab that never finished borrowing (its instance died), \
+             dropped once every bucket was marked never to lend to it",
+            self.claims_dropped.clone(),
+        );
+        registry.register(
             "hmdp_seckill_warm_ups",
             "Vouchers loaded into Redis from the database",
             self.warm_ups.clone(),
@@ -128,7 +146,8 @@ impl SeckillStats {
 #[serde(rename_all = "camelCase")]
 pub struct SaleStats {
     pub voucher_id: i64,
-    /// Stock left as Redis sees it (what buyers race for); `None` when not loaded.
+    /// Stock left as Redis sees it (what buyers race for; every bucket's together); `None`
+    /// when not loaded (a bucket of a split sale not loaded).
     pub redis_stock: Option<i64>,
     /// Stock left in the database (lags behind while orders are queued).
     pub db_stock: i64,
@@ -144,7 +163,8 @@ pub struct SaleStats {
     pub released: i64,
     /// Written orders by status, each status present.
     pub by_status: StatusCounts,
-    /// Entries in the shard's order stream (written ones are trimmed away over time).
+    /// Entries in the order streams of the sale's shards (written ones are trimmed away over
+    /// time).
     pub stream_length: i64,
     /// Entries delivered to a worker and not yet acknowledged.
     pub pending: i64,
@@ -152,8 +172,26 @@ pub struct SaleStats {
     pub lag: Option<i64>,
     pub begin_time: ApiDateTime,
     pub end_time: ApiDateTime,
+    /// Buckets the stock is split over in Redis (1: one key).
+    pub stock_buckets: u32,
+    /// Each bucket of a split sale, when asked for (`?buckets=true`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buckets: Option<Vec<BucketStats>>,
     /// The server's clock in milliseconds, so a page can count down without trusting its own.
     pub now_millis: i64,
+}
+
+/// One stock bucket of a split sale, live.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketStats {
+    pub bucket: u32,
+    /// The order-stream shard (and so the hash slot) it lives on.
+    pub shard: u32,
+    /// Its share of the stock left; `None` when not loaded.
+    pub redis_stock: Option<i64>,
+    /// Buyers whose home it is.
+    pub accepted: i64,
 }
 
 /// How many written orders of a sale are in each status.
@@ -216,19 +254,43 @@ impl Seckill {
         let counts = order_life::status_counts(&self.db, voucher.get()).await?;
         let persisted = counts.iter().map(|(_, n)| n).sum();
         let by_status = StatusCounts::from_counts(&counts);
-        let shard = self.shard(voucher);
-        let (hash, accepted): (VoucherHash, i64) = redis::pipe()
-            .cmd("HGETALL")
-            .arg(self.keys.seckill_voucher(shard, voucher.get()))
-            .cmd("HLEN")
-            .arg(self.keys.seckill_buyers(shard, voucher.get()))
-            .query_async(&mut self.redis.clone())
-            .await?;
-        let stream =
-            order_stream::read_gauges(&self.redis, &self.keys.seckill_stream(shard)).await?;
+        let buckets = v.buckets;
+        let mut parts = Vec::with_capacity(buckets.get() as usize);
+        let mut shards = std::collections::BTreeSet::new();
+        for b in self.all_buckets(voucher, buckets) {
+            let (hash, buyers): (VoucherHash, i64) = redis::pipe()
+                .cmd("HGETALL")
+                .arg(&b.hash)
+                .cmd("HLEN")
+                .arg(&b.buyers)
+                .query_async(&mut self.redis.clone())
+                .await?;
+            shards.insert(b.shard);
+            parts.push(BucketStats {
+                bucket: b.index,
+                shard: b.shard,
+                redis_stock: hash.stock,
+                accepted: buyers,
+            });
+        }
+        let (mut stream_length, mut pending, mut lag) = (0, 0, None::<i64>);
+        for shard in shards {
+            let stream =
+                order_stream::read_gauges(&self.redis, &self.keys.seckill_stream(shard)).await?;
+            stream_length += stream.length as i64;
+            pending += stream.group.as_ref().map_or(0, |g| g.pending as i64);
+            if let Some(l) = stream.group.and_then(|g| g.lag) {
+                lag = Some(lag.unwrap_or(0) + l as i64);
+            }
+        }
+        let accepted = parts.iter().map(|p| p.accepted).sum();
+        let redis_stock = parts
+            .iter()
+            .map(|p| p.redis_stock)
+            .try_fold(0, |sum, s| s.map(|s| sum + s));
         Ok(Some(SaleStats {
             voucher_id: voucher.get(),
-            redis_stock: hash.stock,
+            redis_stock,
             db_stock: v.stock,
             accepted: if self.settings.mode == SeckillMode::Sync {
                 persisted
@@ -240,9 +302,11 @@ impl Seckill {
             paid: by_status.ever_paid(),
             released: by_status.cancelled,
             by_status,
-            stream_length: stream.length as i64,
-            pending: stream.group.as_ref().map_or(0, |g| g.pending as i64),
-            lag: stream.group.and_then(|g| g.lag).map(|l| l as i64),
+            stream_length,
+            pending,
+            lag,
+            stock_buckets: buckets.get(),
+            buckets: buckets.split().then_some(parts),
             begin_time: v.begin_time.into(),
             end_time: v.end_time.into(),
             now_millis: Local::now().timestamp_millis(),

@@ -11,7 +11,7 @@ use chrono::NaiveDateTime;
 
 use super::{Seckill, SeckillError, SeckillMode, local_millis, scripts, voucher_hash};
 use crate::{
-    domain::VoucherId,
+    domain::{StockBuckets, VoucherId},
     kv::Keys,
     order_stream,
     storage::orders::{self, NewOrder, SaleSnapshot},
@@ -59,9 +59,9 @@ impl Seckill {
     pub async fn warm(&self, voucher: VoucherId) -> Result<(), SeckillError> {
         // An id that is no flash-sale voucher is settled by the primary key before any lock or
         // stream scan: a client probing random ids costs one indexed read each.
-        if orders::seckill_voucher(&self.db, voucher).await?.is_none() {
+        let Some(sale) = orders::seckill_voucher(&self.db, voucher).await? else {
             return self.mark_missing(voucher).await;
-        }
+        };
         let lock = self.locks.lock(&Keys::seckill_warm_lock(voucher.get()))?;
         let Some(guard) = lock
             .try_lock(Duration::from_secs(5), Some(Duration::from_secs(15)))
@@ -74,7 +74,11 @@ impl Seckill {
             );
             return Ok(());
         };
-        let result = self.warm_locked(voucher).await;
+        let result = if sale.buckets.split() {
+            self.warm_split(voucher, sale.buckets).await
+        } else {
+            self.warm_locked(voucher).await
+        };
         // Whatever happened: a failed load must not keep others waiting for the lease.
         let _ = guard.unlock().await;
         result
@@ -120,7 +124,7 @@ impl Seckill {
     ) -> Result<(), SeckillError> {
         let mut redis = self.redis.clone();
         let hash = self.keys.seckill_voucher(shard, voucher.get());
-        let Some((snapshot, load, dead)) = self.what_to_load(voucher, shard).await? else {
+        let Some((snapshot, load, dead)) = self.what_to_load(voucher, &[shard]).await? else {
             return self.mark_missing(voucher).await;
         };
         let buyers_key = self.keys.seckill_buyers(shard, voucher.get());
@@ -157,26 +161,33 @@ impl Seckill {
         Ok(())
     }
 
-    /// What a warm-up loads now, read from the streams first and then from one database
+    /// What a warm-up loads now, read from the streams of `shards` first and then from one database
     /// snapshot (so an order on its way from one to the other is seen at least once): the
     /// snapshot, the load and the dead letters' count; `None` if the database does not sell it.
     pub(super) async fn what_to_load(
         &self,
         voucher: VoucherId,
-        shard: u32,
+        shards: &[u32],
     ) -> Result<Option<(SaleSnapshot, Load, usize)>, SeckillError> {
-        let queued = order_stream::orders_of_voucher(
-            &self.redis,
-            &self.keys.seckill_stream(shard),
-            voucher.get(),
-        )
-        .await?;
-        let dead = order_stream::orders_of_voucher(
-            &self.redis,
-            &self.keys.seckill_dead_letters(shard),
-            voucher.get(),
-        )
-        .await?;
+        let (mut queued, mut dead) = (Vec::new(), Vec::new());
+        for &shard in shards {
+            queued.extend(
+                order_stream::orders_of_voucher(
+                    &self.redis,
+                    &self.keys.seckill_stream(shard),
+                    voucher.get(),
+                )
+                .await?,
+            );
+            dead.extend(
+                order_stream::orders_of_voucher(
+                    &self.redis,
+                    &self.keys.seckill_dead_letters(shard),
+                    voucher.get(),
+                )
+                .await?,
+            );
+        }
         let Some(snapshot) = orders::sale_snapshot(&self.db, voucher).await? else {
             return Ok(None);
         };
@@ -206,9 +217,20 @@ impl Seckill {
         stock: i64,
         begin: NaiveDateTime,
         end: NaiveDateTime,
+        buckets: StockBuckets,
     ) {
         self.unknown.remove(&voucher.get());
+        self.layouts.insert(voucher.get(), buckets);
         if self.settings.mode == SeckillMode::Sync {
+            return;
+        }
+        if buckets.split() {
+            if let Err(e) = self
+                .load_new_split(voucher, stock, begin, end, buckets)
+                .await
+            {
+                tracing::warn!(voucher = voucher.get(), error = %e, "could not load the new voucher into Redis; it loads on first use");
+            }
             return;
         }
         let shard = self.shard(voucher);
@@ -231,6 +253,34 @@ impl Seckill {
         if let Err(e) = result {
             tracing::warn!(voucher = voucher.get(), error = %e, "could not load the new voucher into Redis; it loads on first use");
         }
+    }
+}
+
+impl Seckill {
+    /// A new split sale: its stock shared out over the buckets, under one generation.
+    async fn load_new_split(
+        &self,
+        voucher: VoucherId,
+        stock: i64,
+        begin: NaiveDateTime,
+        end: NaiveDateTime,
+        buckets: StockBuckets,
+    ) -> Result<(), SeckillError> {
+        let all = self.all_buckets(voucher, buckets);
+        let generation = self.announce_load(voucher, all[0].shard).await?;
+        let mut redis = self.redis.clone();
+        for b in &all {
+            voucher_hash::Sale {
+                stock: buckets.share(stock, b.index),
+                begin_ms: local_millis(begin),
+                end_ms: local_millis(end),
+                sold: 0,
+                generation,
+            }
+            .load(&b.hash, &mut redis)
+            .await?;
+        }
+        Ok(())
     }
 }
 
@@ -258,6 +308,7 @@ mod tests {
                 stock: 10,
                 begin_time: NaiveDateTime::default(),
                 end_time: NaiveDateTime::default(),
+                buckets: StockBuckets::ONE,
             },
             // Orders 1 and 2 are written.
             orders: vec![(1, 100), (2, 200)],

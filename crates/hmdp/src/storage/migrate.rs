@@ -506,6 +506,21 @@ const MIGRATIONS: &[Migration] = &[
         // well.
         steps: &[Step::SanitizeNotes, Step::SanitizeComments],
     },
+    Migration {
+        version: 13,
+        name: "flash-sale stock split over buckets",
+        // The original's sale row has one stock; a voucher whose stock Redis splits over
+        // buckets says how many here. No row means one bucket, the original's layout.
+        steps: &[Step::Sql {
+            sqlite: "CREATE TABLE IF NOT EXISTS hmdp_voucher_stock_buckets (
+                voucher_id INTEGER PRIMARY KEY,
+                buckets INTEGER NOT NULL)",
+            mysql: "CREATE TABLE IF NOT EXISTS hmdp_voucher_stock_buckets (
+                voucher_id BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+                buckets INT NOT NULL
+            ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+        }],
+    },
 ];
 
 /// Brings the schema up to date. Safe to run any number of times, on an empty database or on

@@ -4,7 +4,7 @@ use chrono::NaiveDateTime;
 use serde::Serialize;
 
 use super::{BeginWrite, Db, Result, impl_from_row, is_unique_violation, last_id};
-use crate::domain::{ApiDateTime, OrderId, UserId, VoucherId};
+use crate::domain::{ApiDateTime, OrderId, StockBuckets, UserId, VoucherId};
 
 /// A flash-sale voucher's sale fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +14,8 @@ pub struct SeckillVoucher {
     /// Server-local time, as the original stores it.
     pub begin_time: NaiveDateTime,
     pub end_time: NaiveDateTime,
+    /// Buckets its stock is split over in Redis.
+    pub buckets: StockBuckets,
 }
 
 impl_from_row!(SeckillVoucher, |row| {
@@ -22,6 +24,8 @@ impl_from_row!(SeckillVoucher, |row| {
         stock: row.try_get_unchecked("stock")?,
         begin_time: row.try_get_unchecked("begin_time")?,
         end_time: row.try_get_unchecked("end_time")?,
+        buckets: StockBuckets::new(row.try_get_unchecked("buckets")?)
+            .map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
     })
 });
 
@@ -37,6 +41,7 @@ pub struct NewSeckillVoucher {
     pub stock: i64,
     pub begin_time: NaiveDateTime,
     pub end_time: NaiveDateTime,
+    pub buckets: StockBuckets,
 }
 
 /// Saves `tb_voucher` (type 1) and `tb_seckill_voucher` in one transaction.
@@ -68,18 +73,31 @@ pub async fn insert_seckill_voucher(db: &Db, v: &NewSeckillVoucher) -> Result<Vo
             .bind(v.stock)
             .execute(&mut *tx)
             .await?;
+        if v.buckets.split() {
+            sqlx::query("INSERT INTO hmdp_voucher_stock_buckets (voucher_id, buckets) VALUES (?, ?)")
+                .bind(id)
+                .bind(i64::from(v.buckets.get()))
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
         id
     });
     Ok(VoucherId::new(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?)
 }
 
+/// A sale's row with its bucket count (no row in `hmdp_voucher_stock_buckets`: one bucket).
+const SALE_COLUMNS: &str = "SELECT sv.voucher_id, sv.stock, sv.begin_time, sv.end_time, \
+     CAST(COALESCE(b.buckets, 1) AS SIGNED) AS buckets FROM tb_seckill_voucher sv \
+     JOIN tb_voucher v ON v.id = sv.voucher_id \
+     LEFT JOIN hmdp_voucher_stock_buckets b ON b.voucher_id = sv.voucher_id \
+     WHERE sv.voucher_id = ? AND v.status = 1";
+
 /// The sale fields of a flash-sale voucher on sale (`status = 1`), if it is one.
 pub async fn seckill_voucher(db: &Db, id: VoucherId) -> Result<Option<SeckillVoucher>> {
     Ok(crate::storage::on_pool!(db, pool => {
         sqlx::query_as::<_, SeckillVoucher>(
-            "SELECT sv.voucher_id, sv.stock, sv.begin_time, sv.end_time FROM tb_seckill_voucher sv \
-             JOIN tb_voucher v ON v.id = sv.voucher_id WHERE sv.voucher_id = ? AND v.status = 1",
+            SALE_COLUMNS,
         )
         .bind(id.get())
         .fetch_optional(pool)
@@ -115,8 +133,7 @@ pub async fn sale_snapshot(db: &Db, id: VoucherId) -> Result<Option<SaleSnapshot
     Ok(crate::storage::on_pool!(db, pool => {
         let mut tx = pool.begin().await?;
         let voucher = sqlx::query_as::<_, SeckillVoucher>(
-            "SELECT sv.voucher_id, sv.stock, sv.begin_time, sv.end_time FROM tb_seckill_voucher sv \
-             JOIN tb_voucher v ON v.id = sv.voucher_id WHERE sv.voucher_id = ? AND v.status = 1",
+            SALE_COLUMNS,
         )
         .bind(id.get())
         .fetch_optional(&mut *tx)

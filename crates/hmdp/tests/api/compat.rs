@@ -20,7 +20,7 @@ both_backends!(
 
 /// Every migration version, in order.
 fn all_versions() -> Vec<i64> {
-    (1..=12).collect()
+    (1..=13).collect()
 }
 
 /// What a dump holds, for the checks to compare with.

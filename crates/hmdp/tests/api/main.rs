@@ -13,6 +13,7 @@ mod helpers;
 mod abuse;
 mod activity;
 mod admin;
+mod buckets;
 mod cluster;
 mod comments;
 mod compat;

@@ -338,6 +338,7 @@ async fn reconcile_queues_again_what_only_redis_holds(backend: Backend) {
             db_stock: 10 - 3,
             holding: 3,
             paid_and_closed: 0,
+            buckets: vec![],
         }]
     );
     let repaired = seckill.reconcile(Some(id), true).await.unwrap();
