@@ -88,6 +88,23 @@ pub(crate) fn trace_of(d: &lapin::message::Delivery) -> Option<TraceParent> {
     TraceParent::parse(&header_string(d, TRACE_HEADER)?)
 }
 
+/// `properties` with the [`TRACE_HEADER`] of `trace`, if there is one (a message sent on
+/// for the same order keeps the grab's trace).
+pub(crate) fn with_trace(
+    properties: lapin::BasicProperties,
+    trace: Option<&TraceParent>,
+) -> lapin::BasicProperties {
+    let Some(trace) = trace else {
+        return properties;
+    };
+    let mut headers = properties.headers().clone().unwrap_or_default();
+    headers.insert(
+        TRACE_HEADER.into(),
+        lapin::types::AMQPValue::LongString(trace.as_str().into()),
+    );
+    properties.with_headers(headers)
+}
+
 /// A string header of a delivery.
 fn header_string(d: &lapin::message::Delivery, name: &str) -> Option<String> {
     use lapin::types::AMQPValue;

@@ -33,7 +33,7 @@ use tokio::{sync::Mutex, time::Instant};
 
 use super::{
     ACCEPTED_AT_HEADER, AmqpError, AmqpStats, CONTENT_TYPE, OUTBOX_HEADER, OrderMessage, Outgoing,
-    TRACE_HEADER, connect, topology, within_declare_timeout,
+    connect, topology, with_trace, within_declare_timeout,
 };
 
 /// Why a batch was not confirmed. The batch is to be published again.
@@ -207,13 +207,10 @@ impl Publisher {
                         AMQPValue::LongString(entry.as_str().into()),
                     );
                 }
-                if let Some(trace) = trace {
-                    headers.insert(
-                        TRACE_HEADER.into(),
-                        AMQPValue::LongString(trace.as_str().into()),
-                    );
-                }
-                let properties = order_properties(order.id.get()).with_headers(headers);
+                let properties = with_trace(
+                    order_properties(order.id.get()).with_headers(headers),
+                    trace.as_ref(),
+                );
                 let publish = channel.basic_publish(
                     topology::EXCHANGE.into(),
                     topology::ROUTING_KEY.into(),

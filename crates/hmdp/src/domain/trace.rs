@@ -1,6 +1,7 @@
 //! The trace an order belongs to: a W3C `traceparent`, carried from the accepted grab to the
-//! span that writes the order (a field of its stream entry, a header of its message), so that
-//! one grab is one trace across tasks and processes.
+//! span that writes the order (a field of its stream entry, a header of its message) and on to
+//! the span that closes it at its pay deadline, so that one grab is one trace across tasks and
+//! processes.
 //!
 //! Spans meant for the traces are `tracing` spans of target [`SPAN_TARGET`]: `telemetry` sends
 //! them to the OTLP exporter and keeps them out of the log, and without an exporter they are
@@ -83,6 +84,37 @@ impl std::fmt::Display for TraceParent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// The spans of a batch that serves orders of several traces, while traces are exported (none
+/// when `batch` is disabled): `batch` gets a link to each order's trace, and each order gets the
+/// span `item` makes (a root: `parent: None`), made a child of the order's own trace and linked
+/// back to the batch. So one grab stays one trace although its order is handled in someone
+/// else's batch. Keep the spans until the batch's work is over.
+pub(crate) fn fan_out<T>(
+    batch: &tracing::Span,
+    traced: Vec<(TraceParent, T)>,
+    item: impl Fn(&T) -> tracing::Span,
+) -> Vec<(T, tracing::Span)> {
+    if batch.is_disabled() || traced.is_empty() {
+        return Vec::new();
+    }
+    // Links go in before the span starts (reading its context starts it).
+    for (trace, _) in &traced {
+        trace.link(batch);
+    }
+    let Some(batch_trace) = TraceParent::of(batch) else {
+        return Vec::new();
+    };
+    traced
+        .into_iter()
+        .map(|(trace, t)| {
+            let span = item(&t);
+            trace.adopt(&span);
+            batch_trace.link(&span);
+            (t, span)
+        })
+        .collect()
 }
 
 fn extract(traceparent: &str) -> Context {

@@ -420,6 +420,14 @@ impl Keys {
         format!("{}seckill:{{s{shard}}}:deadlines", self.prefix)
     }
 
+    /// `seckill:{s<k>}:deadlines:traces`: the grab's `traceparent` of the shard's written
+    /// orders that carried one (order id to traceparent), so that the close at the deadline
+    /// joins the grab's trace; written by the worker only while traces are exported, removed
+    /// by the closer with the deadline (`order_life::deadlines`). A slot mate of the deadlines.
+    pub fn seckill_deadline_traces(&self, shard: u32) -> String {
+        slot_mate(&self.seckill_deadlines(shard), "traces")
+    }
+
     /// The pub/sub channel on which a voucher about to be (re)loaded into Redis is announced,
     /// so that every instance forgets what it remembers of the sale (`seckill::memory`).
     pub fn seckill_clear_channel(&self) -> String {
@@ -627,6 +635,8 @@ mod tests {
             assert_eq!(key_slot(&keys.seckill_dead_letters(shard)), slot);
             assert_eq!(key_slot(&keys.seckill_failing(shard)), slot);
             assert_eq!(key_slot(&keys.seckill_generation(shard, voucher)), slot);
+            assert_eq!(key_slot(&keys.seckill_deadlines(shard)), slot);
+            assert_eq!(key_slot(&keys.seckill_deadline_traces(shard)), slot);
         }
         assert_ne!(
             key_slot(&keys.seckill_stream(0)),
@@ -647,6 +657,10 @@ mod tests {
         );
         let keys = Keys::new("p:");
         assert_eq!(keys.seckill_failing(3), "p:seckill:{s3}:orders:failing");
+        assert_eq!(
+            keys.seckill_deadline_traces(3),
+            "p:seckill:{s3}:deadlines:traces"
+        );
         assert_eq!(keys.seckill_shards(), "p:seckill:shards");
     }
 }

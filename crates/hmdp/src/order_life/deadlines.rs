@@ -8,13 +8,27 @@
 //! removed before the order is closed (or found paid) in the database and its unit is back in
 //! Redis. A deadline whose order is not written yet waits for the row; one whose order is
 //! neither written nor on its way (given up on by the worker) is dropped with a log line.
+//!
+//! While traces are exported, the worker keeps the grab's `traceparent` of each order it writes
+//! in a hash beside the deadlines (`seckill:{s<k>}:deadlines:traces`, [`keep_traces`]) just
+//! before its transaction, so the grab script stays as it is and a closer that finds an order's
+//! row finds its trace. The closer reads the traces of what it claimed, closes those orders in
+//! their grabs' traces, and removes each trace with its deadline (every deadline ends here, the
+//! paid and cancelled orders' too). With traces off nothing is written or read; a hash left
+//! from a run with traces on expires by itself.
 
-use std::{sync::LazyLock, time::Duration};
+use std::{collections::BTreeMap, sync::LazyLock, time::Duration};
 
 use redis::Script;
 use tokio::sync::watch;
+use tracing::Instrument as _;
 
-use super::{LifeError, OrderLife};
+use super::{CloseSpans, LifeError, OrderLife};
+use crate::{
+    domain::TraceParent,
+    kv::{Keys, RedisConn},
+    storage::orders::NewOrder,
+};
 
 /// Deadlines claimed per shard and round.
 pub(crate) const CLAIM_BATCH: usize = 500;
@@ -24,6 +38,39 @@ const LEASE: Duration = Duration::from_secs(5);
 const ROW_WAIT: Duration = Duration::from_millis(500);
 /// How often an idle closer looks for due deadlines.
 const POLL: Duration = Duration::from_millis(200);
+
+/// How long a shard's hash of traces outlives its last write, beyond the pay timeout: long
+/// enough for every deadline it names to be closed, after which a hash no closer with traces
+/// on cleans (traces switched off) goes by itself.
+const TRACES_KEPT: Duration = Duration::from_secs(60 * 60);
+
+/// Keeps the grab's trace of orders about to be written for the close at their deadlines, in
+/// the hash of each one's shard. Call it only with orders that carry a trace: with traces off,
+/// none.
+pub(crate) async fn keep_traces(
+    redis: &RedisConn,
+    keys: &Keys,
+    shards: u32,
+    pay_timeout: Duration,
+    traced: &[(TraceParent, NewOrder)],
+) -> redis::RedisResult<()> {
+    let mut by_shard: BTreeMap<u32, Vec<(i64, &str)>> = BTreeMap::new();
+    for (trace, order) in traced {
+        by_shard
+            .entry(Keys::seckill_shard(order.voucher_id.get(), shards))
+            .or_default()
+            .push((order.id.get(), trace.as_str()));
+    }
+    let kept = (pay_timeout + TRACES_KEPT).as_millis() as u64;
+    for (shard, traces) in by_shard {
+        let key = keys.seckill_deadline_traces(shard);
+        let mut pipe = redis::pipe();
+        pipe.cmd("HSET").arg(&key).arg(&traces).ignore();
+        pipe.cmd("PEXPIRE").arg(&key).arg(kept).ignore();
+        let _: () = pipe.query_async(&mut redis.clone()).await?;
+    }
+    Ok(())
+}
 
 /// Claims due deadlines.
 ///
@@ -70,7 +117,16 @@ impl OrderLife {
             return Ok(round);
         }
         let ids: Vec<i64> = claimed.iter().filter_map(|m| m.parse().ok()).collect();
-        let closings = self.close(&ids).await?;
+        let traces_key = self.keys().seckill_deadline_traces(shard);
+        let batch = CloseSpans::batch(ids.len());
+        let traced = if batch.is_disabled() {
+            Vec::new()
+        } else {
+            traces_of(&mut redis, &traces_key, &claimed).await
+        };
+        let spans = CloseSpans::open(batch, traced);
+        let closings = self.close(&ids).instrument(spans.span().clone()).await?;
+        spans.record(&closings);
         round.closed = closings.iter().filter(|c| c.closed_now).count();
         let found: std::collections::HashSet<i64> = closings.iter().map(|c| c.order.id).collect();
         let mut done: Vec<&str> = Vec::with_capacity(claimed.len());
@@ -89,7 +145,8 @@ impl OrderLife {
         let found: std::collections::HashSet<i64> = if ids.is_empty() {
             Default::default()
         } else {
-            let closings = self.close(&ids).await?;
+            let closings = self.close(&ids).instrument(spans.span().clone()).await?;
+            spans.record(&closings);
             round.closed += closings.iter().filter(|c| c.closed_now).count();
             closings.iter().map(|c| c.order.id).collect()
         };
@@ -106,11 +163,14 @@ impl OrderLife {
         }
         self.stats().deadlines_handled.inc_by(done.len() as u64);
         if !done.is_empty() {
-            let _: i64 = redis::cmd("ZREM")
-                .arg(&key)
-                .arg(&done)
-                .query_async(&mut redis)
-                .await?;
+            // With traces on, the orders' traces go with their deadlines (a slot mate: one
+            // round trip).
+            let mut pipe = redis::pipe();
+            pipe.cmd("ZREM").arg(&key).arg(&done).ignore();
+            if !spans.span().is_disabled() {
+                pipe.cmd("HDEL").arg(&traces_key).arg(&done).ignore();
+            }
+            let _: () = pipe.query_async(&mut redis).await?;
         }
         if !wait.is_empty() {
             round.waiting = wait.len();
@@ -149,5 +209,32 @@ impl OrderLife {
             }
         }
         tracing::info!("pay deadline closer stopped");
+    }
+}
+
+/// The grab's traces of the claimed orders that have one. Traces are a help, not a duty: a
+/// failure to read them is logged and the close goes on without.
+async fn traces_of(
+    redis: &mut RedisConn,
+    key: &str,
+    claimed: &[String],
+) -> Vec<(TraceParent, i64)> {
+    let found: redis::RedisResult<Vec<Option<String>>> = redis::cmd("HMGET")
+        .arg(key)
+        .arg(claimed)
+        .query_async(redis)
+        .await;
+    match found {
+        Ok(found) => claimed
+            .iter()
+            .zip(found)
+            .filter_map(|(member, trace)| {
+                Some((TraceParent::parse(&trace?)?, member.parse().ok()?))
+            })
+            .collect(),
+        Err(e) => {
+            tracing::debug!(error = %e, "the traces of the claimed deadlines could not be read");
+            Vec::new()
+        }
     }
 }

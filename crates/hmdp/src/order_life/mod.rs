@@ -7,6 +7,10 @@
 //! repeated cancel, a deadline claimed again). Pay deadlines wait in Redis on the stream
 //! transport ([`deadlines`]) and in a RabbitMQ delay queue on the RabbitMQ transport; either way
 //! the close is [`OrderLife::close`]. The gateway's contract is in [`gateway`] and in the book.
+//!
+//! While traces are exported, the close at a deadline joins the grab's trace ([`CloseSpans`]):
+//! the worker keeps the grab's `traceparent` of each order it writes beside the deadlines
+//! ([`deadlines::keep_traces`]), and the closer takes it back with the deadline.
 
 pub(crate) mod deadlines;
 pub(crate) mod gateway;
@@ -15,12 +19,13 @@ mod stats;
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 pub(crate) use stats::OrderStats;
+use tracing::{Span, field};
 
 use crate::{
     config::Secret,
     domain::{
-        Answer, Answered, ErrorCode, OrderId, Refused, UserId, VoucherId, VoucherOrderStatus,
-        pay_deadline_ms,
+        Answer, Answered, ErrorCode, OrderId, Refused, SPAN_TARGET, TraceParent, UserId, VoucherId,
+        VoucherOrderStatus, fan_out, pay_deadline_ms,
     },
     kv::{Keys, RedisConn},
     seckill::{OrderStatus, Seckill, SeckillError},
@@ -178,6 +183,56 @@ pub(crate) struct NoticeAnswer {
     pub payment: PaymentState,
     /// Applied before: this delivery changed nothing.
     pub replayed: bool,
+}
+
+/// The spans of one close of due orders, while traces are exported (disabled, and free,
+/// otherwise): the batch's own span, `close orders`, inside which the close runs, and a
+/// `close order` span in the grab's trace of each order whose trace is known, which records
+/// what the close found.
+pub(crate) struct CloseSpans {
+    batch: Span,
+    orders: Vec<(i64, Span)>,
+}
+
+impl CloseSpans {
+    /// The batch's span, for a close of `orders` orders; see whether it [`Span::is_disabled`]
+    /// before looking for the orders' traces.
+    pub(crate) fn batch(orders: usize) -> Span {
+        tracing::info_span!(target: SPAN_TARGET, "close orders", hmdp.orders = orders)
+    }
+
+    /// The spans of a close in `batch` of orders, some with the grab's trace.
+    pub(crate) fn open(batch: Span, traced: Vec<(TraceParent, i64)>) -> Self {
+        let orders = fan_out(&batch, traced, |id| {
+            tracing::info_span!(
+                target: SPAN_TARGET,
+                parent: None,
+                "close order",
+                hmdp.order = *id,
+                hmdp.closed = field::Empty,
+                hmdp.order.status = field::Empty,
+            )
+        });
+        Self { batch, orders }
+    }
+
+    /// The batch's span, to run the close in.
+    pub(crate) fn span(&self) -> &Span {
+        &self.batch
+    }
+
+    /// Records on each order's span whether the close closed it, and its status after.
+    pub(crate) fn record(&self, closings: &[Closing]) {
+        if self.orders.is_empty() {
+            return;
+        }
+        for c in closings {
+            for (_, span) in self.orders.iter().filter(|(id, _)| *id == c.order.id) {
+                span.record("hmdp.closed", c.closed_now);
+                span.record("hmdp.order.status", c.order.status.name());
+            }
+        }
+    }
 }
 
 /// The life cycle's service. Cheap to clone.

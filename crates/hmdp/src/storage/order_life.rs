@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use chrono::{Local, NaiveDateTime};
 
-use super::{BeginWrite, Db, Result, impl_from_row};
+use super::{BeginWrite, Db, Result, impl_from_row, traced};
 use crate::domain::VoucherOrderStatus;
 
 /// Where a payment is: opened by `pay`, then moved by the gateway's notices.
@@ -194,6 +194,10 @@ pub(crate) async fn close_unpaid(db: &Db, ids: &[i64]) -> Result<Vec<Closing>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
+    traced(db, "close_unpaid", close(db, ids)).await
+}
+
+async fn close(db: &Db, ids: &[i64]) -> Result<Vec<Closing>> {
     let select = format!(
         "SELECT id, user_id, voucher_id, status FROM tb_voucher_order WHERE id IN ({}){}",
         vec!["?"; ids.len()].join(", "),
@@ -327,26 +331,34 @@ async fn move_order(
 
 /// 2 → 3: the shop used (核销) the voucher.
 pub(crate) async fn mark_used(db: &Db, order_id: i64) -> Result<Moved> {
-    move_order(
+    traced(
         db,
-        order_id,
-        VoucherOrderStatus::Paid,
-        VoucherOrderStatus::Used,
-        Some("use_time"),
-        None,
+        "mark_used",
+        move_order(
+            db,
+            order_id,
+            VoucherOrderStatus::Paid,
+            VoucherOrderStatus::Used,
+            Some("use_time"),
+            None,
+        ),
     )
     .await
 }
 
 /// 2 → 5: the owner asked for the money back; the payment waits for the gateway's `refunded`.
 pub(crate) async fn request_refund(db: &Db, order_id: i64) -> Result<Moved> {
-    move_order(
+    traced(
         db,
-        order_id,
-        VoucherOrderStatus::Paid,
-        VoucherOrderStatus::Refunding,
-        None,
-        Some(PaymentState::Refunding),
+        "request_refund",
+        move_order(
+            db,
+            order_id,
+            VoucherOrderStatus::Paid,
+            VoucherOrderStatus::Refunding,
+            None,
+            Some(PaymentState::Refunding),
+        ),
     )
     .await
 }
@@ -388,6 +400,17 @@ pub(crate) enum NoticeOutcome {
 /// racing the close on timeout either pays the order or finds it closed (and is then owed
 /// back).
 pub(crate) async fn apply_notice(
+    db: &Db,
+    order_id: i64,
+    trade_no: &str,
+    amount: i64,
+    notice: Notice,
+) -> Result<NoticeOutcome> {
+    let apply = apply(db, order_id, trade_no, amount, notice);
+    traced(db, "apply_notice", apply).await
+}
+
+async fn apply(
     db: &Db,
     order_id: i64,
     trade_no: &str,

@@ -238,6 +238,10 @@ pub struct BatchOutcome {
 /// [`BatchOutcome::conflicts`], so they are not taken for "already written" while the buyer
 /// was told the order succeeded.
 pub async fn write_order_batch(db: &Db, orders: &[NewOrder]) -> Result<BatchOutcome, BatchError> {
+    super::traced(db, "write_order_batch", write_batch(db, orders)).await
+}
+
+async fn write_batch(db: &Db, orders: &[NewOrder]) -> Result<BatchOutcome, BatchError> {
     let mut by_voucher: std::collections::BTreeMap<VoucherId, Vec<&NewOrder>> = Default::default();
     for o in orders {
         by_voucher.entry(o.voucher_id).or_default().push(o);
@@ -348,6 +352,10 @@ pub enum SyncOutcome {
 /// The original course's database path: in one transaction, refuse a second order of the
 /// user, take one from stock optimistically (`stock > 0`), insert the order.
 pub async fn create_order_sync(db: &Db, order: NewOrder) -> Result<SyncOutcome> {
+    super::traced(db, "create_order_sync", create_sync(db, order)).await
+}
+
+async fn create_sync(db: &Db, order: NewOrder) -> Result<SyncOutcome> {
     crate::storage::on_pool!(db, pool => {
         let mut tx = pool.begin_write().await?;
         let existing: i64 = sqlx::query_scalar(

@@ -12,6 +12,10 @@
 //! a delay queue again, confirmed before the acknowledgement; nothing spins. Through a database
 //! or Redis outage the messages are returned to the queue after a growing pause, and a closer
 //! that dies leaves its unacknowledged messages to the broker: no deadline is lost.
+//!
+//! A close message may carry the grab's `traceparent` in the header the order message does; while
+//! traces are exported, the close then joins the grab's trace (`order_life::CloseSpans`), and a
+//! close sent through a delay queue again keeps the header.
 
 use std::time::Duration;
 
@@ -21,6 +25,7 @@ use lapin::{
     options::{BasicAckOptions, BasicNackOptions, ConfirmSelectOptions},
 };
 use tokio::sync::watch;
+use tracing::Instrument as _;
 
 use super::{
     OrderWorker,
@@ -28,8 +33,11 @@ use super::{
     run::{FIRST_BACKOFF, MAX_BACKOFF, sleep_or_stop},
 };
 use crate::{
-    amqp::{AmqpError, OrderMessage, PublishError, mandatory, order_properties, topology},
-    order_life::OrderLife,
+    amqp::{
+        self, AmqpError, OrderMessage, PublishError, mandatory, order_properties, topology,
+        with_trace,
+    },
+    order_life::{CloseSpans, OrderLife},
 };
 
 /// A close message and the order it closes.
@@ -176,13 +184,23 @@ impl OrderWorker {
             );
         }
         let ids: Vec<i64> = due.iter().map(|(_, id)| *id).collect();
+        let batch = CloseSpans::batch(ids.len());
+        let traced = if batch.is_disabled() {
+            Vec::new()
+        } else {
+            due.iter()
+                .filter_map(|(d, id)| Some((amqp::trace_of(d)?, *id)))
+                .collect()
+        };
+        let spans = CloseSpans::open(batch, traced);
         let closed = if ids.is_empty() {
             Ok(Vec::new())
         } else {
-            life.close(&ids).await
+            life.close(&ids).instrument(spans.span().clone()).await
         };
         let found: std::collections::HashSet<i64> = match closed {
             Ok(closings) => {
+                spans.record(&closings);
                 let closed = closings.iter().filter(|c| c.closed_now).count();
                 if closed > 0 {
                     tracing::debug!(closed, "unpaid orders closed at their pay deadline");
@@ -215,8 +233,9 @@ impl OrderWorker {
         // close and that look is in the database now, and is closed, not dropped.
         if !gone.is_empty() {
             let ids: Vec<i64> = gone.iter().map(|(_, id)| *id).collect();
-            match life.close(&ids).await {
+            match life.close(&ids).instrument(spans.span().clone()).await {
                 Ok(closings) => {
+                    spans.record(&closings);
                     let found: std::collections::HashSet<i64> =
                         closings.iter().map(|c| c.order.id).collect();
                     for (d, id) in gone {
@@ -273,7 +292,7 @@ impl OrderWorker {
                             queue.into(),
                             mandatory(),
                             &d.data,
-                            order_properties(*id),
+                            with_trace(order_properties(*id), amqp::trace_of(d).as_ref()),
                         )
                         .await?,
                 );

@@ -1,17 +1,19 @@
 //! Writing orders: one transaction per batch ([`OrderWorker::write_orders`], the same for the
 //! stream and for the RabbitMQ queue), then settling each source's entries. A stream entry is
 //! acknowledged after the commit, retried later, or dead-lettered; with
-//! `HMDP_ORDER_TRANSPORT=rabbitmq` the stream is only relayed here, to the broker.
+//! `HMDP_ORDER_TRANSPORT=rabbitmq` the stream is only relayed here, to the broker. While traces
+//! are exported, the grab's trace of each order is kept for its close.
 
 use std::time::{Duration, Instant};
 
 use redis::streams::StreamId;
-use tracing::Span;
+use tracing::{Instrument as _, Span};
 
 use super::{GROUP, Held, OrderWorker, Step, WorkerError, scripts::RECORD_FAILURE};
 use crate::{
-    domain::{SPAN_TARGET, TraceParent},
+    domain::{SPAN_TARGET, TraceParent, fan_out},
     kv::RedisConn,
+    order_life::deadlines,
     order_stream,
     storage::{
         StorageError,
@@ -63,62 +65,48 @@ impl Carrier for lapin::message::Delivery {
     }
 }
 
-/// The spans of a batch write while traces are exported: the batch's own span, linked to the
-/// trace of every order it carries, and one span per order in that order's grab trace (so one
-/// grab is one trace even though its order is written in someone else's batch), linked back to
-/// the batch. Dropped when the write is over; empty (and free) when traces are off.
+/// The spans of a batch write while traces are exported: the batch's own span, inside which
+/// the transaction runs, linked to the trace of every order it carries, and one span per order
+/// in that order's grab trace, linked back to the batch ([`fan_out`]). Dropped when the write
+/// is over; empty (and free) when traces are off.
 struct BatchSpans {
-    _batch: Span,
-    _orders: Vec<Span>,
+    batch: Span,
+    _orders: Vec<(NewOrder, Span)>,
 }
 
 impl BatchSpans {
-    fn open<T: Carrier>(items: &[(T, NewOrder)]) -> Self {
+    /// The spans, and the orders of `items` that carry a trace (none with traces off).
+    fn open<T: Carrier>(items: &[(T, NewOrder)]) -> (Self, Vec<(TraceParent, NewOrder)>) {
         let batch = tracing::info_span!(
             target: SPAN_TARGET,
             "write orders",
-            db.operation.name = "write_order_batch",
             hmdp.orders = items.len(),
         );
         if batch.is_disabled() {
-            return Self {
-                _batch: batch,
+            let spans = Self {
+                batch,
                 _orders: Vec::new(),
             };
+            return (spans, Vec::new());
         }
         let traced: Vec<(TraceParent, NewOrder)> = items
             .iter()
             .filter_map(|(source, order)| Some((source.trace()?, *order)))
             .collect();
-        // Links go in before the span starts (reading its context starts it).
-        for (trace, _) in &traced {
-            trace.link(&batch);
-        }
-        let Some(batch_trace) = TraceParent::of(&batch) else {
-            return Self {
-                _batch: batch,
-                _orders: Vec::new(),
-            };
-        };
-        let orders = traced
-            .into_iter()
-            .map(|(trace, order)| {
-                let span = tracing::info_span!(
-                    target: SPAN_TARGET,
-                    parent: None,
-                    "write order",
-                    hmdp.order = order.id.get(),
-                    hmdp.batch_size = items.len(),
-                );
-                trace.adopt(&span);
-                batch_trace.link(&span);
-                span
-            })
-            .collect();
-        Self {
-            _batch: batch,
+        let orders = fan_out(&batch, traced.clone(), |order| {
+            tracing::info_span!(
+                target: SPAN_TARGET,
+                parent: None,
+                "write order",
+                hmdp.order = order.id.get(),
+                hmdp.batch_size = items.len(),
+            )
+        });
+        let spans = Self {
+            batch,
             _orders: orders,
-        }
+        };
+        (spans, traced)
     }
 }
 
@@ -130,10 +118,12 @@ impl OrderWorker {
         if items.is_empty() {
             return written;
         }
-        let _spans = BatchSpans::open(&items);
+        let (spans, traced) = BatchSpans::open(&items);
+        self.keep_traces(&traced).await;
         let orders: Vec<NewOrder> = items.iter().map(|(_, o)| *o).collect();
         let started = Instant::now();
-        match orders::write_order_batch(&self.db, &orders).await {
+        let batch = orders::write_order_batch(&self.db, &orders).instrument(spans.batch.clone());
+        match batch.await {
             Ok(outcome) => {
                 self.stats
                     .write_seconds
@@ -151,7 +141,9 @@ impl OrderWorker {
                 tracing::warn!(error = ?first, "batch refused; writing its orders one by one");
                 let mut rest = items.into_iter();
                 while let Some((source, order)) = rest.next() {
-                    match orders::write_order_batch(&self.db, std::slice::from_ref(&order)).await {
+                    let one = orders::write_order_batch(&self.db, std::slice::from_ref(&order))
+                        .instrument(spans.batch.clone());
+                    match one.await {
                         Ok(outcome) => self.sort_out(&mut written, vec![(source, order)], outcome),
                         Err(BatchError::Storage(e)) if e.is_unavailable() => {
                             self.stats.db_outages.inc();
@@ -166,6 +158,27 @@ impl OrderWorker {
             }
         }
         written
+    }
+
+    /// Keeps the grab's trace of the orders that carry one (none with traces off) for the
+    /// close at their pay deadline (`order_life::deadlines`). Kept before the write: a closer
+    /// that finds an order's row finds its trace too. A failure costs the close its place in
+    /// the trace, nothing else.
+    async fn keep_traces(&self, traced: &[(TraceParent, NewOrder)]) {
+        if traced.is_empty() {
+            return;
+        }
+        let kept = deadlines::keep_traces(
+            &self.redis,
+            &self.keys,
+            self.settings.shards,
+            self.settings.pay_timeout,
+            traced,
+        )
+        .await;
+        if let Err(e) = kept {
+            tracing::debug!(error = %e, "the orders' traces were not kept for their close");
+        }
     }
 
     /// After a commit: counts, and tells the conflicts from the rest.

@@ -1,6 +1,8 @@
 //! OpenTelemetry traces: with an OTLP endpoint set, one accepted grab is one trace, from the
 //! request's server span in `hmdp serve` to the span that writes its order in a separate
-//! `hmdp worker` process, on the stream and on the RabbitMQ transport; a caller's
+//! `hmdp worker` process and, the order left unpaid, to the span that closes it at its pay
+//! deadline, on the stream and on the RabbitMQ transport; the database transactions of the
+//! write and of the close are client spans inside the batches that run them. A caller's
 //! `traceparent` puts the request into the caller's trace, and the answer names it.
 //!
 //! The receiver is a small OTLP/HTTP endpoint (`POST /v1/traces`, protobuf) that keeps every
@@ -15,19 +17,27 @@ use std::{
 use axum::{Router, body::Bytes, extract::State, routing::post};
 use opentelemetry_proto::tonic::{
     collector::trace::v1::ExportTraceServiceRequest, common::v1::any_value,
+    trace::v1::span::SpanKind,
 };
 use prost::Message as _;
 
+use hmdp::testing::kv::Keys;
+
 use crate::helpers::{
-    Backend, ChildGuard, Patience, TestApp, create_sale, free_port, login_many, order_id_of,
-    spawn_app_with, spawn_app_with_rabbitmq, wait_for_orders, wait_until, wait_until_up,
+    Backend, ChildGuard, Patience, TestApp, create_sale, db_orders_in, free_port, login_many,
+    order_id_of, spawn_app_with, spawn_app_with_rabbitmq, wait_for_orders, wait_until,
+    wait_until_up,
 };
+
+/// The pay timeout of both processes: the grab's order, never paid, closes this soon.
+const PAY_TIMEOUT_SECS: &str = "2";
 
 /// A span as the receiver keeps it.
 #[derive(Debug, Clone)]
 struct Received {
     service: String,
     name: String,
+    kind: i32,
     trace_id: String,
     span_id: String,
     parent_span_id: String,
@@ -107,6 +117,7 @@ async fn receive(State(spans): State<Arc<Mutex<Vec<Received>>>>, body: Bytes) ->
             kept.push(Received {
                 service: service.clone(),
                 name: span.name,
+                kind: span.kind,
                 trace_id: hex::encode(&span.trace_id),
                 span_id: hex::encode(&span.span_id),
                 parent_span_id: hex::encode(&span.parent_span_id),
@@ -145,7 +156,8 @@ fn new_trace_id() -> String {
 /// `hmdp serve` (without its worker) and `hmdp worker`, two processes on `app`'s database and
 /// Redis, both exporting to `receiver`; `transport` settings added to both. One grab through
 /// `serve` with a `traceparent`; the receiver must get, in that trace, the request's span
-/// from `serve` and the order's write span from `worker`.
+/// from `serve`, and the order's write span and, after the pay deadline, its close span from
+/// `worker`.
 async fn one_grab_one_trace(app: &Arc<TestApp>, transport: &[(&str, String)]) {
     let receiver = Receiver::start().await;
     let voucher = create_sale(app, 5, -60, 3600).await;
@@ -157,6 +169,7 @@ async fn one_grab_one_trace(app: &Arc<TestApp>, transport: &[(&str, String)]) {
             .arg("serve")
             .env("HMDP_LISTEN", format!("127.0.0.1:{port}"))
             .env("HMDP_WORKER", "false")
+            .env("HMDP_ORDER_PAY_TIMEOUT_SECS", PAY_TIMEOUT_SECS)
             .envs(transport.iter().cloned())
             .envs(receiver.env("grab-serve"))
             .spawn()
@@ -165,6 +178,7 @@ async fn one_grab_one_trace(app: &Arc<TestApp>, transport: &[(&str, String)]) {
     let _worker = ChildGuard(
         app.binary(dir.path())
             .arg("worker")
+            .env("HMDP_ORDER_PAY_TIMEOUT_SECS", PAY_TIMEOUT_SECS)
             .envs(transport.iter().cloned())
             .envs(receiver.env("grab-worker"))
             .spawn()
@@ -254,13 +268,69 @@ async fn one_grab_one_trace(app: &Arc<TestApp>, transport: &[(&str, String)]) {
         Some(order.to_string().as_str())
     );
 
-    // The batch span lives in the worker's own trace and links to the grab's.
+    // Never paid, the order closes at its deadline, in the worker's closer and the grab's trace.
+    let patience = Patience::new(Duration::from_secs(30)).every(Duration::from_millis(100));
+    let close = wait_until(
+        patience,
+        "the close of the unpaid order, in the grab's trace",
+        async || {
+            let spans = receiver.of_trace(&trace);
+            match spans.iter().find(|s| s.name == "close order") {
+                Some(close) => Ok(close.clone()),
+                None => Err(format!("{spans:#?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(close.service, "grab-worker", "closed in the worker");
+    assert_eq!(close.parent_span_id, script.span_id, "a child of the grab");
+    assert_eq!(
+        close.attribute("hmdp.order"),
+        Some(order.to_string().as_str())
+    );
+    assert_eq!(close.attribute("hmdp.closed"), Some("true"), "{close:#?}");
+    assert_eq!(close.attribute("hmdp.order.status"), Some("cancelled"));
+    assert_eq!(
+        db_orders_in(app, voucher, 4).await,
+        1,
+        "closed in the database"
+    );
+    // The trace kept for the close went with the deadline.
+    let kept: bool = redis::cmd("EXISTS")
+        .arg(Keys::new(&app.prefix).seckill_deadline_traces(0))
+        .query_async(&mut app.redis().await)
+        .await
+        .unwrap();
+    assert!(!kept, "the closer removed the order's trace");
+
+    // The batch spans live in the worker's own traces and link to the grab's; each runs its
+    // database transaction as a client span of its own.
     let all = receiver.spans.lock().unwrap().clone();
-    let batch = all
-        .iter()
-        .find(|s| s.name == "write orders" && s.service == "grab-worker")
-        .unwrap_or_else(|| panic!("the batch's span: {all:#?}"));
-    assert!(batch.links.contains(&trace), "{batch:#?}");
+    for (batch, operation) in [
+        ("write orders", "write_order_batch"),
+        ("close orders", "close_unpaid"),
+    ] {
+        let batch = all
+            .iter()
+            .find(|s| s.name == batch && s.service == "grab-worker" && s.links.contains(&trace))
+            .unwrap_or_else(|| panic!("the {batch} span, linked to the grab: {all:#?}"));
+        assert_ne!(batch.trace_id, trace, "{batch:#?}");
+        let transaction = all
+            .iter()
+            .find(|s| {
+                s.parent_span_id == batch.span_id
+                    && s.attribute("db.operation.name") == Some(operation)
+            })
+            .unwrap_or_else(|| panic!("the {operation} transaction in {batch:#?}: {all:#?}"));
+        assert_eq!(transaction.name, operation);
+        assert_eq!(
+            transaction.kind,
+            SpanKind::Client as i32,
+            "{transaction:#?}"
+        );
+        assert_eq!(transaction.attribute("db.system.name"), Some("sqlite"));
+        assert_eq!(transaction.trace_id, batch.trace_id);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
