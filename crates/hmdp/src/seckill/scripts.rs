@@ -1044,6 +1044,82 @@ mod tests {
     }
 
     #[test]
+    fn the_bucket_scripts_send_the_grabs_arguments_at_its_places() {
+        let expected = [
+            (GrabCall::VOUCHER, "11".to_owned()),
+            (GrabCall::USER, "12".to_owned()),
+            (GrabCall::ORDER, "13".to_owned()),
+            (GrabCall::DEADLINE, "14".to_owned()),
+        ];
+        let home = HomeCall {
+            keys: ["voucher", "buyers", "stream", "deadlines", "claims"],
+            voucher: 11,
+            user: 12,
+            order: 13,
+            deadline_ms: 14,
+            trace: None,
+        };
+        let (keys, argv) = keys_and_argv(&home.command(), &GRAB_HOME);
+        assert_eq!(keys, ["voucher", "buyers", "stream", "deadlines", "claims"]);
+        assert_at_places(&argv, &expected);
+        assert_eq!(places_read(&grab_home_lua()), places(&expected));
+        let borrow = BorrowCall {
+            keys: ["voucher", "lent", "stream", "deadlines"],
+            voucher: 11,
+            user: 12,
+            order: 13,
+            deadline_ms: 14,
+            trace: Some("trace"),
+        };
+        let (keys, argv) = keys_and_argv(&borrow.command(), &BORROW);
+        assert_eq!(keys, ["voucher", "lent", "stream", "deadlines"]);
+        let mut traced = expected.to_vec();
+        traced.push((5, "trace".to_owned()));
+        assert_at_places(&argv, &traced);
+        assert_eq!(places_read(&borrow_lua()), places(&expected));
+    }
+
+    #[test]
+    fn every_bucket_answer_decodes() {
+        assert_eq!(
+            HomeAnswer::from_reply(&[HomeAnswer::CLAIMED, 7]),
+            HomeAnswer::Claimed { generation: 7 }
+        );
+        assert_eq!(
+            HomeAnswer::from_reply(&[GrabAnswer::ALREADY_BOUGHT, 42, 7, 900]),
+            HomeAnswer::ClaimedBefore {
+                order: 42,
+                generation: 7,
+                age_ms: 900
+            }
+        );
+        assert_eq!(
+            HomeAnswer::from_reply(&[GrabAnswer::ALREADY_BOUGHT, 42, 7]),
+            HomeAnswer::Decided(GrabAnswer::AlreadyBought {
+                order: Some(42),
+                generation: 7
+            })
+        );
+        assert!(HomeAnswer::from_reply(&[GrabAnswer::ACCEPTED, 7]).wrote());
+        assert!(!HomeAnswer::from_reply(&[GrabAnswer::ENDED]).wrote());
+        assert_eq!(
+            BorrowAnswer::from_reply(&[BorrowAnswer::LENT, 3]),
+            BorrowAnswer::Lent { generation: 3 }
+        );
+        assert_eq!(
+            BorrowAnswer::from_reply(&[BorrowAnswer::EMPTY, 3]),
+            BorrowAnswer::Empty { generation: 3 }
+        );
+        assert_eq!(
+            BorrowAnswer::from_reply(&[BorrowAnswer::FENCED]),
+            BorrowAnswer::Fenced
+        );
+        assert_eq!(BorrowAnswer::from_reply(&[-1]), BorrowAnswer::NotLoaded);
+        assert_eq!(parse_claim_member(&claim_member(13, 12)), Some((13, 12)));
+        assert_eq!(parse_claim_member("13"), None);
+    }
+
+    #[test]
     fn every_grab_answer_decodes() {
         let decode = GrabAnswer::from_reply;
         assert_eq!(
