@@ -12,6 +12,7 @@ use super::{GROUP, Held, OrderWorker, Step, WorkerError, scripts::RECORD_FAILURE
 use crate::{
     domain::{SPAN_TARGET, TraceParent},
     kv::RedisConn,
+    metrics::TraceExemplar,
     order_stream,
     storage::{
         StorageError,
@@ -70,6 +71,8 @@ impl Carrier for lapin::message::Delivery {
 struct BatchSpans {
     _batch: Span,
     _orders: Vec<Span>,
+    /// The batch's trace, if sampled: the write time's exemplar.
+    exemplar: Option<TraceExemplar>,
 }
 
 impl BatchSpans {
@@ -84,6 +87,7 @@ impl BatchSpans {
             return Self {
                 _batch: batch,
                 _orders: Vec::new(),
+                exemplar: None,
             };
         }
         let traced: Vec<(TraceParent, NewOrder)> = items
@@ -98,6 +102,7 @@ impl BatchSpans {
             return Self {
                 _batch: batch,
                 _orders: Vec::new(),
+                exemplar: None,
             };
         };
         let orders = traced
@@ -118,6 +123,7 @@ impl BatchSpans {
         Self {
             _batch: batch,
             _orders: orders,
+            exemplar: batch_trace.sampled_trace_id().map(TraceExemplar::new),
         }
     }
 }
@@ -130,14 +136,14 @@ impl OrderWorker {
         if items.is_empty() {
             return written;
         }
-        let _spans = BatchSpans::open(&items);
+        let spans = BatchSpans::open(&items);
         let orders: Vec<NewOrder> = items.iter().map(|(_, o)| *o).collect();
         let started = Instant::now();
         match orders::write_order_batch(&self.db, &orders).await {
             Ok(outcome) => {
                 self.stats
                     .write_seconds
-                    .observe(started.elapsed().as_secs_f64());
+                    .observe(started.elapsed().as_secs_f64(), spans.exemplar);
                 self.stats.batches.inc();
                 self.stats.batch_size.observe(orders.len() as f64);
                 self.sort_out(&mut written, items, outcome);
