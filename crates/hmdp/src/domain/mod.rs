@@ -28,5 +28,5 @@ pub(crate) use phone::{Phone, mask_phones};
 pub(crate) use profile::{Birthday, ProfileError, ProfileText};
 pub(crate) use refusal::{Answer, Answered, ErrorCode, Operations, Refused, ceil_secs, order_data};
 pub use token::SessionToken;
-pub(crate) use trace::{SPAN_TARGET, TRACEPARENT, TraceParent, fan_out};
+pub(crate) use trace::{SPAN_TARGET, TRACEPARENT, TraceParent, fan_out, traces_exported};
 pub(crate) use user::{NickName, UserDto};

@@ -55,6 +55,21 @@ impl TraceParent {
         &self.0
     }
 
+    /// The trace id, if the context is sampled (the flags' lowest bit): a trace the exporter
+    /// sends, which a metric's exemplar may name.
+    pub(crate) fn sampled_trace_id(&self) -> Option<[u8; 16]> {
+        let mut parts = self.0.split('-');
+        let (_version, trace, _span, flags) =
+            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        let flags = u8::from_str_radix(flags, 16).ok()?;
+        if flags & 1 == 0 {
+            return None;
+        }
+        let mut id = [0; 16];
+        hex::decode_to_slice(trace, &mut id).ok()?;
+        Some(id)
+    }
+
     /// The remote parent it names, for [`OpenTelemetrySpanExt::set_parent`].
     pub(crate) fn context(&self) -> Context {
         extract(&self.0)
@@ -117,6 +132,12 @@ pub(crate) fn fan_out<T>(
         .collect()
 }
 
+/// Whether spans of [`SPAN_TARGET`] are exported: the process installed a trace exporter
+/// (`telemetry` does that first thing, before anything asks).
+pub(crate) fn traces_exported() -> bool {
+    tracing::span_enabled!(target: SPAN_TARGET, tracing::Level::INFO)
+}
+
 fn extract(traceparent: &str) -> Context {
     let carrier = HashMap::from([(TRACEPARENT.to_owned(), traceparent.to_owned())]);
     TraceContextPropagator::new().extract(&carrier)
@@ -145,6 +166,25 @@ mod tests {
         ] {
             assert_eq!(TraceParent::parse(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn only_a_sampled_context_gives_its_trace_id() {
+        let id = |flags: &str| {
+            TraceParent::parse(&format!(
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-{flags}"
+            ))
+            .unwrap()
+            .sampled_trace_id()
+        };
+        let expected: [u8; 16] = hex::decode("4bf92f3577b34da6a3ce929d0e0e4736")
+            .unwrap()
+            .try_into()
+            .unwrap();
+        assert_eq!(id("01"), Some(expected));
+        assert_eq!(id("03"), Some(expected));
+        assert_eq!(id("00"), None);
+        assert_eq!(id("02"), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use axum::{Router, extract::State, response::Response, routing::get};
+use axum::{Router, extract::State, http::HeaderMap, response::Response, routing::get};
 
 use super::{health, metrics};
 use crate::{
@@ -51,11 +51,11 @@ pub(crate) fn ops_app(endpoint: OpsEndpoint) -> Router {
         .with_state(Arc::new(endpoint))
 }
 
-async fn ops_metrics(State(ep): State<Arc<OpsEndpoint>>) -> Response {
+async fn ops_metrics(State(ep): State<Arc<OpsEndpoint>>, headers: HeaderMap) -> Response {
     ep.stream_metrics
         .refresh(&ep.redis, &ep.keys, ep.shards)
         .await;
-    metrics::exposition(&ep.metrics)
+    metrics::exposition(&ep.metrics, &headers)
 }
 
 async fn ops_health(State(ep): State<Arc<OpsEndpoint>>) -> Response {

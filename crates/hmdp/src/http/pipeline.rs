@@ -1,9 +1,9 @@
 //! What every request goes through before its handler, as one middleware.
 //!
 //! In order: the request is counted and timed (outside every refusal below, so a flood shows
-//! up as 429s on its route), a panic anywhere inside becomes a 500 envelope, the request gets its
-//! time limit, its client address, the per-address rate limit, the session (the original's
-//! RefreshTokenInterceptor) and the per-user rate limit.
+//! up as 429s on its route; a sampled trace is its latency's exemplar), a panic anywhere inside
+//! becomes a 500 envelope, the request gets its time limit, its client address, the per-address
+//! rate limit, the session (the original's RefreshTokenInterceptor) and the per-user rate limit.
 //!
 //! These were seven layers once: six `from_fn` layers and tower-http's panic catcher. Axum
 //! applies layers per route, and every `from_fn` layer clones the rest of the stack and boxes a
@@ -23,7 +23,10 @@ use futures_util::FutureExt as _;
 use tracing::{Instrument as _, Span, field};
 
 use super::{ApiError, AppState, client::ClientIp, extract::SessionLookupFailed};
-use crate::domain::{SPAN_TARGET, SessionToken, TRACEPARENT, TraceParent};
+use crate::{
+    domain::{SPAN_TARGET, SessionToken, TRACEPARENT, TraceParent},
+    metrics::TraceExemplar,
+};
 
 /// The middleware: see the module docs.
 pub(super) async fn pipeline(State(state): State<AppState>, req: Request, next: Next) -> Response {
@@ -48,9 +51,11 @@ pub(super) async fn pipeline(State(state): State<AppState>, req: Request, next: 
     })
     .instrument(span.clone())
     .await;
-    if !span.is_disabled() {
-        answered(&span, &mut resp);
-    }
+    let trace = if span.is_disabled() {
+        None
+    } else {
+        answered(&span, &mut resp)
+    };
     // No route took it (unknown paths, static files): one bounded label for all of them.
     let route = route
         .as_ref()
@@ -60,6 +65,7 @@ pub(super) async fn pipeline(State(state): State<AppState>, req: Request, next: 
         route,
         resp.status().as_u16(),
         started.elapsed().as_secs_f64(),
+        trace,
     );
     resp
 }
@@ -104,17 +110,19 @@ fn request_span(req: &Request, route: Option<&MatchedPath>) -> Span {
 }
 
 /// Records the answer on the request's span and names the trace in [`TRACERESPONSE`]. A
-/// refusal's `code` was recorded by the error's rendering ([`record_code`]).
-fn answered(span: &Span, resp: &mut Response) {
+/// refusal's `code` was recorded by the error's rendering ([`record_code`]). Returns the trace
+/// as the request's latency exemplar if it is sampled.
+fn answered(span: &Span, resp: &mut Response) -> Option<TraceExemplar> {
     let status = resp.status();
     span.record("http.response.status_code", status.as_u16());
     if status.is_server_error() {
         span.record("otel.status_code", "error");
     }
-    if let Some(value) = TraceParent::of(span).and_then(|t| HeaderValue::from_str(t.as_str()).ok())
-    {
+    let trace = TraceParent::of(span)?;
+    if let Ok(value) = HeaderValue::from_str(trace.as_str()) {
         resp.headers_mut().insert(TRACERESPONSE, value);
     }
+    trace.sampled_trace_id().map(TraceExemplar::new)
 }
 
 /// Records a refusal's code on the request's span (a no-op unless traces are exported).

@@ -3,7 +3,7 @@
 
 use prometheus_client::metrics::{counter::Counter, histogram::Histogram};
 
-use crate::metrics::{Registry, histogram};
+use crate::metrics::{Registry, TracedHistogram, histogram};
 
 /// Upper bounds of the batch-size histogram's buckets (orders).
 pub(crate) const BATCH_SIZE_BUCKETS: &[f64] = &[
@@ -33,8 +33,9 @@ pub struct WorkerStats {
     pub batches: Counter,
     /// Orders per committed batch.
     pub batch_size: Histogram,
-    /// Database time of committed batches, in seconds.
-    pub write_seconds: Histogram,
+    /// Database time of committed batches, in seconds; while traces are exported, a sampled
+    /// batch's trace is its bucket's exemplar.
+    pub(crate) write_seconds: TracedHistogram,
     /// From the grab's acceptance (its stream entry's time) to the commit of the order, in
     /// seconds: how far behind the sale the database is.
     pub order_lag: Histogram,
@@ -55,7 +56,10 @@ impl Default for WorkerStats {
             already_written: Counter::default(),
             batches: Counter::default(),
             batch_size: histogram(BATCH_SIZE_BUCKETS),
-            write_seconds: histogram(WRITE_SECONDS_BUCKETS),
+            write_seconds: TracedHistogram::new(
+                WRITE_SECONDS_BUCKETS,
+                crate::domain::traces_exported(),
+            ),
             order_lag: histogram(LAG_SECONDS_BUCKETS),
             dead_lettered: Counter::default(),
             conflicts: Counter::default(),

@@ -13,6 +13,7 @@ use super::{GROUP, Held, OrderWorker, Step, WorkerError, scripts::RECORD_FAILURE
 use crate::{
     domain::{SPAN_TARGET, TraceParent, fan_out},
     kv::RedisConn,
+    metrics::TraceExemplar,
     order_life::deadlines,
     order_stream,
     storage::{
@@ -72,6 +73,8 @@ impl Carrier for lapin::message::Delivery {
 struct BatchSpans {
     batch: Span,
     _orders: Vec<(NewOrder, Span)>,
+    /// The batch's trace, if sampled: the write time's exemplar.
+    exemplar: Option<TraceExemplar>,
 }
 
 impl BatchSpans {
@@ -86,6 +89,7 @@ impl BatchSpans {
             let spans = Self {
                 batch,
                 _orders: Vec::new(),
+                exemplar: None,
             };
             return (spans, Vec::new());
         }
@@ -102,9 +106,13 @@ impl BatchSpans {
                 hmdp.batch_size = items.len(),
             )
         });
+        let exemplar = TraceParent::of(&batch)
+            .and_then(|t| t.sampled_trace_id())
+            .map(TraceExemplar::new);
         let spans = Self {
             batch,
             _orders: orders,
+            exemplar,
         };
         (spans, traced)
     }
@@ -127,7 +135,7 @@ impl OrderWorker {
             Ok(outcome) => {
                 self.stats
                     .write_seconds
-                    .observe(started.elapsed().as_secs_f64());
+                    .observe(started.elapsed().as_secs_f64(), spans.exemplar);
                 self.stats.batches.inc();
                 self.stats.batch_size.observe(orders.len() as f64);
                 self.sort_out(&mut written, items, outcome);

@@ -8,6 +8,12 @@
 //! every panel's query must be accepted and return data, every metric name in the board and the
 //! rules must be carried by a series, every rule must evaluate without error, and only the
 //! rules this setup is known to trip may be active.
+//!
+//! With `HMDP_BOARD_SNAPSHOT=<file.svg>` the test also draws the board from that Prometheus
+//! before it stops (`scripts/board-snapshot.py`): the picture of docs/internals/observability.md.
+//!
+//! Prometheus runs with its exemplar storage on: a traced service's sampled request reaches
+//! `/api/v1/query_exemplars` with its trace id.
 
 use std::{
     collections::BTreeSet,
@@ -21,9 +27,13 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::helpers::{
-    Backend, ChildGuard, Patience, TestApp, create_sale, free_port, grab_raw, order_id_of,
-    spawn_app_with, spawn_app_with_rabbitmq, wait_for_orders, wait_until,
+    Backend, ChildGuard, Patience, Receiver, TestApp, TracedServe, create_sale, free_port,
+    grab_raw, order_id_of, spawn_app, spawn_app_with, spawn_app_with_rabbitmq, wait_for_orders,
+    wait_until,
 };
+
+/// The variable that asks the board test for a picture of the board, and where to write it.
+const SNAPSHOT_VAR: &str = "HMDP_BOARD_SNAPSHOT";
 
 /// What Grafana puts for the board's variables: every instance, and a rate window that holds
 /// several of the test's one-second scrapes.
@@ -38,6 +48,10 @@ const VARIABLES: [(&str, &str); 4] = [
 /// services do not wait for replicas, which is what this rule is for (it is checked to be
 /// active exactly when `/health` warns `redis_not_durable`).
 const TRIPPED_BY_THE_TEST_REDIS: &str = "HmdpRedisNotDurable";
+
+fn repository_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
 
 fn observability_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/observability")
@@ -102,6 +116,7 @@ impl Prometheus {
                 dir.path().join("data").display()
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--enable-feature=exemplar-storage")
             .current_dir(dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -161,6 +176,26 @@ impl Prometheus {
 
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Draws the board from this Prometheus's data since `since` into `out`
+    /// (`scripts/board-snapshot.py`); panics with the script's output unless it succeeds.
+    fn snapshot(&self, since: DateTime<Utc>, out: &Path) {
+        let script = repository_dir().join("scripts/board-snapshot.py");
+        let result = Command::new("python3")
+            .arg(script)
+            .args(["--prometheus", &self.url])
+            .arg(format!("--start={}", since.timestamp()))
+            .arg("--out")
+            .arg(out)
+            .output()
+            .expect("python3 runs");
+        assert!(
+            result.status.success(),
+            "board-snapshot.py failed:\n{}{}",
+            String::from_utf8_lossy(&result.stdout),
+            String::from_utf8_lossy(&result.stderr)
+        );
     }
 }
 
@@ -265,6 +300,7 @@ async fn the_board_and_the_alerts_run_on_a_real_prometheus() {
         .map(|app| app.metrics_addr.expect("a metrics listener").to_string())
         .collect();
     let prometheus = Prometheus::start(&targets).await;
+    let started = Utc::now();
     let scraped = Patience::new(Duration::from_secs(30)).every(Duration::from_millis(200));
     wait_until(scraped, "both services scraped", async || {
         prometheus.number(r#"sum(up{job="hmdp"})"#).await == Some(2.0)
@@ -381,4 +417,80 @@ async fn the_board_and_the_alerts_run_on_a_real_prometheus() {
         prometheus.log()
     );
     assert!(names.len() >= 40, "{names:?}");
+
+    if let Some(out) = std::env::var_os(SNAPSHOT_VAR).filter(|v| !v.is_empty()) {
+        // The picture shows the sale and the quiet after it: scrapes up to 20 s from now.
+        let quiet = (Utc::now() + chrono::Duration::seconds(20)).timestamp() as f64;
+        let scraped = Patience::new(Duration::from_secs(60)).every(Duration::from_millis(500));
+        wait_until(
+            scraped,
+            "20 s more of scrapes for the picture",
+            async || {
+                prometheus
+                    .number(r#"min(timestamp(up{job="hmdp"}))"#)
+                    .await
+                    .filter(|t| *t >= quiet)
+            },
+        )
+        .await;
+        prometheus.snapshot(started, Path::new(&out));
+    }
+}
+
+/// A traced service's sampled request, scraped as OpenMetrics, is kept by Prometheus as an
+/// exemplar of its route's latency series, under the trace id the answer named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_keeps_a_sampled_requests_exemplar() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let receiver = Receiver::start().await;
+    let serve = TracedServe::start(&app, &receiver, "exemplar-serve").await;
+    let prometheus = Prometheus::start(&[serve.metrics.to_string()]).await;
+    let since = Utc::now() - chrono::Duration::minutes(1);
+
+    let resp = app
+        .client
+        .get(format!("http://127.0.0.1:{}/shop-type/list", serve.port))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let answered = resp.headers()["traceresponse"].to_str().unwrap().to_owned();
+    let trace = answered.split('-').nth(1).unwrap().to_owned();
+
+    let kept = Patience::new(Duration::from_secs(30)).every(Duration::from_millis(200));
+    wait_until(
+        kept,
+        "Prometheus keeps the request's exemplar",
+        async || {
+            let end = (Utc::now() + chrono::Duration::minutes(1))
+                .timestamp()
+                .to_string();
+            let data = prometheus
+                .api(
+                    "/api/v1/query_exemplars",
+                    &[
+                        (
+                            "query",
+                            r#"hmdp_http_request_duration_seconds_bucket{route="/shop-type/list"}"#,
+                        ),
+                        ("start", &since.timestamp().to_string()),
+                        ("end", &end),
+                    ],
+                )
+                .await?;
+            let found = data.as_array().into_iter().flatten().any(|series| {
+                series["exemplars"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|e| e["labels"]["trace_id"] == trace.as_str())
+            });
+            if found {
+                Ok(())
+            } else {
+                Err(format!("{data}"))
+            }
+        },
+    )
+    .await;
 }

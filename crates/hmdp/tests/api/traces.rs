@@ -3,149 +3,61 @@
 //! `hmdp worker` process and, the order left unpaid, to the span that closes it at its pay
 //! deadline, on the stream and on the RabbitMQ transport; the database transactions of the
 //! write and of the close are client spans inside the batches that run them. A caller's
-//! `traceparent` puts the request into the caller's trace, and the answer names it.
+//! `traceparent` puts the request into the caller's trace, and the answer names it. A sampled
+//! request, and a sampled batch, is the exemplar of its latency bucket on `/metrics`, for a
+//! scraper that asks for OpenMetrics.
 //!
-//! The receiver is a small OTLP/HTTP endpoint (`POST /v1/traces`, protobuf) that keeps every
-//! span it is sent, with the `service.name` of the process that sent it.
+//! The spans go to the OTLP receiver of `helpers::otlp`.
 
-use std::{
-    net::SocketAddr,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
-
-use axum::{Router, body::Bytes, extract::State, routing::post};
-use opentelemetry_proto::tonic::{
-    collector::trace::v1::ExportTraceServiceRequest, common::v1::any_value,
-    trace::v1::span::SpanKind,
-};
-use prost::Message as _;
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use hmdp::testing::kv::Keys;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 
 use crate::helpers::{
-    Backend, ChildGuard, Patience, TestApp, create_sale, db_orders_in, free_port, login_many,
-    order_id_of, spawn_app_with, spawn_app_with_rabbitmq, wait_for_orders, wait_until,
-    wait_until_up,
+    Backend, ChildGuard, Patience, Receiver, TestApp, TracedServe, create_sale, db_orders_in,
+    free_port, login_many, order_id_of, spawn_app, spawn_app_with, spawn_app_with_rabbitmq,
+    wait_for_orders, wait_until, wait_until_up,
 };
 
 /// The pay timeout of both processes: the grab's order, never paid, closes this soon.
 const PAY_TIMEOUT_SECS: &str = "2";
 
-/// A span as the receiver keeps it.
-#[derive(Debug, Clone)]
-struct Received {
-    service: String,
-    name: String,
-    kind: i32,
-    trace_id: String,
-    span_id: String,
-    parent_span_id: String,
-    links: Vec<String>,
-    attributes: Vec<(String, String)>,
+/// The `Accept` header Prometheus 2 scrapes with.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,\
+    application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// `GET /metrics` of a metrics listener, with `accept` if given: the answer's `Content-Type`,
+/// `Vary` and text.
+async fn scrape(
+    client: &reqwest::Client,
+    listener: SocketAddr,
+    accept: Option<&str>,
+) -> (String, String, String) {
+    let mut req = client.get(format!("http://{listener}/metrics"));
+    if let Some(accept) = accept {
+        req = req.header("accept", accept);
+    }
+    let resp = req.send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let header = |name: &str| {
+        resp.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    let (content_type, vary) = (header("content-type"), header("vary"));
+    (content_type, vary, resp.text().await.unwrap())
 }
 
-impl Received {
-    fn attribute(&self, key: &str) -> Option<&str> {
-        self.attributes
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// The OTLP/HTTP receiver.
-struct Receiver {
-    addr: SocketAddr,
-    spans: Arc<Mutex<Vec<Received>>>,
-    _server: tokio::task::JoinHandle<()>,
-}
-
-impl Receiver {
-    async fn start() -> Self {
-        let spans = Arc::new(Mutex::new(Vec::new()));
-        let app = Router::new()
-            .route("/v1/traces", post(receive))
-            .with_state(spans.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
-        Self {
-            addr,
-            spans,
-            _server: server,
-        }
-    }
-
-    /// The settings that point a process at this receiver, under its own service name, with
-    /// spans sent every 100 ms instead of every 5 s.
-    fn env(&self, service: &str) -> [(&'static str, String); 3] {
-        [
-            (
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-                format!("http://{}", self.addr),
-            ),
-            ("OTEL_SERVICE_NAME", service.to_owned()),
-            ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
-        ]
-    }
-
-    fn of_trace(&self, trace_id: &str) -> Vec<Received> {
-        let spans = self.spans.lock().unwrap();
-        spans
-            .iter()
-            .filter(|s| s.trace_id == trace_id)
-            .cloned()
-            .collect()
-    }
-}
-
-async fn receive(State(spans): State<Arc<Mutex<Vec<Received>>>>, body: Bytes) -> Vec<u8> {
-    let request = ExportTraceServiceRequest::decode(body).expect("an OTLP protobuf export");
-    let mut kept = spans.lock().unwrap();
-    for resource in request.resource_spans {
-        let service = resource
-            .resource
-            .iter()
-            .flat_map(|r| &r.attributes)
-            .find(|kv| kv.key == "service.name")
-            .map(|kv| text(kv.value.as_ref()))
-            .unwrap_or_default();
-        for span in resource.scope_spans.into_iter().flat_map(|s| s.spans) {
-            kept.push(Received {
-                service: service.clone(),
-                name: span.name,
-                kind: span.kind,
-                trace_id: hex::encode(&span.trace_id),
-                span_id: hex::encode(&span.span_id),
-                parent_span_id: hex::encode(&span.parent_span_id),
-                links: span
-                    .links
-                    .iter()
-                    .map(|l| hex::encode(&l.trace_id))
-                    .collect(),
-                attributes: span
-                    .attributes
-                    .iter()
-                    .map(|kv| (kv.key.clone(), text(kv.value.as_ref())))
-                    .collect(),
-            });
-        }
-    }
-    // An empty `ExportTraceServiceResponse`: all accepted.
-    Vec::new()
-}
-
-fn text(v: Option<&opentelemetry_proto::tonic::common::v1::AnyValue>) -> String {
-    match v.and_then(|v| v.value.as_ref()) {
-        Some(any_value::Value::StringValue(s)) => s.clone(),
-        Some(any_value::Value::IntValue(n)) => n.to_string(),
-        Some(any_value::Value::BoolValue(b)) => b.to_string(),
-        Some(any_value::Value::DoubleValue(d)) => d.to_string(),
-        other => format!("{other:?}"),
-    }
+/// The trace ids of the exemplars on the sample lines of `text` that start with `prefix` and
+/// contain `with`.
+fn exemplar_traces(text: &str, prefix: &str, with: &str) -> Vec<String> {
+    let id = regex::Regex::new(r#" # \{trace_id="([0-9a-f]{32})"\} [0-9.e+-]+ [0-9.]+$"#).unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(prefix) && l.contains(with))
+        .filter_map(|l| Some(id.captures(l)?[1].to_owned()))
+        .collect()
 }
 
 /// A trace id of our own, as a caller that started the trace would send it.
@@ -156,8 +68,7 @@ fn new_trace_id() -> String {
 /// `hmdp serve` (without its worker) and `hmdp worker`, two processes on `app`'s database and
 /// Redis, both exporting to `receiver`; `transport` settings added to both. One grab through
 /// `serve` with a `traceparent`; the receiver must get, in that trace, the request's span
-/// from `serve`, and the order's write span and, after the pay deadline, its close span from
-/// `worker`.
+/// from `serve` and the order's write span from `worker`.
 async fn one_grab_one_trace(app: &Arc<TestApp>, transport: &[(&str, String)]) {
     let receiver = Receiver::start().await;
     let voucher = create_sale(app, 5, -60, 3600).await;
@@ -175,9 +86,11 @@ async fn one_grab_one_trace(app: &Arc<TestApp>, transport: &[(&str, String)]) {
             .spawn()
             .unwrap(),
     );
+    let worker_listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let _worker = ChildGuard(
         app.binary(dir.path())
             .arg("worker")
+            .env("HMDP_WORKER_LISTEN", worker_listen.to_string())
             .env("HMDP_ORDER_PAY_TIMEOUT_SECS", PAY_TIMEOUT_SECS)
             .envs(transport.iter().cloned())
             .envs(receiver.env("grab-worker"))
@@ -331,6 +244,21 @@ async fn one_grab_one_trace(app: &Arc<TestApp>, transport: &[(&str, String)]) {
         assert_eq!(transaction.attribute("db.system.name"), Some("sqlite"));
         assert_eq!(transaction.trace_id, batch.trace_id);
     }
+    let batch = all
+        .iter()
+        .find(|s| {
+            s.name == "write orders" && s.service == "grab-worker" && s.links.contains(&trace)
+        })
+        .unwrap();
+
+    // The batch, sampled, is the exemplar of its write time's bucket.
+    let (_, _, text) = scrape(&app.client, worker_listen, Some(PROMETHEUS_ACCEPT)).await;
+    let exemplars = exemplar_traces(&text, "hmdp_worker_write_seconds_bucket{", "");
+    assert!(
+        exemplars.contains(&batch.trace_id),
+        "the batch's trace {} among the write time's exemplars:\n{text}",
+        batch.trace_id
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -365,4 +293,71 @@ async fn a_request_without_traces_on_answers_no_trace() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     assert!(resp.headers().get("traceresponse").is_none());
+}
+
+/// With traces on, a sampled request is its route's latency exemplar, named by the trace id the
+/// answer's `traceresponse` gave; a request whose caller did not sample its trace is none. A
+/// scrape that does not ask for OpenMetrics gets the same text without exemplars, and both are
+/// answered as OpenMetrics text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sampled_request_is_its_latency_exemplar_for_an_openmetrics_scraper() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let receiver = Receiver::start().await;
+    let serve = TracedServe::start(&app, &receiver, "exemplar-serve").await;
+    let (port, listener) = (serve.port, serve.metrics);
+    let traced = |traceparent: Option<String>| {
+        let mut req = app
+            .client
+            .get(format!("http://127.0.0.1:{port}/shop-type/list"));
+        if let Some(tp) = traceparent {
+            req = req.header("traceparent", tp);
+        }
+        async move {
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+            let answered = resp.headers()["traceresponse"].to_str().unwrap().to_owned();
+            answered.split('-').nth(1).unwrap().to_owned()
+        }
+    };
+    let sampled = traced(None).await;
+    let unsampled_trace = new_trace_id();
+    let unsampled = traced(Some(format!("00-{unsampled_trace}-00f067aa0ba902b7-00"))).await;
+    assert_eq!(unsampled, unsampled_trace, "the caller's trace");
+
+    let route = r#"route="/shop-type/list""#;
+    let bucket = "hmdp_http_request_duration_seconds_bucket{";
+    let (content_type, vary, text) = scrape(&app.client, listener, Some(PROMETHEUS_ACCEPT)).await;
+    assert!(
+        content_type.starts_with("application/openmetrics-text"),
+        "{content_type}"
+    );
+    assert_eq!(vary, "accept");
+    assert_eq!(
+        exemplar_traces(&text, bucket, route),
+        std::slice::from_ref(&sampled),
+        "one exemplar, the sampled request's:\n{text}"
+    );
+    assert!(!text.contains(&unsampled), "{text}");
+    assert!(text.ends_with("# EOF\n"), "{text}");
+
+    for accept in [None, Some("text/plain;version=0.0.4"), Some("*/*")] {
+        let (content_type, vary, plain) = scrape(&app.client, listener, accept).await;
+        assert!(
+            content_type.starts_with("application/openmetrics-text"),
+            "{accept:?}: {content_type}"
+        );
+        assert_eq!(vary, "accept");
+        assert!(
+            !plain.contains(" # {"),
+            "{accept:?} is shown no exemplar:\n{plain}"
+        );
+        assert!(!plain.contains(&sampled), "{plain}");
+        let count = |t: &str| {
+            t.lines()
+                .filter(|l| l.starts_with(bucket) && l.contains(route))
+                .count()
+        };
+        assert_eq!(count(&plain), count(&text), "the same buckets:\n{plain}");
+        assert!(plain.ends_with("# EOF\n"), "{plain}");
+    }
 }

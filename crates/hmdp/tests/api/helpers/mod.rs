@@ -9,6 +9,7 @@ mod app;
 mod database;
 mod images;
 mod orders;
+mod otlp;
 mod seckill;
 
 pub use app::{
@@ -26,6 +27,7 @@ pub use orders::{
     db_orders_in, db_statuses, notice, open_payment, order_status, order_view, post_notice,
     signature, signed_notice,
 };
+pub use otlp::{Receiver, TracedServe};
 pub use seckill::{
     WorkerProcess, assert_same_orders, code_of, create_sale, db_buyers, db_count, db_order_ids,
     db_stock, drain, grab_raw, kill_a_worker_process_mid_drain, locks_of, login_many, lose_voucher,
