@@ -1,4 +1,4 @@
-//! Throw-away `redis-server` processes: one on a port of its own, three joined into a
+//! Throw-away `redis-server` processes: one on a port of its own, one to three joined into a
 //! cluster, or a primary with replicas watched by Sentinels. Tests kill, restart, freeze and
 //! thaw them to play outages on a real server.
 
@@ -95,6 +95,11 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// The server's process id while it runs (e.g. to read its CPU time from `/proc`).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Freezes the server (SIGSTOP): connections stay open and nothing is answered, a hung
     /// Redis rather than a dead one.
     pub fn pause(&self) {
@@ -139,8 +144,8 @@ async fn answers_ping(client: &redis::Client) -> bool {
     )
 }
 
-/// A Redis Cluster of three masters without replicas, made of throw-away servers; killed (and
-/// its node files removed) when dropped.
+/// A Redis Cluster of one to three (or more) masters without replicas, made of throw-away
+/// servers; killed (and its node files removed) when dropped.
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
     _dir: tempfile::TempDir,
@@ -150,14 +155,23 @@ impl RedisCluster {
     /// Starts three cluster-enabled servers, joins them with `redis-cli --cluster create` and
     /// returns once every node reports `cluster_state:ok`.
     pub async fn start() -> Self {
+        Self::with_masters(3).await
+    }
+
+    /// Starts `masters` cluster-enabled servers and returns once every node reports
+    /// `cluster_state:ok`. Three or more are joined by `redis-cli --cluster create`, which
+    /// refuses fewer; one or two get even slot ranges (`CLUSTER ADDSLOTSRANGE`) and meet the
+    /// first node (`CLUSTER MEET`) here instead.
+    pub async fn with_masters(masters: usize) -> Self {
+        assert!(masters >= 1, "a cluster needs a master");
         let dir = tempfile::tempdir().unwrap();
         let dir_arg = dir.path().to_string_lossy().into_owned();
         let mut nodes: Vec<RedisServer> = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..masters {
             let taken: Vec<u16> = nodes.iter().map(RedisServer::port).collect();
             let port = free_cluster_port(&taken);
             let conf = format!("nodes-{port}.conf");
-            let extra = [
+            let mut extra = vec![
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
@@ -165,24 +179,29 @@ impl RedisCluster {
                 "--dir",
                 &dir_arg,
             ];
+            // A node learns its own address from the peers that meet it; a lone master would
+            // name itself with an empty host in `CLUSTER SLOTS`, where clients look for it.
+            if masters < 3 {
+                extra.extend(["--cluster-announce-ip", "127.0.0.1"]);
+            }
             nodes.push(RedisServer::start_with(port, &extra).await);
         }
-        let created = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("redis-cli on PATH");
-        assert!(created.success(), "redis-cli --cluster create failed");
+        if masters >= 3 {
+            let created = Command::new("redis-cli")
+                .args(["--cluster", "create"])
+                .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
+                .args(["--cluster-replicas", "0", "--cluster-yes"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("redis-cli on PATH");
+            assert!(created.success(), "redis-cli --cluster create failed");
+        } else {
+            join_by_hand(&nodes).await;
+        }
         for node in &nodes {
-            let mut conn = redis::Client::open(node.url())
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap();
+            let mut conn = node_connection(node).await;
             let what = format!("cluster node {} reaching cluster_state:ok", node.port);
             wait_until(START_TIMEOUT, &what, async || {
                 let info: String = redis::cmd("CLUSTER")
@@ -208,6 +227,40 @@ impl RedisCluster {
     }
 }
 
+/// Node `i` of `n` serves the `i`-th of `n` even slot ranges; every node meets the first.
+async fn join_by_hand(nodes: &[RedisServer]) {
+    const SLOTS: usize = 16_384;
+    let n = nodes.len();
+    for (i, node) in nodes.iter().enumerate() {
+        let mut conn = node_connection(node).await;
+        let (first, last) = (i * SLOTS / n, (i + 1) * SLOTS / n - 1);
+        let () = redis::cmd("CLUSTER")
+            .arg("ADDSLOTSRANGE")
+            .arg(first)
+            .arg(last)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("CLUSTER ADDSLOTSRANGE on {}: {e}", node.port));
+        if i > 0 {
+            let () = redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(nodes[0].port)
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("CLUSTER MEET from {}: {e}", node.port));
+        }
+    }
+}
+
+async fn node_connection(node: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(node.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
 /// A port that is free, and whose cluster bus port (`port + 10000`) is free too; below 55536,
 /// so the bus port exists.
 fn free_cluster_port(taken: &[u16]) -> u16 {
@@ -220,6 +273,72 @@ fn free_cluster_port(taken: &[u16]) -> u16 {
         let b = TcpListener::bind(("127.0.0.1", port + 10_000));
         if a.is_ok() && b.is_ok() {
             return port;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Which node's port serves `key`, as the cluster itself answers.
+    async fn owner(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> u16 {
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query_async(conn)
+            .await
+            .unwrap();
+        let ranges: Vec<(u16, u16, (String, u16))> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async::<Vec<redis::Value>>(conn)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| redis::from_redis_value(r).unwrap())
+            .map(|(a, b, master): (u16, u16, Vec<redis::Value>)| {
+                let host: String = redis::from_redis_value(master[0].clone()).unwrap();
+                let port: u16 = redis::from_redis_value(master[1].clone()).unwrap();
+                (a, b, (host, port))
+            })
+            .collect();
+        ranges
+            .iter()
+            .find(|(a, b, _)| (*a..=*b).contains(&slot))
+            .map(|(_, _, (_, port))| *port)
+            .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_and_two_masters_serve_every_slot() {
+        for masters in [1, 2] {
+            let cluster = RedisCluster::with_masters(masters).await;
+            assert_eq!(cluster.nodes().len(), masters);
+            assert!(cluster.nodes().iter().all(|n| n.pid().is_some()));
+            let mut conn = redis::cluster::ClusterClient::new(cluster.urls())
+                .unwrap()
+                .get_async_connection()
+                .await
+                .unwrap();
+            let mut plain = node_connection(&cluster.nodes()[0]).await;
+            let mut owners = std::collections::HashSet::new();
+            for tag in 0..12 {
+                let key = format!("k{{s{tag}}}");
+                let () = redis::cmd("SET")
+                    .arg(&key)
+                    .arg(tag)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                let back: i64 = redis::cmd("GET")
+                    .arg(&key)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                assert_eq!(back, tag);
+                owners.insert(owner(&mut plain, &key).await);
+            }
+            assert_eq!(owners.len(), masters, "the tags reach every master");
         }
     }
 }
