@@ -105,6 +105,8 @@ pub enum Stop {
     /// When both the duration has passed and the number of requests was sent (so a slow
     /// server still gets every user tried once).
     AtLeast(Duration, u64),
+    /// When the duration has passed or the number of requests was sent, whichever comes first.
+    Within(Duration, u64),
 }
 
 impl Stop {
@@ -114,6 +116,7 @@ impl Stop {
             Stop::After(d) => elapsed >= d,
             Stop::Requests(n) => i >= n,
             Stop::AtLeast(d, n) => elapsed >= d && i >= n,
+            Stop::Within(d, n) => elapsed >= d || i >= n,
         }
     }
 }
@@ -141,7 +144,7 @@ fn spawn_progress(
                 Stop::After(d) | Stop::AtLeast(d, _) => {
                     format!("{:>3}/{}s", started.elapsed().as_secs(), d.as_secs())
                 }
-                Stop::Requests(n) => format!("{done}/{n}"),
+                Stop::Requests(n) | Stop::Within(_, n) => format!("{done}/{n}"),
             };
             eprint!(
                 "\r  {:<40} {of:>14} {}  {:>9} op/s  {errors} refused/failed ",
@@ -160,6 +163,9 @@ fn bar(elapsed: Duration, stop: Stop, done: u64) -> String {
     let frac = match stop {
         Stop::After(d) | Stop::AtLeast(d, _) => elapsed.as_secs_f64() / d.as_secs_f64().max(1e-9),
         Stop::Requests(n) => done as f64 / n.max(1) as f64,
+        Stop::Within(d, n) => {
+            (elapsed.as_secs_f64() / d.as_secs_f64().max(1e-9)).max(done as f64 / n.max(1) as f64)
+        }
     }
     .clamp(0.0, 1.0);
     let full = (frac * 20.0).round() as usize;
@@ -607,6 +613,9 @@ mod tests {
         assert!(!Stop::AtLeast(s(2), 10).done(5, s(3)));
         assert!(!Stop::AtLeast(s(2), 10).done(50, s(1)));
         assert!(Stop::AtLeast(s(2), 10).done(10, s(2)));
+        assert!(Stop::Within(s(2), 10).done(5, s(3)));
+        assert!(Stop::Within(s(2), 10).done(10, s(1)));
+        assert!(!Stop::Within(s(2), 10).done(9, s(1)));
     }
 
     #[test]

@@ -89,6 +89,12 @@ pub struct Report {
     pub checks: Vec<crate::check::Check>,
     /// The performance goals (throughput, latency, memory) with the measured value.
     pub goals: Vec<Goal>,
+    /// A scenario's own figures beyond the rows (e.g. per node), as it shapes them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+    /// A scenario's own chart, written by `--svg` instead of the per-second one.
+    #[serde(skip)]
+    pub chart_svg: Option<String>,
 }
 
 /// A performance goal set for the service, measured in this run.
@@ -141,6 +147,8 @@ impl Report {
             summary: Vec::new(),
             checks: Vec::new(),
             goals: Vec::new(),
+            data: None,
+            chart_svg: None,
         }
     }
 

@@ -1,6 +1,7 @@
-//! The SVG chart, written by hand: two panels sharing the time axis — throughput per second on
-//! top, p50 (solid) and p99 (dashed) latency per second below — one colour per phase. A
-//! plotting crate would pull in a font stack for two polylines and a few labels.
+//! The SVG charts, written by hand: two panels sharing the time axis — throughput per second on
+//! top, p50 (solid) and p99 (dashed) latency per second below — one colour per phase; and a
+//! plain plot of one figure against a few settings ([`render_xy`]), one line per series. A
+//! plotting crate would pull in a font stack for a few polylines and labels.
 
 use std::fmt::Write;
 
@@ -221,6 +222,138 @@ pub fn render(title: &str, series: &[Series]) -> String {
     out
 }
 
+/// One line of [`render_xy`]: its legend and `(x, y)` points.
+#[derive(Debug, Clone)]
+pub struct XyLine {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A plot of `lines` over the settings `xs` (ticks at those values only, e.g. 1, 2, 3
+/// masters), the y axis from 0, each point marked and labelled with its value.
+pub fn render_xy(
+    title: &str,
+    x_title: &str,
+    y_title: &str,
+    xs: &[f64],
+    lines: &[XyLine],
+) -> String {
+    let height = TOP1 + PANEL_H + 60.0 + 18.0 * lines.len() as f64;
+    let pw = W - LEFT - RIGHT;
+    let (lo, hi) = xs
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+            (a.min(*x), b.max(*x))
+        });
+    let (lo, hi) = if lo < hi {
+        (lo, hi)
+    } else {
+        (lo - 1.0, lo + 1.0)
+    };
+    // Half a step of room on each side, so the first and last points are not on the frame.
+    let pad = (hi - lo) / (2.0 * xs.len().max(2) as f64 - 2.0);
+    let x = |v: f64| LEFT + (v - lo + pad) / (hi - lo + 2.0 * pad) * pw;
+    let max_y = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max);
+    let (ymax, ystep) = nice_max(max_y);
+    let y = |v: f64| TOP1 + PANEL_H - v / ymax * PANEL_H;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" viewBox="0 0 {W} {height}" font-family="sans-serif"><rect width="100%" height="100%" fill="white"/>"##
+    );
+    let _ = writeln!(
+        out,
+        r##"<text x="{}" y="24" font-size="16" font-weight="bold" text-anchor="middle">{}</text>"##,
+        W / 2.0,
+        escape(title)
+    );
+    let _ = writeln!(
+        out,
+        r##"<text x="{LEFT}" y="{}" font-size="14" font-weight="bold">{}</text>"##,
+        TOP1 - 10.0,
+        escape(y_title)
+    );
+    let _ = writeln!(
+        out,
+        r##"<rect x="{LEFT}" y="{TOP1}" width="{pw}" height="{PANEL_H}" fill="none" stroke="#888"/>"##
+    );
+    let mut t = 0.0;
+    while t <= ymax + ystep / 2.0 {
+        let _ = writeln!(
+            out,
+            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1:.1}" y2="{0:.1}" stroke="#ddd"/><text x="{2}" y="{3:.1}" font-size="11" text-anchor="end">{4}</text>"##,
+            y(t),
+            LEFT + pw,
+            LEFT - 6.0,
+            y(t) + 4.0,
+            label(t)
+        );
+        t += ystep;
+    }
+    for v in xs {
+        let _ = writeln!(
+            out,
+            r##"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle">{}</text>"##,
+            x(*v),
+            TOP1 + PANEL_H + 16.0,
+            label(*v)
+        );
+    }
+    let _ = writeln!(
+        out,
+        r##"<text x="{:.1}" y="{:.1}" font-size="12" text-anchor="middle">{}</text>"##,
+        LEFT + pw / 2.0,
+        TOP1 + PANEL_H + 36.0,
+        escape(x_title)
+    );
+    for (i, l) in lines.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        let pts: Vec<(f64, f64)> = l
+            .points
+            .iter()
+            .copied()
+            .filter(|p| p.1.is_finite())
+            .collect();
+        let coords: Vec<String> = pts
+            .iter()
+            .map(|(px, py)| format!("{:.1},{:.1}", x(*px), y(*py)))
+            .collect();
+        let _ = writeln!(
+            out,
+            r##"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"><title>{}</title></polyline>"##,
+            coords.join(" "),
+            escape(&l.name)
+        );
+        for (px, py) in &pts {
+            let _ = writeln!(
+                out,
+                r##"<circle cx="{:.1}" cy="{:.1}" r="4" fill="{colour}"/><text x="{:.1}" y="{:.1}" font-size="11" fill="{colour}">{}</text>"##,
+                x(*px),
+                y(*py),
+                x(*px) + 7.0,
+                y(*py) - 7.0,
+                label(*py)
+            );
+        }
+        let ly = TOP1 + PANEL_H + 60.0 + 18.0 * i as f64;
+        let _ = writeln!(
+            out,
+            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="{colour}" stroke-width="3"/><text x="{2}" y="{3:.1}" font-size="12">{4}</text>"##,
+            ly - 4.0,
+            LEFT + 24.0,
+            LEFT + 30.0,
+            ly,
+            escape(&l.name)
+        );
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,5 +413,31 @@ mod tests {
         assert!(svg.contains("stroke-dasharray"));
         // Axis maximum of the throughput panel.
         assert!(svg.contains(">15k<"));
+    }
+
+    #[test]
+    fn an_xy_plot_marks_every_point_at_its_setting() {
+        let svg = render_xy(
+            "hot <voucher>",
+            "masters",
+            "µs per grab",
+            &[1.0, 2.0, 3.0],
+            &[
+                XyLine {
+                    name: "1 bucket".into(),
+                    points: vec![(1.0, 30.0), (2.0, 31.0), (3.0, 29.0)],
+                },
+                XyLine {
+                    name: "12 buckets".into(),
+                    points: vec![(1.0, 32.0), (2.0, 17.0), (3.0, f64::NAN)],
+                },
+            ],
+        );
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert_eq!(svg.matches("<polyline").count(), 2);
+        // A NaN (a case not run) is left out.
+        assert_eq!(svg.matches("<circle").count(), 5);
+        assert!(svg.contains("hot &lt;voucher&gt;"));
+        assert!(svg.contains(">40<"), "the y axis reaches a nice maximum");
     }
 }

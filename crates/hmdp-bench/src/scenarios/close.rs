@@ -76,7 +76,7 @@ async fn count_status(db: &Db, voucher: i64, status: Option<i64>) -> anyhow::Res
 
 /// CPU time (ns) of every live thread of process `pid`, from `/proc/<pid>/task/*/schedstat`
 /// (nanosecond precision, where `stat`'s ticks are 10 ms).
-fn cpu_ns(pid: u32) -> Option<u64> {
+pub(crate) fn cpu_ns(pid: u32) -> Option<u64> {
     let mut total = 0u64;
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
         let path = task.ok()?.path().join("schedstat");

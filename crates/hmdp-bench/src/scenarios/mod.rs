@@ -5,6 +5,7 @@ pub mod baselines;
 pub mod close;
 pub mod conns;
 pub mod floor;
+pub mod hot_voucher;
 pub mod ids;
 pub mod lock;
 pub mod login;

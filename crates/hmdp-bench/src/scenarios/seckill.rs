@@ -231,7 +231,7 @@ fn histogram_quantile(buckets: &[(f64, f64)], q: f64) -> f64 {
 }
 
 /// Orders of a voucher in the database.
-async fn db_orders(db: &Db, voucher: i64) -> anyhow::Result<Vec<(i64, i64)>> {
+pub(super) async fn db_orders(db: &Db, voucher: i64) -> anyhow::Result<Vec<(i64, i64)>> {
     Ok(hmdp::on_pool!(db, pool => {
         sqlx::query_as::<_, (i64, i64)>(
             "SELECT id, CAST(user_id AS SIGNED) FROM tb_voucher_order WHERE voucher_id = ?",

@@ -213,15 +213,21 @@ pub async fn create_voucher(
     admin_token: &str,
     stock: i64,
 ) -> anyhow::Result<i64> {
+    let sale = FlashSale::new(stock).title(format!("hmdp-bench flash sale of {stock}"));
+    create_sale(addr, admin_token, sale).await
+}
+
+/// Creates `sale` through the admin route; the voucher's id.
+pub async fn create_sale(
+    addr: SocketAddr,
+    admin_token: &str,
+    sale: FlashSale,
+) -> anyhow::Result<i64> {
     let a = call_once(
         addr,
         &Req::post(FlashSale::PATH)
             .header("x-admin-token", admin_token)
-            .json(
-                &FlashSale::new(stock)
-                    .title(format!("hmdp-bench flash sale of {stock}"))
-                    .body(),
-            ),
+            .json(&sale.body()),
     )
     .await?;
     anyhow::ensure!(
