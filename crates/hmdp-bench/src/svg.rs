@@ -230,7 +230,7 @@ pub struct XyLine {
 }
 
 /// A plot of `lines` over the settings `xs` (ticks at those values only, e.g. 1, 2, 3
-/// masters), the y axis from 0, each point marked and labelled with its value.
+/// masters), the y axis from 0, each point marked and labelled with its value (one decimal).
 pub fn render_xy(
     title: &str,
     x_title: &str,
@@ -328,15 +328,17 @@ pub fn render_xy(
             coords.join(" "),
             escape(&l.name)
         );
+        // Even lines label their points above them, odd ones below: two lines that meet do
+        // not write over each other.
+        let dy = if i % 2 == 0 { -7.0 } else { 16.0 };
         for (px, py) in &pts {
             let _ = writeln!(
                 out,
-                r##"<circle cx="{:.1}" cy="{:.1}" r="4" fill="{colour}"/><text x="{:.1}" y="{:.1}" font-size="11" fill="{colour}">{}</text>"##,
+                r##"<circle cx="{:.1}" cy="{:.1}" r="4" fill="{colour}"/><text x="{:.1}" y="{:.1}" font-size="11" fill="{colour}">{py:.1}</text>"##,
                 x(*px),
                 y(*py),
                 x(*px) + 7.0,
-                y(*py) - 7.0,
-                label(*py)
+                y(*py) + dy,
             );
         }
         let ly = TOP1 + PANEL_H + 60.0 + 18.0 * i as f64;

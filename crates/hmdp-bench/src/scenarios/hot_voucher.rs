@@ -7,11 +7,11 @@
 //! the bench starts a private cluster and the service in-process on it (the same
 //! `HMDP_SECKILL_SHARDS` in every case, so only the buckets differ), logs users in, and for each
 //! bucket count sells one voucher whose stock is the users', each user grabbing once, with the
-//! order worker stopped: what Redis does during the load is the grab's alone. Per master it
-//! reads the EVALSHA calls and their time (`INFO commandstats`, after `CONFIG RESETSTAT`) and the
-//! process's CPU time (`/proc`), each per accepted grab; the busiest master is the one that
-//! spent the most time in scripts. Then the worker drains the backlog and the sale is checked.
-
+//! order worker stopped and every buyer's session read into the service's memory just before:
+//! what Redis does during the load is the grab's alone. Per master it reads the EVALSHA calls
+//! and their time (`INFO commandstats`, after `CONFIG RESETSTAT`) and the process's CPU time
+//! (`/proc`), each per accepted grab; the busiest master is the one that spent the most time in
+//! scripts. Then the worker drains the backlog and the sale is checked.
 use std::{sync::Arc, time::Duration};
 
 use hmdp::testing::{
@@ -202,10 +202,11 @@ async fn evalsha_stats(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::
     Ok(evalsha_of(&info))
 }
 
-/// The order-stream shard of each bucket of `voucher`: bucket `b` on `(v mod S + b) mod S`.
+/// The order-stream shard of each bucket of `voucher`.
 fn bucket_shards(voucher: i64, buckets: u32, shards: u32) -> Vec<u32> {
-    let home = Keys::seckill_shard(voucher, shards);
-    (0..buckets).map(|b| (home + b) % shards.max(1)).collect()
+    (0..buckets)
+        .map(|b| Keys::seckill_bucket_shard(voucher, b, shards))
+        .collect()
 }
 
 /// A hash-tagged key of order-stream shard `k`: every key of the shard hashes like it.
@@ -243,21 +244,18 @@ async fn drain(s: &BenchServer, target: &str, orders: u64, timeout: Duration) ->
     done
 }
 
-/// The Redis stock left in the sale's key(s).
+/// The Redis stock left in the sale's buckets, all together (`i64::MIN` for a bucket without
+/// its hash, so that the check fails).
 async fn redis_stock(s: &BenchServer, voucher: i64, buckets: u32) -> anyhow::Result<i64> {
-    anyhow::ensure!(buckets == 1, "stock buckets are not built yet");
-    let shard = Keys::seckill_shard(voucher, s.state.config.seckill.shards);
-    let key = s.state.keys.seckill_voucher(shard, voucher);
-    let hash = VoucherHash::read(&key, &mut s.state.redis.clone()).await?;
-    Ok(hash.stock.unwrap_or(i64::MIN))
-}
-
-/// A new sale of `stock` in `buckets` stock buckets.
-fn sale(stock: i64, buckets: u32) -> anyhow::Result<FlashSale> {
-    anyhow::ensure!(buckets == 1, "stock buckets are not built yet");
-    Ok(FlashSale::new(stock).title(format!(
-        "hmdp-bench hot voucher of {stock}, {buckets} buckets"
-    )))
+    let shards = s.state.config.seckill.shards;
+    let mut total = 0i64;
+    for b in 0..buckets {
+        let shard = Keys::seckill_bucket_shard(voucher, b, shards);
+        let key = s.state.keys.seckill_bucket(shard, voucher, b);
+        let hash = VoucherHash::read(&key, &mut s.state.redis.clone()).await?;
+        total = total.saturating_add(hash.stock.unwrap_or(i64::MIN));
+    }
+    Ok(total)
 }
 
 /// Everything one cluster size's cases share.
@@ -279,13 +277,37 @@ async fn run_case(
     report: &mut Report,
 ) -> anyhow::Result<Case> {
     let (addr, n) = (c.server.addr, c.users.len());
-    let voucher = create_sale(addr, &c.server.admin_token, sale(n as i64, buckets)?).await?;
+    let sale = FlashSale::new(n as i64)
+        .title(format!("hmdp-bench hot voucher of {n}, {buckets} buckets"))
+        .buckets(i64::from(buckets));
+    let voucher = create_sale(addr, &c.server.admin_token, sale).await?;
     let sale_shards = bucket_shards(voucher, buckets, args.shards);
     let users = c.users.clone();
     let make = Arc::new(move |i: u64| {
         Req::post(format!("/api/voucher-order/seckill/{voucher}"))
             .header("authorization", &users[i as usize].token)
     });
+    // The buyers are on the sale's page: each session was read just now, so the service trusts
+    // it from memory during the load (HMDP_SESSION_CACHE_MS) and the masters' scripts are the
+    // sale's, not the session refreshes of users who logged in a while before.
+    let users = c.users.clone();
+    let me = Arc::new(move |i: u64| {
+        Req::get("/api/user/me").header("authorization", &users[i as usize].token)
+    });
+    let seen = request_phase(
+        "hot-voucher: the buyers' sessions",
+        addr,
+        cli.connections,
+        Stop::Requests(n as u64),
+        false,
+        me,
+    )
+    .await?;
+    anyhow::ensure!(
+        seen.errors.is_empty(),
+        "reading the buyers' sessions: {:?}",
+        seen.errors
+    );
     let mut cpu_before = Vec::new();
     for node in c.nodes.iter_mut() {
         let () = redis::cmd("CONFIG")
@@ -420,6 +442,8 @@ async fn run_cluster(
         |c| {
             c.seckill.shards = args.shards;
             c.seckill.worker = false;
+            // The longest a session read is trusted: from the pass before a load to its end.
+            c.session_cache = Duration::from_secs(60);
             c.db_max_connections = c.db_max_connections.max(16);
         },
     )
