@@ -35,6 +35,7 @@ What each experiment needs / 各实验需要的服务:
     then `redis-server --daemonize yes`)
   queues / rabbitmq: RabbitMQ (--amqp-url; `apt-get install rabbitmq-server`,
     then `rabbitmq-server -detached`); the other versions of queues need Redis only
+  hot-voucher: redis-server and redis-cli on PATH (it starts a private three-master cluster)
   the database: a temporary SQLite file unless --database-url names one; for MariaDB or MySQL
     (`apt-get install mariadb-server`, then `service mariadb start`):
     --database-url mysql://root@127.0.0.1:3306/hmdp_lab";

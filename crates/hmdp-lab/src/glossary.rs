@@ -187,6 +187,37 @@ static TERMS: &[(&str, &str, &str)] = &[
         "抢购脚本报错的次数",
         "grabs whose script raised an error",
     ),
+    // hot-voucher
+    (
+        "buckets",
+        "库存拆成的分桶数（1 就是一个 key）",
+        "buckets the stock is split over (1: one key)",
+    ),
+    (
+        "false_refusals",
+        "误拒：被告知售罄之后，实验室立刻去读，分桶里仍有货的买家",
+        "false refusals: buyers told sold out while, as the lab read right after, a bucket held a unit",
+    ),
+    (
+        "scripts_per_master",
+        "每个主节点执行的脚本数（INFO commandstats 的 EVALSHA、EVAL），从多到少",
+        "scripts each master ran (EVALSHA and EVAL in INFO commandstats), busiest first",
+    ),
+    (
+        "busiest_master",
+        "最忙的主节点占全部脚本的比例（不变量要求 ≤ 50%，三个主节点平分是 33%）",
+        "the busiest master's share of the scripts (the invariant: ≤ 50 %; three sharing evenly: 33 %)",
+    ),
+    (
+        "sold_on_one_redis",
+        "同一个脚本在单机 Redis 上卖出的件数",
+        "units the same script sold on a single Redis",
+    ),
+    (
+        "script_error",
+        "集群对脚本的答复（第一条报错原文）",
+        "what the cluster answered the script (its first error, verbatim)",
+    ),
     // lock-misdelete, lock-reentrancy
     (
         "stall_ms",

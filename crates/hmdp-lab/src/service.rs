@@ -16,8 +16,9 @@ use hmdp::{
     testing::{
         FlashSale,
         auth::CapturingSms,
-        domain::{UserId, VoucherId},
-        seckill::Seckill,
+        domain::{StockBuckets, UserId, VoucherId},
+        kv::{Keys, RedisConn},
+        seckill::{Seckill, voucher_hash},
     },
 };
 use sqlx::{AnyPool, any::AnyPoolOptions};
@@ -56,6 +57,10 @@ pub fn database_url(lab_url: &str) -> anyhow::Result<String> {
 /// The service, running.
 pub(crate) struct Service {
     seckill: Seckill,
+    /// Its Redis connection and key names, for reading a sale's buckets as the scripts left them.
+    redis: RedisConn,
+    keys: Keys,
+    shards: u32,
     base_url: String,
     admin_token: String,
     /// The service's database, for counting what it wrote.
@@ -70,19 +75,26 @@ impl Service {
     /// Builds and starts the service on the lab's Redis (keys under a prefix of its own inside
     /// the lab's) and its own database beside the lab's.
     pub(crate) async fn start(lab: &Lab) -> anyhow::Result<Self> {
+        Self::start_on(lab, &lab.redis_url, 1).await
+    }
+
+    /// The same on the Redis at `redis_url` (several comma-separated URLs: a cluster), its
+    /// orders on `shards` order streams.
+    pub(crate) async fn start_on(lab: &Lab, redis_url: &str, shards: u32) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let database_url = database_url(&lab.database_url)?;
         let admin_token = format!("hmdp-lab-{}", uuid::Uuid::new_v4().simple());
-        let config = Config {
+        let mut config = Config {
             listen: ([127, 0, 0, 1], 0).into(),
             database_url: database_url.clone(),
-            redis_url: Some(lab.redis_url.clone()),
+            redis_url: Some(redis_url.to_owned()),
             redis_managed: ManagedMode::Never,
             redis_prefix: lab.key(&format!("service-{}:", uuid::Uuid::new_v4().simple())),
             admin_token: Some(Secret::new(admin_token.clone())),
             data_dir: dir.path().to_owned(),
             ..Config::default()
         };
+        config.seckill.shards = shards;
         let deps = Dependencies {
             sms: Arc::new(CapturingSms::default()),
         };
@@ -90,7 +102,12 @@ impl Service {
             .await
             .context("the service does not start")?;
         let base_url = format!("http://{}", app.local_addr());
-        let seckill = app.state().seckill.clone();
+        let state = app.state();
+        let (seckill, redis, keys) = (
+            state.seckill.clone(),
+            state.redis.clone(),
+            state.keys.clone(),
+        );
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(app.run_until(async {
             let _ = stopped.await;
@@ -102,6 +119,9 @@ impl Service {
             .with_context(|| format!("cannot open the service's database {database_url}"))?;
         Ok(Self {
             seckill,
+            redis,
+            keys,
+            shards,
             base_url,
             admin_token,
             db,
@@ -114,10 +134,43 @@ impl Service {
 
     /// A flash sale of `stock` vouchers, created through the admin route: its voucher id.
     pub(crate) async fn new_sale(&self, stock: i64) -> anyhow::Result<i64> {
-        let client = reqwest::Client::builder().no_proxy().build()?;
-        FlashSale::new(stock)
-            .create(&client, &self.base_url, &self.admin_token)
+        self.create(FlashSale::new(stock)).await
+    }
+
+    /// A flash sale of `stock` vouchers split over `buckets` (`stockBuckets`): its voucher id.
+    pub(crate) async fn new_split_sale(
+        &self,
+        stock: i64,
+        buckets: StockBuckets,
+    ) -> anyhow::Result<i64> {
+        self.create(FlashSale::new(stock).buckets(i64::from(buckets.get())))
             .await
+    }
+
+    async fn create(&self, sale: FlashSale) -> anyhow::Result<i64> {
+        let client = reqwest::Client::builder().no_proxy().build()?;
+        sale.create(&client, &self.base_url, &self.admin_token)
+            .await
+    }
+
+    /// The stock each bucket of `voucher` holds in Redis now, bucket 0 first.
+    pub(crate) async fn bucket_stock(
+        &self,
+        voucher: i64,
+        buckets: StockBuckets,
+    ) -> anyhow::Result<Vec<i64>> {
+        let mut redis = self.redis.clone();
+        let mut left = Vec::new();
+        for b in 0..buckets.get() {
+            let shard = Keys::seckill_bucket_shard(voucher, b, self.shards);
+            let stock: Option<i64> = redis::cmd("HGET")
+                .arg(self.keys.seckill_bucket(shard, voucher, b))
+                .arg(voucher_hash::FIELD_STOCK)
+                .query_async(&mut redis)
+                .await?;
+            left.push(stock.unwrap_or(0));
+        }
+        Ok(left)
     }
 
     /// Who buys: cheap to clone into each buyer's task.

@@ -189,6 +189,26 @@ pub enum What {
     ToggleScript { delta: i64 },
     /// The lab's comparison of the note's count with its set.
     LikesVsSet { liked: i64, likers: i64 },
+    /// The grab script took a unit from stock bucket `bucket`, which has `left` after it.
+    BucketGrab { bucket: u32, left: i64 },
+    /// The grab script found stock bucket `bucket` empty and answered "sold out".
+    BucketEmpty { bucket: u32 },
+    /// The lab's read of every bucket right after `user` was refused: `total` units left in
+    /// `buckets` buckets, the most (`most`) in bucket `fullest`.
+    UnitsLeft {
+        user: i64,
+        total: i64,
+        buckets: u32,
+        fullest: u32,
+        most: i64,
+    },
+    /// The lab's count after a sale split over buckets.
+    BucketSale {
+        stock: i64,
+        accepted: i64,
+        refused: i64,
+        false_refusals: i64,
+    },
 }
 
 impl What {
@@ -219,7 +239,11 @@ impl What {
             What::UpdateLiked { .. } => "update_liked",
             What::SetLiked { .. } => "set_liked",
             What::ToggleScript { .. } => "toggle_script",
+            What::BucketGrab { .. } => "bucket_grab",
+            What::BucketEmpty { .. } => "sold_out",
             What::Sold { .. }
+            | What::UnitsLeft { .. }
+            | What::BucketSale { .. }
             | What::LikesVsSet { .. }
             | What::UserOrders { .. }
             | What::Overlaps { .. }
@@ -256,7 +280,11 @@ impl What {
             What::SetLiked { added: true } => ("ZADD", "ZADD"),
             What::SetLiked { added: false } => ("ZREM", "ZREM"),
             What::ToggleScript { .. } => ("Lua 切换", "Lua toggle"),
+            What::BucketGrab { .. } => ("Lua 扣分桶", "Lua grab"),
+            What::BucketEmpty { .. } => ("答复售罄", "sold out"),
             What::Sold { .. }
+            | What::UnitsLeft { .. }
+            | What::BucketSale { .. }
             | What::LikesVsSet { .. }
             | What::UserOrders { .. }
             | What::Overlaps { .. }
@@ -450,6 +478,55 @@ impl What {
                     format!("数据库点赞数 {liked}，集合里 {likers} 人")
                 } else {
                     format!("{liked} likes in the database, {likers} users in the set")
+                }
+            }
+            What::BucketGrab { bucket, left } => {
+                if zh {
+                    format!("从分桶 {bucket} 抢到一件，该桶还剩 {left}")
+                } else {
+                    format!("a unit from bucket {bucket}, {left} left in it")
+                }
+            }
+            What::BucketEmpty { bucket } => {
+                if zh {
+                    format!("分桶 {bucket} 已空；脚本只看这一个桶")
+                } else {
+                    format!("bucket {bucket} is empty; the script sees no other bucket")
+                }
+            }
+            What::UnitsLeft {
+                user,
+                total,
+                buckets,
+                fullest,
+                most,
+            } => {
+                if zh {
+                    format!(
+                        "买家 {user} 被拒之后，{buckets} 个分桶仍有 {total} 件（分桶 {fullest} 有 {most} 件）"
+                    )
+                } else {
+                    format!(
+                        "after buyer {user}'s refusal, {total} units still in {buckets} buckets \
+                         ({most} in bucket {fullest})"
+                    )
+                }
+            }
+            What::BucketSale {
+                stock,
+                accepted,
+                refused,
+                false_refusals,
+            } => {
+                if zh {
+                    format!(
+                        "库存 {stock}，抢到 {accepted} 人，被拒 {refused} 人，其中 {false_refusals} 人被拒时别的分桶还有货"
+                    )
+                } else {
+                    format!(
+                        "stock {stock}, {accepted} got one, {refused} refused, {false_refusals} \
+                         of them while other buckets held units"
+                    )
                 }
             }
         }

@@ -1,5 +1,5 @@
-//! Test support shared by the hmdp crates, used as a dev-dependency (and by `hmdp-bench`, for
-//! its private Redis Clusters).
+//! Test support shared by the hmdp crates, used as a dev-dependency (and by `hmdp-bench` and
+//! `hmdp-lab`, for their private Redis Clusters).
 //!
 //! Every integration test suite in the workspace runs against real servers (Redis is never
 //! mocked): the shared ones named by `HMDP_TEST_REDIS_URL`, `HMDP_TEST_MYSQL_URL` and

@@ -8,6 +8,7 @@ pub mod cache_breakdown;
 pub mod cache_consistency;
 pub mod cache_penetration;
 pub mod feed;
+pub mod hot_voucher;
 pub mod likes;
 pub mod lock_misdelete;
 pub mod lock_reentrancy;
@@ -92,6 +93,7 @@ pub static ALL: &[&Experiment] = &[
     &one_per_user::EXPERIMENT,
     &lock_misdelete::EXPERIMENT,
     &lock_reentrancy::EXPERIMENT,
+    &hot_voucher::EXPERIMENT,
     &queues::EXPERIMENT,
     &likes::EXPERIMENT,
     &feed::EXPERIMENT,
