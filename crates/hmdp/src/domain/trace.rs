@@ -134,8 +134,12 @@ pub(crate) fn fan_out<T>(
 
 /// Whether spans of [`SPAN_TARGET`] are exported: the process installed a trace exporter
 /// (`telemetry` does that first thing, before anything asks).
+///
+/// It makes a span rather than asking `span_enabled!`: with per-layer filters, a bare
+/// `enabled` question leaves the layers' verdicts behind for the thread's next event, and the
+/// log layer, which refuses this target, then dropped that event (the start-up banner).
 pub(crate) fn traces_exported() -> bool {
-    tracing::span_enabled!(target: SPAN_TARGET, tracing::Level::INFO)
+    !tracing::info_span!(target: SPAN_TARGET, "traces exported").is_disabled()
 }
 
 fn extract(traceparent: &str) -> Context {
