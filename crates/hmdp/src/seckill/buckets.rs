@@ -25,7 +25,7 @@ use redis::aio::ConnectionLike;
 use super::{
     Refusal, Seckill, SeckillError,
     memory::Ticket,
-    scripts::{self, BorrowAnswer, BorrowCall, GrabAnswer, HomeAnswer, HomeCall},
+    scripts::{self, BorrowAnswer, BucketOrder, GrabAnswer, HomeAnswer},
 };
 use crate::{
     domain::{SPAN_TARGET, StockBuckets, TraceParent, UserId, VoucherId, pay_deadline_ms},
@@ -122,21 +122,20 @@ impl Seckill {
         );
         let trace = TraceParent::of(&span);
         let trace = trace.as_ref().map(TraceParent::as_str);
-        let call = HomeCall {
-            keys: [
-                &home.hash,
-                &home.buyers,
-                &home.stream,
-                &home.deadlines,
-                &home.claims,
-            ],
+        let order = BucketOrder {
             voucher: voucher.get(),
             user: user.get(),
             order: order_id,
             deadline_ms: deadline,
             trace,
-        }
-        .command();
+        };
+        let call = order.home([
+            &home.hash,
+            &home.buyers,
+            &home.stream,
+            &home.deadlines,
+            &home.claims,
+        ]);
         for attempt in 1.. {
             let ticket = self.memory.as_ref().and_then(|m| m.ticket());
             let (answer, replicated) = self
@@ -181,8 +180,7 @@ impl Seckill {
                         user,
                         voucher,
                         order_id,
-                        deadline,
-                        trace,
+                        order,
                         generation,
                         ticket,
                     };
@@ -209,20 +207,12 @@ impl Seckill {
         let mut generation = loan.generation;
         for step in 1..n {
             let lender = self.bucket(loan.voucher, (home.index + step) % n);
-            let call = BorrowCall {
-                keys: [
-                    &lender.hash,
-                    &lender.lent,
-                    &lender.stream,
-                    &lender.deadlines,
-                ],
-                voucher: loan.voucher.get(),
-                user: loan.user.get(),
-                order: loan.order_id,
-                deadline_ms: loan.deadline,
-                trace: loan.trace,
-            }
-            .command();
+            let call = loan.order.borrow([
+                &lender.hash,
+                &lender.lent,
+                &lender.stream,
+                &lender.deadlines,
+            ]);
             let (answer, replicated) = self
                 .run_script(&scripts::BORROW, &call, |a| {
                     matches!(a, BorrowAnswer::Lent { .. })
@@ -528,8 +518,8 @@ struct Loan<'a> {
     user: UserId,
     voucher: VoucherId,
     order_id: i64,
-    deadline: i64,
-    trace: Option<&'a str>,
+    /// The order's script arguments.
+    order: BucketOrder<'a>,
     /// The home bucket's generation when it claimed.
     generation: u64,
     ticket: Option<Ticket>,

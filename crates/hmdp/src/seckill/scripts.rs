@@ -569,7 +569,7 @@ pub(crate) static UNLOAD: LazyLock<Script> =
 /// per user hold across buckets: a second grab meets it whatever bucket the first one's unit
 /// came from.
 ///
-/// KEYS and ARGV: see [`HomeCall`]. Answers as [`GRAB`] (without the pending record), plus
+/// KEYS and ARGV: see [`BucketOrder::home`]. Answers as [`GRAB`] (without the pending record), plus
 /// `{claimed, gen}`; a buyer whose record is still a claim is answered
 /// `{already bought, order, gen, age of the claim in ms}`. Decoded by [`HomeAnswer`].
 pub(crate) static GRAB_HOME: LazyLock<Script> = LazyLock::new(|| Script::new(&grab_home_lua()));
@@ -603,13 +603,10 @@ end
     )
 }
 
-/// Everything one home grab sends with [`GRAB_HOME`]: the arguments of [`GrabCall`], at the
-/// same places, without the pending record (a split sale writes it ahead of the script).
+/// The order a split sale's scripts decide on: [`GrabCall`]'s arguments at its places, without
+/// the pending record (a split sale writes it ahead of the script).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct HomeCall<'a> {
-    /// The home bucket's hash, buyers, its shard's order stream and pay deadlines, and its
-    /// claims.
-    pub keys: [&'a str; 5],
+pub(crate) struct BucketOrder<'a> {
     pub voucher: i64,
     pub user: i64,
     pub order: i64,
@@ -617,28 +614,31 @@ pub(crate) struct HomeCall<'a> {
     pub trace: Option<&'a str>,
 }
 
-impl HomeCall<'_> {
-    /// The `EVALSHA` of [`GRAB_HOME`], for [`eval`].
-    pub(crate) fn command(&self) -> Cmd {
-        let mut cmd = evalsha(&GRAB_HOME, self.keys.len());
-        cmd.arg(&self.keys[..]);
-        order_arguments(
-            &mut cmd,
-            self.voucher,
-            self.user,
-            self.order,
-            self.deadline_ms,
-        );
+impl BucketOrder<'_> {
+    /// The `EVALSHA` of [`GRAB_HOME`] on the home bucket's hash, buyers, its shard's order
+    /// stream and pay deadlines, and its claims.
+    pub(crate) fn home(&self, keys: [&str; 5]) -> Cmd {
+        self.command(&GRAB_HOME, &keys)
+    }
+
+    /// The `EVALSHA` of [`BORROW`] on the lending bucket's hash, its loans, its shard's order
+    /// stream and pay deadlines.
+    pub(crate) fn borrow(&self, keys: [&str; 4]) -> Cmd {
+        self.command(&BORROW, &keys)
+    }
+
+    fn command(&self, script: &Script, keys: &[&str]) -> Cmd {
+        let mut cmd = evalsha(script, keys.len());
+        cmd.arg(keys)
+            .arg(self.voucher)
+            .arg(self.user)
+            .arg(self.order)
+            .arg(self.deadline_ms);
         if let Some(trace) = self.trace {
             cmd.arg(trace);
         }
         cmd
     }
-}
-
-/// The four arguments every script that appends an order takes, at [`GrabCall`]'s places.
-fn order_arguments(cmd: &mut Cmd, voucher: i64, user: i64, order: i64, deadline_ms: i64) {
-    cmd.arg(voucher).arg(user).arg(order).arg(deadline_ms);
 }
 
 /// The answer of [`GRAB_HOME`].
@@ -698,7 +698,7 @@ impl FromRedisValue for HomeAnswer {
 /// bucket has a loan or a `void` mark for is refused ([`LENT_VOID`]: the claim was settled as
 /// abandoned, see [`FENCE`]).
 ///
-/// KEYS and ARGV: see [`BorrowCall`]. Answers `{lent, gen}`, `{empty, gen}`, `{fenced}` or
+/// KEYS and ARGV: see [`BucketOrder::borrow`]. Answers `{lent, gen}`, `{empty, gen}`, `{fenced}` or
 /// `{not loaded}`, decoded by [`BorrowAnswer`].
 pub(crate) static BORROW: LazyLock<Script> = LazyLock::new(|| Script::new(&borrow_lua()));
 
@@ -723,37 +723,6 @@ redis.call('HSET', KEYS[2], ARGV[{a_order}], ARGV[{a_user}])
         a_user = GrabCall::USER,
         a_order = GrabCall::ORDER,
     )
-}
-
-/// Everything one loan sends with [`BORROW`]: [`GrabCall`]'s arguments at its places.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct BorrowCall<'a> {
-    /// The lending bucket's hash, its loans, its shard's order stream and pay deadlines.
-    pub keys: [&'a str; 4],
-    pub voucher: i64,
-    pub user: i64,
-    pub order: i64,
-    pub deadline_ms: i64,
-    pub trace: Option<&'a str>,
-}
-
-impl BorrowCall<'_> {
-    /// The `EVALSHA` of [`BORROW`], for [`eval`].
-    pub(crate) fn command(&self) -> Cmd {
-        let mut cmd = evalsha(&BORROW, self.keys.len());
-        cmd.arg(&self.keys[..]);
-        order_arguments(
-            &mut cmd,
-            self.voucher,
-            self.user,
-            self.order,
-            self.deadline_ms,
-        );
-        if let Some(trace) = self.trace {
-            cmd.arg(trace);
-        }
-        cmd
-    }
 }
 
 /// The answer of [`BORROW`].
@@ -1051,31 +1020,28 @@ mod tests {
             (GrabCall::ORDER, "13".to_owned()),
             (GrabCall::DEADLINE, "14".to_owned()),
         ];
-        let home = HomeCall {
-            keys: ["voucher", "buyers", "stream", "deadlines", "claims"],
+        let order = BucketOrder {
             voucher: 11,
             user: 12,
             order: 13,
             deadline_ms: 14,
             trace: None,
         };
-        let (keys, argv) = keys_and_argv(&home.command(), &GRAB_HOME);
+        let home = order.home(["voucher", "buyers", "stream", "deadlines", "claims"]);
+        let (keys, argv) = keys_and_argv(&home, &GRAB_HOME);
         assert_eq!(keys, ["voucher", "buyers", "stream", "deadlines", "claims"]);
         assert_at_places(&argv, &expected);
         assert_eq!(places_read(&grab_home_lua()), places(&expected));
-        let borrow = BorrowCall {
-            keys: ["voucher", "lent", "stream", "deadlines"],
-            voucher: 11,
-            user: 12,
-            order: 13,
-            deadline_ms: 14,
+        let traced = BucketOrder {
             trace: Some("trace"),
+            ..order
         };
-        let (keys, argv) = keys_and_argv(&borrow.command(), &BORROW);
+        let borrow = traced.borrow(["voucher", "lent", "stream", "deadlines"]);
+        let (keys, argv) = keys_and_argv(&borrow, &BORROW);
         assert_eq!(keys, ["voucher", "lent", "stream", "deadlines"]);
-        let mut traced = expected.to_vec();
-        traced.push((5, "trace".to_owned()));
-        assert_at_places(&argv, &traced);
+        let mut with_trace = expected.to_vec();
+        with_trace.push((5, "trace".to_owned()));
+        assert_at_places(&argv, &with_trace);
         assert_eq!(places_read(&borrow_lua()), places(&expected));
     }
 
