@@ -28,7 +28,7 @@ use super::{
     scripts::{self, BorrowAnswer, BucketOrder, GrabAnswer, HomeAnswer},
 };
 use crate::{
-    domain::{SPAN_TARGET, StockBuckets, TraceParent, UserId, VoucherId, pay_deadline_ms},
+    domain::{StockBuckets, TraceParent, UserId, VoucherId, pay_deadline_ms},
     kv::Keys,
     storage::orders::{self, SaleSnapshot},
 };
@@ -109,17 +109,7 @@ impl Seckill {
         let home = self.bucket(voucher, buckets.home(user.get()));
         let started = std::time::Instant::now();
         let deadline = pay_deadline_ms(order_id, self.settings.pay_timeout);
-        let span = tracing::info_span!(
-            target: SPAN_TARGET,
-            "grab script",
-            otel.kind = "client",
-            db.system.name = "redis",
-            db.operation.name = "EVALSHA",
-            hmdp.order = order_id,
-            hmdp.voucher = voucher.get(),
-            hmdp.shard = home.shard,
-            hmdp.bucket = home.index,
-        );
+        let span = super::grab::script_span(order_id, voucher, home.shard, home.index);
         let trace = TraceParent::of(&span);
         let trace = trace.as_ref().map(TraceParent::as_str);
         let order = BucketOrder {

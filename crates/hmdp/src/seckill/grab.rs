@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use chrono::Local;
 
 use redis::{Cmd, FromRedisValue, Script};
+use tracing::Span;
 
 use super::{
     Refusal, Seckill, SeckillError,
@@ -132,16 +133,7 @@ impl Seckill {
         let pending_key = pending.map(|_| self.keys.seckill_pending(order_id));
         // The script's span (exported traces only) lasts until the decision; an accepted order
         // carries its context in its stream entry, so the span that writes it joins this trace.
-        let span = tracing::info_span!(
-            target: SPAN_TARGET,
-            "grab script",
-            otel.kind = "client",
-            db.system.name = "redis",
-            db.operation.name = "EVALSHA",
-            hmdp.order = order_id,
-            hmdp.voucher = voucher.get(),
-            hmdp.shard = shard,
-        );
+        let span = script_span(order_id, voucher, shard, 0);
         let trace = TraceParent::of(&span);
         let grab = GrabCall {
             keys: keys.each_ref().map(String::as_str),
@@ -319,6 +311,21 @@ impl Seckill {
             tracing::error!(order = order_id, error = %e, "could not record the pay deadline of an order; it stays open until cancelled");
         }
     }
+}
+
+/// The span of a grab's scripts on `bucket` (0 for a one-key sale), while traces are exported.
+pub(super) fn script_span(order_id: i64, voucher: VoucherId, shard: u32, bucket: u32) -> Span {
+    tracing::info_span!(
+        target: SPAN_TARGET,
+        "grab script",
+        otel.kind = "client",
+        db.system.name = "redis",
+        db.operation.name = "EVALSHA",
+        hmdp.order = order_id,
+        hmdp.voucher = voucher.get(),
+        hmdp.shard = shard,
+        hmdp.bucket = bucket,
+    )
 }
 
 /// An id from the order-id generator, which makes only positive ids (a timestamp since its
