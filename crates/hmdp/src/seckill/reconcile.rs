@@ -293,7 +293,9 @@ impl Seckill {
     /// database: an order accepted before the Redis read is then in a stream or in the table,
     /// and one accepted after it is found again in Redis by the second look below. A split
     /// sale's abandoned claims are settled first; the claims of grabs borrowing right now are
-    /// in flight, not drift.
+    /// in flight, not drift. They are read after the buyers and before the streams: a claim
+    /// the buyers read saw is then still claimed, or was lent (its order in a stream by the
+    /// time they are read) or dropped (its record gone at a last look).
     async fn compare(&self, voucher: VoucherId) -> Result<Option<SaleCheck>, SeckillError> {
         let buckets = self.buckets_of(voucher).await?;
         let all = self.all_buckets(voucher, buckets);
@@ -305,11 +307,6 @@ impl Seckill {
                     .await?;
             }
         }
-        let live = if buckets.split() {
-            self.live_claims(voucher, buckets).await?
-        } else {
-            Default::default()
-        };
         let mut in_redis: HashMap<i64, i64> = HashMap::new();
         let mut parts = Vec::with_capacity(all.len());
         let mut hashes = Vec::with_capacity(all.len());
@@ -324,10 +321,7 @@ impl Seckill {
                 shard: b.shard,
                 stock: hash.sale().map(|s| s.stock),
                 buyers: buyers.len(),
-                claims: live
-                    .iter()
-                    .filter(|(user, _)| buckets.home(*user) == b.index)
-                    .count(),
+                claims: 0,
                 misplaced: buyers
                     .keys()
                     .filter(|user| buckets.home(**user) != b.index)
@@ -336,6 +330,17 @@ impl Seckill {
             });
             in_redis.extend(buyers);
             hashes.push(hash);
+        }
+        let live = if buckets.split() {
+            self.live_claims(voucher, buckets).await?
+        } else {
+            Default::default()
+        };
+        for part in &mut parts {
+            part.claims = live
+                .iter()
+                .filter(|(user, _)| buckets.home(*user) == part.bucket)
+                .count();
         }
         let shards: Vec<u32> = all
             .iter()
@@ -407,11 +412,43 @@ impl Seckill {
         // In Redis only. (With RabbitMQ too, an order keeps its stream entry until the
         // consumer has written it, so one in the broker is in a stream.) A claim being lent
         // to right now has no unit yet and is in no stream: in flight, not drift.
-        for (&user, &order) in &in_redis {
-            if !elsewhere.contains_key(&user) && !live.contains(&(user, order)) {
-                check.only_in_redis.push((user, order));
+        let mut orphans: Vec<(i64, i64)> = in_redis
+            .iter()
+            .filter(|&(user, order)| {
+                !elsewhere.contains_key(user) && !live.contains(&(*user, *order))
+            })
+            .map(|(&user, &order)| (user, order))
+            .collect();
+        if buckets.split() && !orphans.is_empty() {
+            // A claim dropped between the buyers' read and the claims' is no order: its
+            // record is gone now.
+            let mut kept = Vec::with_capacity(orphans.len());
+            for b in &all {
+                let homed: Vec<(i64, i64)> = orphans
+                    .iter()
+                    .copied()
+                    .filter(|(user, _)| buckets.home(*user) == b.index)
+                    .collect();
+                if homed.is_empty() {
+                    continue;
+                }
+                let users: Vec<i64> = homed.iter().map(|(u, _)| *u).collect();
+                let now: Vec<Option<i64>> = redis::cmd("HMGET")
+                    .arg(&b.buyers)
+                    .arg(&users)
+                    .query_async(&mut self.redis.clone())
+                    .await?;
+                kept.extend(
+                    homed
+                        .into_iter()
+                        .zip(now)
+                        .filter(|((_, order), now)| *now == Some(*order))
+                        .map(|(pair, _)| pair),
+                );
             }
+            orphans = kept;
         }
+        check.only_in_redis = orphans;
         check.only_in_redis.sort_unstable();
         check.unknown_to_redis.sort_unstable();
         check.other_order.sort_unstable();

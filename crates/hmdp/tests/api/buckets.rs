@@ -9,15 +9,13 @@ use std::{
     time::Duration,
 };
 
-use hmdp::testing::{
-    FlashSale,
-    domain::{StockBuckets, VoucherId},
-};
+use hmdp::testing::{FlashSale, domain::StockBuckets};
 
 use crate::helpers::{
-    ADMIN_TOKEN, Backend, ChildGuard, Patience, RedisCluster, TestApp, code_of, db_buyers,
-    db_stock, free_port, grab_raw, login_many, order_id_of, prior_order_of, spawn_app_with,
-    wait_for_orders, wait_until, wait_until_up,
+    ADMIN_TOKEN, Backend, ChildGuard, Patience, RedisCluster, SalePath, TestApp, code_of,
+    db_buyers, db_stock, free_port, grab_raw, login_many, open_payment, order_id_of, order_status,
+    prior_order_of, reconcile_one, signed_notice, spawn_app_with, spawn_on_path, wait_for_orders,
+    wait_for_status, wait_until, wait_until_up,
 };
 
 /// Creates a sale of `stock` split over `buckets`, on sale from a minute ago for an hour.
@@ -58,12 +56,6 @@ async fn stats_at(app: &TestApp, voucher: i64, stock: i64) -> serde_json::Value 
         }
     })
     .await
-}
-
-async fn reconcile(app: &TestApp, voucher: i64) -> hmdp::testing::seckill::SaleCheck {
-    let id = VoucherId::new(voucher).unwrap();
-    let mut checks = app.state.seckill.reconcile(Some(id), false).await.unwrap();
-    checks.remove(0)
 }
 
 /// A counter of the app's metrics, summed over its labels.
@@ -120,7 +112,7 @@ async fn buyers_of_one_bucket_buy_every_unit_of_the_others() {
 
     wait_for_orders(&app, voucher, stock).await;
     assert_eq!(db_buyers(&app, voucher).await, stock);
-    let check = reconcile(&app, voucher).await;
+    let check = reconcile_one(&app, voucher).await;
     assert!(!check.drift(), "{check}");
     assert_eq!(check.buckets.len(), 4);
 
@@ -152,8 +144,122 @@ async fn buyers_of_one_bucket_buy_every_unit_of_the_others() {
     let (_, body) = grab_raw(&app, voucher, &homed[stock as usize + 1]).await;
     assert_eq!(code_of(&body), "sold_out");
     wait_for_orders(&app, voucher, stock + 1).await;
-    let check = reconcile(&app, voucher).await;
+    let check = reconcile_one(&app, voucher).await;
     assert!(!check.drift(), "{check}");
+}
+
+mod order_life {
+    use super::*;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_sync() {
+        a_split_sale_lives_the_order_life(Backend::Sqlite, SalePath::Sync).await
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_stream() {
+        a_split_sale_lives_the_order_life(Backend::Sqlite, SalePath::Stream).await
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mysql_rabbitmq() {
+        a_split_sale_lives_the_order_life(Backend::MySql, SalePath::RabbitMq).await
+    }
+}
+
+/// A split sale in each mode and on each transport: a crowd buys exactly the stock, one order
+/// pays, one is cancelled (twice), the rest close at their pay deadline; each closed unit comes
+/// back once — to its bucket, in Redis — and sells again.
+async fn a_split_sale_lives_the_order_life(backend: Backend, path: SalePath) {
+    let pay_timeout = Duration::from_secs(3);
+    let app = Arc::new(
+        spawn_on_path(backend, path, |c| {
+            c.seckill.shards = 3;
+            c.seckill.pay_timeout = pay_timeout;
+        })
+        .await,
+    );
+    let in_redis = path != SalePath::Sync;
+    let (stock, n) = (6, 3);
+    let voucher = create_split_sale(&app, stock, n).await;
+    let tokens = login_many(&app, 8).await;
+    let grabs: Vec<_> = tokens
+        .iter()
+        .map(|t| {
+            let (app, t) = (app.clone(), t.clone());
+            tokio::spawn(async move { (t.clone(), grab_raw(&app, voucher, &t).await) })
+        })
+        .collect();
+    let (mut bought, mut refused) = (Vec::new(), Vec::new());
+    for g in grabs {
+        let (token, (status, body)) = g.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        match order_id_of(&body) {
+            Some(id) => bought.push((token, id)),
+            None => {
+                assert_eq!(code_of(&body), "sold_out", "{body}");
+                refused.push(token);
+            }
+        }
+    }
+    assert_eq!((bought.len(), refused.len()), (6, 2));
+    wait_for_orders(&app, voucher, stock).await;
+    if in_redis {
+        let view = stats_at(&app, voucher, 0).await;
+        assert_eq!(view["accepted"], stock, "{view}");
+    }
+
+    let (payer, paid) = &bought[0];
+    let (trade, amount) = open_payment(&app, payer, *paid).await;
+    assert!(
+        signed_notice(&app, *paid, &trade, amount, "paid")
+            .await
+            .success()
+    );
+    let (canceller, cancelled) = &bought[1];
+    for _ in 0..2 {
+        let r = app
+            .post(
+                &format!("/api/voucher-order/{cancelled}/cancel"),
+                Some(canceller),
+            )
+            .await;
+        assert!(r.success(), "{r:?}");
+    }
+    // The rest close: within a few seconds of their deadline (the id's second + the timeout).
+    for (token, id) in &bought[1..] {
+        wait_for_status(&app, token, *id, 4, pay_timeout + Duration::from_secs(8)).await;
+    }
+    assert_eq!(order_status(&app, payer, *paid).await, 2, "paid stays paid");
+    assert_eq!(db_stock(&app, voucher).await, 5);
+    if in_redis {
+        // Each closed unit back once, in the bucket it is returned to.
+        let buckets = StockBuckets::new(n).unwrap();
+        let mut back = [0i64; 3];
+        for (_, id) in &bought[1..] {
+            back[buckets.return_bucket(*id) as usize] += 1;
+        }
+        let view = stats_at(&app, voucher, 5).await;
+        let per_bucket: Vec<i64> = view["buckets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["redisStock"].as_i64().unwrap())
+            .collect();
+        assert_eq!(per_bucket, back, "{view}");
+        let check = reconcile_one(&app, voucher).await;
+        assert!(!check.drift(), "{check}");
+    }
+
+    // The returned units sell again, whatever bucket the new buyers call home.
+    for token in &refused {
+        let (_, body) = grab_raw(&app, voucher, token).await;
+        assert!(order_id_of(&body).is_some(), "{body}");
+    }
+    wait_for_orders(&app, voucher, stock + 2).await;
+    assert_eq!(db_stock(&app, voucher).await, 3);
+    if in_redis {
+        stats_at(&app, voucher, 3).await;
+        let check = reconcile_one(&app, voucher).await;
+        assert!(!check.drift(), "{check}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -380,7 +486,7 @@ async fn a_hot_voucher_sells_exactly_over_three_masters_with_an_instance_killed(
     let buyers = db_buyers(&app, voucher).await;
     assert_eq!(buyers, STOCK, "no user twice");
     stats_at(&app, voucher, 0).await;
-    let check = reconcile(&app, voucher).await;
+    let check = reconcile_one(&app, voucher).await;
     assert!(!check.drift(), "{check}");
 
     // Every master ran a fair share of the grab scripts (12 buckets fall 4, 3 and 5 on them).
@@ -440,7 +546,7 @@ async fn a_lost_bucket_rebuilds_the_whole_sale_from_the_database() {
     assert!(order_id_of(&body).is_some(), "{body}");
     let view = stats_at(&app, voucher, stock - 6).await;
     assert_eq!(view["accepted"], 6, "{view}");
-    let check = reconcile(&app, voucher).await;
+    let check = reconcile_one(&app, voucher).await;
     assert!(!check.drift(), "{check}");
     assert!(
         check.unknown_to_redis.is_empty() && check.buyers == 6,
@@ -465,6 +571,6 @@ async fn a_lost_bucket_rebuilds_the_whole_sale_from_the_database() {
     assert_eq!(sold, stock, "exactly the stock, across the reloads");
     stats_at(&app, voucher, 0).await;
     wait_for_orders(&app, voucher, stock).await;
-    let check = reconcile(&app, voucher).await;
+    let check = reconcile_one(&app, voucher).await;
     assert!(!check.drift(), "{check}");
 }

@@ -16,8 +16,9 @@ use crate::{
     helpers::{
         ADMIN_TOKEN, Backend, ChildGuard, PAY_SECRET, Patience, TestApp, code_of, create_sale,
         db_orders_in, db_statuses, db_stock, grab_raw, login_many, notice, open_payment,
-        order_id_of, order_status, order_view, post_notice, prior_order_of, redis_stock, signature,
-        signed_notice, spawn_app_with, wait_for_orders, wait_until,
+        order_id_of, order_status, order_view, post_notice, prior_order_of, reconcile_one,
+        redis_stock, signature, signed_notice, spawn_app_with, wait_for_orders, wait_for_status,
+        wait_until,
     },
 };
 
@@ -32,32 +33,11 @@ both_backends!(
     a_killed_worker_leaves_no_deadline_behind,
 );
 
-/// `hmdp reconcile`'s check of one sale, without repairing.
-async fn reconcile(app: &TestApp, voucher: i64) -> hmdp::testing::seckill::SaleCheck {
-    let id = hmdp::testing::domain::VoucherId::new(voucher).unwrap();
-    let mut checks = app.state.seckill.reconcile(Some(id), false).await.unwrap();
-    checks.remove(0)
-}
-
 /// A grab that is accepted: the order's id.
 async fn grab(app: &TestApp, voucher: i64, token: &str) -> i64 {
     let (status, body) = grab_raw(app, voucher, token).await;
     assert_eq!(status, 200);
     order_id_of(&body).unwrap_or_else(|| panic!("grab refused: {body}"))
-}
-
-/// Waits until the owner sees the order in `status`.
-async fn wait_for_status(app: &TestApp, token: &str, id: i64, status: i64, within: Duration) {
-    let what = format!("order {id} in status {status}");
-    wait_until(
-        Patience::new(within).every(Duration::from_millis(50)),
-        &what,
-        async || match order_status(app, token, id).await {
-            s if s == status => Ok(()),
-            s => Err(format!("status {s}")),
-        },
-    )
-    .await;
 }
 
 /// The `hmdp_order_transitions_total` sample of one move.
@@ -347,7 +327,7 @@ async fn a_cancelled_unit_comes_back_once_and_sells_to_someone_else(backend: Bac
     assert_eq!(stock, 0);
 
     // `hmdp reconcile` agrees, and sees a unit counted twice in the database.
-    let check = &reconcile(&app, voucher).await;
+    let check = &reconcile_one(&app, voucher).await;
     assert!(!check.drift(), "{check}");
     assert_eq!(
         (check.initial_stock, check.db_stock, check.holding),
@@ -359,7 +339,7 @@ async fn a_cancelled_unit_comes_back_once_and_sells_to_someone_else(backend: Bac
         voucher,
     )
     .await;
-    let check = &reconcile(&app, voucher).await;
+    let check = &reconcile_one(&app, voucher).await;
     assert!(check.books_drift(), "{check}");
     assert!(
         check.to_string().contains("books: initial stock 1"),
@@ -526,7 +506,7 @@ async fn payments_racing_the_close_end_paid_or_owed_back(backend: Backend) {
         "each closed unit came back once"
     );
     assert_eq!(redis_stock(&app, voucher).await, Some(closed));
-    let check = &reconcile(&app, voucher).await;
+    let check = &reconcile_one(&app, voucher).await;
     assert!(!check.drift(), "{check}");
     assert_eq!(
         (check.initial_stock, check.holding, check.paid_and_closed),

@@ -3,37 +3,14 @@
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
-use hmdp::config::SeckillMode;
 use serde_json::json;
 
 use crate::helpers::{
-    ADMIN_TOKEN, Backend, Patience, TestApp, assert_same_orders, code_of, create_sale, db_buyers,
-    db_order_ids, db_stock, drain, grab_raw, kill_a_worker_process_mid_drain, login_many,
-    lose_voucher, order_id_of, prior_order_of, redis_stock, signed_notice, spawn_app,
-    spawn_app_with, spawn_app_with_rabbitmq, wait_for_orders, wait_until, wait_until_up,
-    worker_for,
+    ADMIN_TOKEN, Backend, Patience, SalePath, TestApp, assert_same_orders, code_of, create_sale,
+    db_buyers, db_order_ids, db_stock, drain, grab_raw, kill_a_worker_process_mid_drain,
+    login_many, lose_voucher, order_id_of, prior_order_of, redis_stock, signed_notice, spawn_app,
+    spawn_app_with, spawn_on_path, wait_for_orders, wait_until, wait_until_up, worker_for,
 };
-
-/// How a sale test's service decides and moves orders: the database (`sync`), or the script
-/// with the order stream drained by the worker, or relayed through RabbitMQ.
-#[derive(Debug, Clone, Copy)]
-enum Path {
-    Sync,
-    Stream,
-    RabbitMq,
-}
-
-/// The service for a sale test on `backend` taking the `path`.
-async fn sale_app(backend: Backend, path: Path) -> TestApp {
-    let mode = match path {
-        Path::Sync => SeckillMode::Sync,
-        Path::Stream | Path::RabbitMq => SeckillMode::Async,
-    };
-    match path {
-        Path::RabbitMq => spawn_app_with_rabbitmq(backend, |c| c.seckill.mode = mode).await,
-        _ => spawn_app_with(backend, |c| c.seckill.mode = mode).await,
-    }
-}
 
 macro_rules! sale_matrix {
     ($($name:ident),* $(,)?) => {
@@ -41,17 +18,17 @@ macro_rules! sale_matrix {
             mod $name {
                 use super::*;
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite_async() { super::$name(Backend::Sqlite, Path::Stream).await }
+                async fn sqlite_async() { super::$name(Backend::Sqlite, SalePath::Stream).await }
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite_sync() { super::$name(Backend::Sqlite, Path::Sync).await }
+                async fn sqlite_sync() { super::$name(Backend::Sqlite, SalePath::Sync).await }
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite_rabbitmq() { super::$name(Backend::Sqlite, Path::RabbitMq).await }
+                async fn sqlite_rabbitmq() { super::$name(Backend::Sqlite, SalePath::RabbitMq).await }
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn mysql_async() { super::$name(Backend::MySql, Path::Stream).await }
+                async fn mysql_async() { super::$name(Backend::MySql, SalePath::Stream).await }
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn mysql_sync() { super::$name(Backend::MySql, Path::Sync).await }
+                async fn mysql_sync() { super::$name(Backend::MySql, SalePath::Sync).await }
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn mysql_rabbitmq() { super::$name(Backend::MySql, Path::RabbitMq).await }
+                async fn mysql_rabbitmq() { super::$name(Backend::MySql, SalePath::RabbitMq).await }
             }
         )*
     };
@@ -63,8 +40,8 @@ sale_matrix!(
     the_sale_window_is_enforced
 );
 
-async fn a_crowd_never_oversells(backend: Backend, path: Path) {
-    let app = Arc::new(sale_app(backend, path).await);
+async fn a_crowd_never_oversells(backend: Backend, path: SalePath) {
+    let app = Arc::new(spawn_on_path(backend, path, |_| {}).await);
     let voucher = create_sale(&app, 100, -60, 3600).await;
     let tokens = Arc::new(login_many(&app, 1000).await);
 
@@ -112,7 +89,7 @@ async fn a_crowd_never_oversells(backend: Backend, path: Path) {
     assert_eq!(users, 100);
     let stock = db_stock(&app, voucher).await;
     assert_eq!(stock, 0, "database stock");
-    if !matches!(path, Path::Sync) {
+    if !matches!(path, SalePath::Sync) {
         assert_eq!(redis_stock(&app, voucher).await, Some(0), "Redis stock");
     }
     let stored: HashSet<i64> = db_order_ids(&app, voucher).await.into_iter().collect();
@@ -123,8 +100,8 @@ async fn a_crowd_never_oversells(backend: Backend, path: Path) {
     );
 }
 
-async fn one_user_gets_one_order(backend: Backend, path: Path) {
-    let app = Arc::new(sale_app(backend, path).await);
+async fn one_user_gets_one_order(backend: Backend, path: SalePath) {
+    let app = Arc::new(spawn_on_path(backend, path, |_| {}).await);
     let voucher = create_sale(&app, 10, -60, 3600).await;
     let token = Arc::new(app.login("13812345678").await);
     let mut tasks = Vec::new();
@@ -163,8 +140,8 @@ async fn one_user_gets_one_order(backend: Backend, path: Path) {
     assert_eq!(stock, 9);
 }
 
-async fn the_sale_window_is_enforced(backend: Backend, path: Path) {
-    let app = sale_app(backend, path).await;
+async fn the_sale_window_is_enforced(backend: Backend, path: SalePath) {
+    let app = spawn_on_path(backend, path, |_| {}).await;
     let token = app.login("13812345678").await;
     let future = create_sale(&app, 10, 3600, 7200).await;
     let (_, body) = grab_raw(&app, future, &token).await;

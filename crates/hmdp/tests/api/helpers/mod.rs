@@ -25,13 +25,14 @@ pub use hmdp_testkit::{
 pub use images::{multipart, square_png};
 pub use orders::{
     db_orders_in, db_statuses, notice, open_payment, order_status, order_view, post_notice,
-    signature, signed_notice,
+    signature, signed_notice, wait_for_status,
 };
 pub use otlp::{Receiver, TracedServe};
 pub use seckill::{
-    WorkerProcess, assert_same_orders, code_of, create_sale, db_buyers, db_count, db_order_ids,
-    db_stock, drain, grab_raw, kill_a_worker_process_mid_drain, locks_of, login_many, lose_voucher,
-    order_id_of, prior_order_of, redis_stock, wait_for_orders, worker_for,
+    SalePath, WorkerProcess, assert_same_orders, code_of, create_sale, db_buyers, db_count,
+    db_order_ids, db_stock, drain, grab_raw, kill_a_worker_process_mid_drain, locks_of, login_many,
+    lose_voucher, order_id_of, prior_order_of, reconcile_one, redis_stock, spawn_on_path,
+    wait_for_orders, worker_for,
 };
 
 /// Generates one `#[tokio::test]` per back end for each `async fn name(backend: Backend)`.

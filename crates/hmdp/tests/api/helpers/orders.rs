@@ -1,12 +1,12 @@
 //! The order's life after the grab, as the tests drive it: the owner's view of an order, a
 //! payment opened, the gateway's signed notices.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, time::Duration};
 
 use hmdp::{config::Secret, testing::order_life};
 use serde_json::{Value, json};
 
-use super::{PAY_SECRET, Resp, TestApp, db_count};
+use super::{PAY_SECRET, Patience, Resp, TestApp, db_count, wait_until};
 
 /// `GET /voucher-order/{id}` as its owner: the answer's `data`.
 pub async fn order_view(app: &TestApp, token: &str, id: i64) -> Value {
@@ -22,6 +22,20 @@ pub async fn order_status(app: &TestApp, token: &str, id: i64) -> i64 {
     order_view(app, token, id).await["status"]
         .as_i64()
         .unwrap_or(0)
+}
+
+/// Waits until the owner sees the order in `status`.
+pub async fn wait_for_status(app: &TestApp, token: &str, id: i64, status: i64, within: Duration) {
+    let what = format!("order {id} in status {status}");
+    wait_until(
+        Patience::new(within).every(Duration::from_millis(50)),
+        &what,
+        async || match order_status(app, token, id).await {
+            s if s == status => Ok(()),
+            s => Err(format!("status {s}")),
+        },
+    )
+    .await;
 }
 
 /// `POST /voucher-order/{id}/pay`: the trade number and amount.

@@ -3,10 +3,53 @@
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
-use hmdp::testing::{FlashSale, seckill::voucher_hash::VoucherHash};
+use hmdp::{
+    config::{Config, SeckillMode},
+    testing::{
+        FlashSale, domain::VoucherId, seckill::SaleCheck, seckill::voucher_hash::VoucherHash,
+    },
+};
 use hmdp_testkit::redis_url;
 
-use super::{ADMIN_TOKEN, Patience, TestApp, wait_until};
+use super::{
+    ADMIN_TOKEN, Backend, Patience, TestApp, spawn_app_with, spawn_app_with_rabbitmq, wait_until,
+};
+
+/// How a sale test's service decides and moves orders: the database (`sync`), or the script
+/// with the order stream drained by the worker, or relayed through RabbitMQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SalePath {
+    Sync,
+    Stream,
+    RabbitMq,
+}
+
+/// The service on `backend` taking the `path`, with `adjust` applied after.
+pub async fn spawn_on_path(
+    backend: Backend,
+    path: SalePath,
+    adjust: impl FnOnce(&mut Config),
+) -> TestApp {
+    let mode = match path {
+        SalePath::Sync => SeckillMode::Sync,
+        SalePath::Stream | SalePath::RabbitMq => SeckillMode::Async,
+    };
+    let adjust = |c: &mut Config| {
+        c.seckill.mode = mode;
+        adjust(c)
+    };
+    match path {
+        SalePath::RabbitMq => spawn_app_with_rabbitmq(backend, adjust).await,
+        _ => spawn_app_with(backend, adjust).await,
+    }
+}
+
+/// `hmdp reconcile` of one voucher, checking only: what it found.
+pub async fn reconcile_one(app: &TestApp, voucher: i64) -> SaleCheck {
+    let id = VoucherId::new(voucher).unwrap();
+    let mut checks = app.state.seckill.reconcile(Some(id), false).await.unwrap();
+    checks.remove(0)
+}
 
 /// Creates a flash-sale voucher on shop 1 whose sale runs from `begin` to `end` seconds from now.
 pub async fn create_sale(app: &TestApp, stock: i64, begin: i64, end: i64) -> i64 {
