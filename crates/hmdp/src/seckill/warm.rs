@@ -12,7 +12,7 @@ use chrono::NaiveDateTime;
 use super::{Seckill, SeckillError, SeckillMode, local_millis, scripts, voucher_hash};
 use crate::{
     domain::{StockBuckets, VoucherId},
-    kv::Keys,
+    kv::{Keys, RedisConn},
     order_stream,
     storage::orders::{self, NewOrder, SaleSnapshot},
 };
@@ -225,6 +225,16 @@ impl Seckill {
             return;
         }
         if buckets.split() {
+            if buckets.get() > self.settings.shards && matches!(self.redis, RedisConn::Cluster(_)) {
+                tracing::warn!(
+                    voucher = voucher.get(),
+                    buckets = buckets.get(),
+                    shards = self.settings.shards,
+                    "the voucher has more stock buckets than HMDP_SECKILL_SHARDS: buckets share \
+                     hash slots, so its sale spreads over at most that many masters (exact all \
+                     the same)"
+                );
+            }
             if let Err(e) = self
                 .load_new_split(voucher, stock, begin, end, buckets)
                 .await
