@@ -6,9 +6,10 @@
 # crates/hmdp-bench/results/hot-voucher.{txt,json,svg,uptime}. Needs redis-server and redis-cli
 # (7.0 or later) on PATH; the clusters are private, on free ports, and removed afterwards.
 #   scripts/hot-voucher.sh
-# Knobs (environment): MASTERS=1,2,3 BUCKETS=1,12 SHARDS=12 USERS=20000 (each sale's stock;
-# every user grabs once) SECONDS_PER_CASE=15 (the load of a case stops at whichever comes
-# first) CONNECTIONS=256 DATABASE_URL (mysql://… for a fresh MariaDB database; SQLite if unset).
+# Knobs (environment): MASTERS=1,2,3 BUCKETS=1,12 SHARDS=12 USERS=20000 (every user grabs once)
+# STOCK (each sale's stock; the users if unset) SECONDS_PER_CASE=15 (the load of a case stops at
+# whichever comes first) CONNECTIONS=256 DATABASE_URL (mysql://… for a fresh MariaDB database;
+# SQLite if unset) OUT=hot-voucher (the results' file name).
 set -euo pipefail
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hmdp-bench-target}"
 ROOT="$(cd "$(dirname "$0")/../../.." && pwd)"
@@ -17,9 +18,12 @@ R=$ROOT/crates/hmdp-bench/results
 B=$CARGO_TARGET_DIR/release/hmdp-bench
 db=()
 [ -z "${DATABASE_URL:-}" ] || db=(--database-url "$DATABASE_URL")
-uptime > "$R/hot-voucher.uptime"
+stock=()
+[ -z "${STOCK:-}" ] || stock=(--stock "$STOCK")
+OUT=$R/${OUT:-hot-voucher}
+uptime > "$OUT.uptime"
 "$B" hot-voucher --masters "${MASTERS:-1,2,3}" --buckets "${BUCKETS:-1,12}" \
-  --shards "${SHARDS:-12}" --users "${USERS:-20000}" --seconds "${SECONDS_PER_CASE:-15}" \
-  --connections "${CONNECTIONS:-256}" "${db[@]}" \
-  --json "$R/hot-voucher.json" --svg "$R/hot-voucher.svg" | tee "$R/hot-voucher.txt"
-uptime >> "$R/hot-voucher.uptime"
+  --shards "${SHARDS:-12}" --users "${USERS:-20000}" "${stock[@]}" \
+  --seconds "${SECONDS_PER_CASE:-15}" --connections "${CONNECTIONS:-256}" "${db[@]}" \
+  --json "$OUT.json" --svg "$OUT.svg" | tee "$OUT.txt"
+uptime >> "$OUT.uptime"

@@ -54,6 +54,10 @@ pub struct HotVoucherArgs {
     /// stops earlier when --seconds have passed).
     #[arg(long, default_value_t = 20_000)]
     pub users: usize,
+    /// Each sale's stock (default: the users, so that every grab is accepted). Below the
+    /// users, the last units are borrowed across buckets and the rest of the buyers refused.
+    #[arg(long)]
+    pub stock: Option<i64>,
     /// Seconds to wait for the order worker to write every accepted order before failing.
     #[arg(long, default_value_t = 120)]
     pub drain_timeout: u64,
@@ -80,6 +84,7 @@ struct MasterCost {
 struct Case {
     masters: usize,
     buckets: u32,
+    stock: i64,
     requests: u64,
     accepted: u64,
     seconds: f64,
@@ -96,6 +101,16 @@ impl Case {
     /// `x` per accepted grab.
     fn per_grab(&self, x: f64) -> f64 {
         x / self.accepted.max(1) as f64
+    }
+
+    /// Grabs not accepted.
+    fn refused(&self) -> u64 {
+        self.requests.saturating_sub(self.accepted)
+    }
+
+    /// Scripts all masters ran.
+    fn scripts(&self) -> u64 {
+        self.per_master.iter().map(|m| m.evalsha_calls).sum()
     }
 
     /// The master that spent the most time in scripts.
@@ -277,8 +292,11 @@ async fn run_case(
     report: &mut Report,
 ) -> anyhow::Result<Case> {
     let (addr, n) = (c.server.addr, c.users.len());
-    let sale = FlashSale::new(n as i64)
-        .title(format!("hmdp-bench hot voucher of {n}, {buckets} buckets"))
+    let stock = args.stock.unwrap_or(n as i64);
+    let sale = FlashSale::new(stock)
+        .title(format!(
+            "hmdp-bench hot voucher of {stock}, {buckets} buckets"
+        ))
         .buckets(i64::from(buckets));
     let voucher = create_sale(addr, &c.server.admin_token, sale).await?;
     let sale_shards = bucket_shards(voucher, buckets, args.shards);
@@ -355,6 +373,7 @@ async fn run_case(
     let case = Case {
         masters: c.masters,
         buckets,
+        stock,
         requests: load.requests,
         accepted: returned.len() as u64,
         seconds: load.elapsed.as_secs_f64(),
@@ -368,7 +387,7 @@ async fn run_case(
     let drained = drain(c.server, c.target, case.accepted, timeout).await;
     let db = &c.server.state.db;
     let mut checks = check_sale(&SaleState {
-        stock: n as i64,
+        stock,
         users: load.requests as i64,
         db_orders: db_orders(db, voucher).await?,
         db_stock: db_stock(db, voucher).await?,
@@ -488,16 +507,24 @@ pub async fn run(cli: &Cli, args: &HotVoucherArgs) -> anyhow::Result<Report> {
         args.masters.iter().all(|m| *m >= 1) && args.buckets.iter().all(|b| *b >= 1),
         "--masters and --buckets are counts of at least 1"
     );
+    anyhow::ensure!(
+        args.stock.is_none_or(|s| s >= 1),
+        "--stock is a count of at least 1"
+    );
     let mut report = Report::new("hot-voucher", cli.connections);
     let mut cases = Vec::new();
     for &masters in &args.masters {
         cases.extend(run_cluster(cli, args, masters, &mut report).await?);
     }
 
+    let stock = match args.stock {
+        None => format!("{} users = each sale's stock", args.users),
+        Some(s) => format!("{} users, each sale's stock {s}", args.users),
+    };
     report.summary.push(format!(
-        "HMDP_SECKILL_SHARDS={}, {} users = each sale's stock, one grab each, the order worker \
-         stopped during the load; per accepted grab, on the master that spent the most in scripts:",
-        args.shards, args.users
+        "HMDP_SECKILL_SHARDS={}, {stock}, one grab each, the order worker stopped during the \
+         load; per accepted grab, on the master that spent the most in scripts:",
+        args.shards
     ));
     report.summary.push(String::new());
     report.summary.push(
@@ -525,6 +552,34 @@ pub async fn run(cli: &Cli, args: &HotVoucherArgs) -> anyhow::Result<Report> {
             )),
             case.per_grab(all(|m| m.evalsha_calls)),
             case.per_grab(all(|m| m.evalsha_usec)),
+        ));
+    }
+    report.summary.push(String::new());
+    report.summary.push(
+        "the whole sale's scripts, refusals included (a split sale's refusal before the sale is \
+         known sold out claims, asks every other bucket and drops the claim):"
+            .into(),
+    );
+    report.summary.push(String::new());
+    report.summary.push(
+        "| masters | buckets | stock | accepted | refused | EVALSHA, all masters | per request | busiest master's share |"
+            .into(),
+    );
+    report
+        .summary
+        .push("|---:|---:|---:|---:|---:|---:|---:|---:|".into());
+    for case in &cases {
+        let scripts = case.scripts();
+        report.summary.push(format!(
+            "| {} | {} | {} | {} | {} | {} | {:.2} | {:.0} % |",
+            case.masters,
+            case.buckets,
+            case.stock,
+            case.accepted,
+            case.refused(),
+            scripts,
+            scripts as f64 / case.requests.max(1) as f64,
+            100.0 * case.busiest().evalsha_calls as f64 / scripts.max(1) as f64,
         ));
     }
     report.summary.push(String::new());
@@ -614,6 +669,7 @@ mod tests {
         let case = Case {
             masters: 2,
             buckets: 12,
+            stock: 500,
             requests: 1000,
             accepted: 500,
             seconds: 0.5,
@@ -624,5 +680,6 @@ mod tests {
         assert_eq!(case.busiest().port, 2);
         assert_eq!(case.per_grab(9000.0), 18.0);
         assert_eq!(case.accepted_per_second(), 1000.0);
+        assert_eq!((case.refused(), case.scripts()), (500, 1600));
     }
 }
