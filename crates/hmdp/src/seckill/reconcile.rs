@@ -11,9 +11,14 @@
 
 use std::{collections::HashMap, fmt, time::Duration};
 
-use super::{Seckill, SeckillError, buckets::CLAIM_STALE, scripts, voucher_hash::VoucherHash};
+use super::{
+    Seckill, SeckillError,
+    buckets::{Bucket, CLAIM_STALE},
+    scripts,
+    voucher_hash::VoucherHash,
+};
 use crate::{
-    domain::{OrderId, UserId, VoucherId},
+    domain::{OrderId, StockBuckets, UserId, VoucherId},
     kv::Keys,
     order_stream::{self, PendingRecord},
     storage::{
@@ -386,27 +391,11 @@ impl Seckill {
         // Accepted after the Redis read: in Redis now (in the buyer's home bucket), with the
         // same order.
         let mut late = 0;
-        for b in &all {
-            let homed: Vec<(i64, i64)> = missing
-                .iter()
-                .copied()
-                .filter(|(user, _)| buckets.home(*user) == b.index)
-                .collect();
-            if homed.is_empty() {
-                continue;
-            }
-            let users: Vec<i64> = homed.iter().map(|(u, _)| *u).collect();
-            let now: Vec<Option<i64>> = redis::cmd("HMGET")
-                .arg(&b.buyers)
-                .arg(&users)
-                .query_async(&mut self.redis.clone())
-                .await?;
-            for ((user, order), now) in homed.into_iter().zip(now) {
-                match now {
-                    Some(o) if o == order => late += 1,
-                    Some(o) => check.other_order.push((user, o, order)),
-                    None => check.unknown_to_redis.push((user, order)),
-                }
+        for ((user, order), now) in self.records_now(&all, buckets, missing).await? {
+            match now {
+                Some(o) if o == order => late += 1,
+                Some(o) => check.other_order.push((user, o, order)),
+                None => check.unknown_to_redis.push((user, order)),
             }
         }
         // In Redis only. (With RabbitMQ too, an order keeps its stream entry until the
@@ -422,31 +411,13 @@ impl Seckill {
         if buckets.split() && !orphans.is_empty() {
             // A claim dropped between the buyers' read and the claims' is no order: its
             // record is gone now.
-            let mut kept = Vec::with_capacity(orphans.len());
-            for b in &all {
-                let homed: Vec<(i64, i64)> = orphans
-                    .iter()
-                    .copied()
-                    .filter(|(user, _)| buckets.home(*user) == b.index)
-                    .collect();
-                if homed.is_empty() {
-                    continue;
-                }
-                let users: Vec<i64> = homed.iter().map(|(u, _)| *u).collect();
-                let now: Vec<Option<i64>> = redis::cmd("HMGET")
-                    .arg(&b.buyers)
-                    .arg(&users)
-                    .query_async(&mut self.redis.clone())
-                    .await?;
-                kept.extend(
-                    homed
-                        .into_iter()
-                        .zip(now)
-                        .filter(|((_, order), now)| *now == Some(*order))
-                        .map(|(pair, _)| pair),
-                );
-            }
-            orphans = kept;
+            orphans = self
+                .records_now(&all, buckets, orphans)
+                .await?
+                .into_iter()
+                .filter(|((_, order), now)| *now == Some(*order))
+                .map(|(pair, _)| pair)
+                .collect();
         }
         check.only_in_redis = orphans;
         check.only_in_redis.sort_unstable();
@@ -456,6 +427,34 @@ impl Seckill {
         // accepted after the Redis read took one from the plan's.
         check.expected_stock = load.stock + late - check.only_in_redis.len() as i64;
         Ok(Some(check))
+    }
+
+    /// The order each buyer's record in their home bucket names now, for `(user, order)` pairs.
+    async fn records_now(
+        &self,
+        all: &[Bucket],
+        buckets: StockBuckets,
+        pairs: Vec<(i64, i64)>,
+    ) -> Result<Vec<((i64, i64), Option<i64>)>, SeckillError> {
+        let mut found = Vec::with_capacity(pairs.len());
+        for b in all {
+            let homed: Vec<(i64, i64)> = pairs
+                .iter()
+                .copied()
+                .filter(|(user, _)| buckets.home(*user) == b.index)
+                .collect();
+            if homed.is_empty() {
+                continue;
+            }
+            let users: Vec<i64> = homed.iter().map(|(u, _)| *u).collect();
+            let now: Vec<Option<i64>> = redis::cmd("HMGET")
+                .arg(&b.buyers)
+                .arg(&users)
+                .query_async(&mut self.redis.clone())
+                .await?;
+            found.extend(homed.into_iter().zip(now));
+        }
+        Ok(found)
     }
 
     /// Queues again the orders only Redis holds, then rebuilds the sale the way a warm-up
