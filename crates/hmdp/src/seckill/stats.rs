@@ -190,7 +190,8 @@ pub struct BucketStats {
     pub shard: u32,
     /// Its share of the stock left; `None` when not loaded.
     pub redis_stock: Option<i64>,
-    /// Buyers whose home it is.
+    /// Buyers whose home it is and who have an order (a grab borrowing a unit for its buyer
+    /// right now is not counted yet).
     pub accepted: i64,
 }
 
@@ -258,19 +259,32 @@ impl Seckill {
         let mut parts = Vec::with_capacity(buckets.get() as usize);
         let mut shards = std::collections::BTreeSet::new();
         for b in self.all_buckets(voucher, buckets) {
-            let (hash, buyers): (VoucherHash, i64) = redis::pipe()
-                .cmd("HGETALL")
-                .arg(&b.hash)
-                .cmd("HLEN")
-                .arg(&b.buyers)
-                .query_async(&mut self.redis.clone())
-                .await?;
+            let (hash, buyers, claims): (VoucherHash, i64, i64) = if buckets.split() {
+                redis::pipe()
+                    .cmd("HGETALL")
+                    .arg(&b.hash)
+                    .cmd("HLEN")
+                    .arg(&b.buyers)
+                    .cmd("ZCARD")
+                    .arg(&b.claims)
+                    .query_async(&mut self.redis.clone())
+                    .await?
+            } else {
+                let (hash, buyers) = redis::pipe()
+                    .cmd("HGETALL")
+                    .arg(&b.hash)
+                    .cmd("HLEN")
+                    .arg(&b.buyers)
+                    .query_async(&mut self.redis.clone())
+                    .await?;
+                (hash, buyers, 0)
+            };
             shards.insert(b.shard);
             parts.push(BucketStats {
                 bucket: b.index,
                 shard: b.shard,
                 redis_stock: hash.stock,
-                accepted: buyers,
+                accepted: buyers - claims,
             });
         }
         let (mut stream_length, mut pending, mut lag) = (0, 0, None::<i64>);
