@@ -259,24 +259,15 @@ impl Seckill {
         let mut parts = Vec::with_capacity(buckets.get() as usize);
         let mut shards = std::collections::BTreeSet::new();
         for b in self.all_buckets(voucher, buckets) {
+            let mut pipe = redis::pipe();
+            pipe.cmd("HGETALL").arg(&b.hash).cmd("HLEN").arg(&b.buyers);
             let (hash, buyers, claims): (VoucherHash, i64, i64) = if buckets.split() {
-                redis::pipe()
-                    .cmd("HGETALL")
-                    .arg(&b.hash)
-                    .cmd("HLEN")
-                    .arg(&b.buyers)
-                    .cmd("ZCARD")
+                pipe.cmd("ZCARD")
                     .arg(&b.claims)
                     .query_async(&mut self.redis.clone())
                     .await?
             } else {
-                let (hash, buyers) = redis::pipe()
-                    .cmd("HGETALL")
-                    .arg(&b.hash)
-                    .cmd("HLEN")
-                    .arg(&b.buyers)
-                    .query_async(&mut self.redis.clone())
-                    .await?;
+                let (hash, buyers) = pipe.query_async(&mut self.redis.clone()).await?;
                 (hash, buyers, 0)
             };
             shards.insert(b.shard);

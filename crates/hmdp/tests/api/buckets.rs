@@ -58,6 +58,16 @@ async fn stats_at(app: &TestApp, voucher: i64, stock: i64) -> serde_json::Value 
     .await
 }
 
+/// Each bucket's Redis stock in a live view with buckets.
+fn bucket_stocks(view: &serde_json::Value) -> Vec<i64> {
+    view["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["redisStock"].as_i64().unwrap())
+        .collect()
+}
+
 /// A counter of the app's metrics, summed over its labels.
 async fn metric(app: &TestApp, name: &str) -> f64 {
     app.metrics()
@@ -76,13 +86,7 @@ async fn buyers_of_one_bucket_buy_every_unit_of_the_others() {
     let buckets = StockBuckets::new(n).unwrap();
     let view = stats(&app, voucher).await;
     assert_eq!(view["stockBuckets"], 4);
-    let shares: Vec<i64> = view["buckets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b["redisStock"].as_i64().unwrap())
-        .collect();
-    assert_eq!(shares, [3, 3, 3, 3], "{view}");
+    assert_eq!(bucket_stocks(&view), [3, 3, 3, 3], "{view}");
 
     // Buyers whose home is bucket 0, which holds 3 units: a version that pins them to it
     // would tell the fourth "sold out" with 9 units left.
@@ -237,13 +241,7 @@ async fn a_split_sale_lives_the_order_life(backend: Backend, path: SalePath) {
             back[buckets.return_bucket(*id) as usize] += 1;
         }
         let view = stats_at(&app, voucher, 5).await;
-        let per_bucket: Vec<i64> = view["buckets"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|b| b["redisStock"].as_i64().unwrap())
-            .collect();
-        assert_eq!(per_bucket, back, "{view}");
+        assert_eq!(bucket_stocks(&view), back, "{view}");
         let check = reconcile_one(&app, voucher).await;
         assert!(!check.drift(), "{check}");
     }
